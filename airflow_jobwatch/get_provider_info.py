@@ -1,0 +1,275 @@
+"""Provider metadata for Airflow's provider manager.
+
+GENERATED from provider.yaml by `make provider-info`; do not edit by hand.
+tests/unit/test_provider_info.py fails when the two disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-jobwatch",
+        "name": "JobWatch (Kubernetes)",
+        "description": "Runs Airflow work on Kubernetes and never loses track of it: an executor "
+        "whose\n"
+        "KubernetesJobWatcher survives 410 Gone and reconciles after every relist, a "
+        "deferrable\n"
+        "KubernetesJobOperator whose JobTrigger shares one watch per namespace, and an "
+        "embedded\n"
+        "Kubernetes sandbox to run it all without a cluster.\n",
+        "integrations": [
+            {
+                "integration-name": "JobWatch (Kubernetes)",
+                "external-doc-url": "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "JobWatch (Kubernetes)",
+                "python-modules": ["airflow_jobwatch.operators.job"],
+            }
+        ],
+        "triggers": [
+            {"integration-name": "JobWatch (Kubernetes)", "python-modules": ["airflow_jobwatch.triggers.job"]}
+        ],
+        "executors": ["airflow_jobwatch.executors.JobWatchExecutor"],
+        "config": {
+            "jobwatch": {
+                "description": "Options of airflow-jobwatch's watch engine, "
+                "shared by JobWatchExecutor's "
+                "KubernetesJobWatcher\n"
+                "and JobTrigger. The [kubernetes_executor] "
+                "options keep their meaning for "
+                "JobWatchExecutor.\n",
+                "options": {
+                    "watch_timeout_seconds": {
+                        "description": "Server-side "
+                        "timeoutSeconds "
+                        "of "
+                        "one "
+                        "watch "
+                        "request. "
+                        "Each "
+                        "request "
+                        "is "
+                        "jittered "
+                        "between "
+                        "this\n"
+                        "value "
+                        "and "
+                        "twice "
+                        "it, "
+                        "so "
+                        "that "
+                        "many "
+                        "watchers "
+                        "do "
+                        "not "
+                        "reconnect "
+                        "in "
+                        "step.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "300",
+                    },
+                    "watch_stall_timeout_seconds": {
+                        "description": "A "
+                        "watch "
+                        "that "
+                        "delivers "
+                        "no "
+                        "event "
+                        "and "
+                        "no "
+                        "BOOKMARK "
+                        "for "
+                        "this "
+                        "long "
+                        "is "
+                        "presumed "
+                        "half-open "
+                        "and\n"
+                        "is "
+                        "reconnected. "
+                        "Must "
+                        "be "
+                        "larger "
+                        "than "
+                        "the "
+                        "server's "
+                        "bookmark "
+                        "interval "
+                        "(about "
+                        "60 "
+                        "s "
+                        "on "
+                        "a\n"
+                        "real "
+                        "API "
+                        "server).\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "90",
+                    },
+                    "api_connect_timeout_seconds": {
+                        "description": "Client-side connect timeout of every Kubernetes API request.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "10",
+                    },
+                    "backoff_initial_seconds": {
+                        "description": "First "
+                        "delay "
+                        "before "
+                        "retrying "
+                        "a "
+                        "failed "
+                        "list "
+                        "or "
+                        "watch. "
+                        "Delays "
+                        "double "
+                        "up "
+                        "to\n"
+                        "backoff_max_seconds, "
+                        "with "
+                        "full "
+                        "jitter.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "0.8",
+                    },
+                    "backoff_max_seconds": {
+                        "description": "Upper bound of the retry delay of lists and watches.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "30",
+                    },
+                    "backoff_reset_after_seconds": {
+                        "description": "A "
+                        "watch "
+                        "that "
+                        "stayed "
+                        "healthy "
+                        "this "
+                        "long "
+                        "resets "
+                        "the "
+                        "retry "
+                        "delay "
+                        "to "
+                        "its "
+                        "initial "
+                        "value.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "120",
+                    },
+                    "unhealthy_after_seconds": {
+                        "description": "After "
+                        "this "
+                        "long "
+                        "without "
+                        "a "
+                        "successful "
+                        "list "
+                        "or "
+                        "watch "
+                        "the "
+                        "engine "
+                        "reports "
+                        "itself "
+                        "unhealthy\n"
+                        "(it "
+                        "keeps "
+                        "retrying). "
+                        "Logged "
+                        "by "
+                        "the "
+                        "executor; "
+                        "used "
+                        "by "
+                        "JobTrigger "
+                        "with\n"
+                        "api_failure_tolerance_seconds.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "60",
+                    },
+                    "resync_interval_seconds": {
+                        "description": "Safety-net "
+                        "relist "
+                        "period: "
+                        "every "
+                        "this "
+                        "many "
+                        "seconds "
+                        "the "
+                        "engine "
+                        "lists "
+                        "again "
+                        "and "
+                        "reconciles,\n"
+                        "in "
+                        "case "
+                        "the "
+                        "server "
+                        "never "
+                        "sent "
+                        "an "
+                        "event. "
+                        "0 "
+                        "disables "
+                        "it.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "600",
+                    },
+                    "api_failure_tolerance_seconds": {
+                        "description": "How "
+                        "long "
+                        "a "
+                        "JobTrigger "
+                        "keeps "
+                        "waiting "
+                        "while "
+                        "the "
+                        "Kubernetes "
+                        "API "
+                        "is "
+                        "unreachable "
+                        "before "
+                        "it\n"
+                        "ends "
+                        "with "
+                        "status "
+                        '"error" '
+                        "and "
+                        "the "
+                        "last "
+                        "API "
+                        "error "
+                        "in "
+                        "its "
+                        "message.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "300",
+                    },
+                },
+            }
+        },
+    }
