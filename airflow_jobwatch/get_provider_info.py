@@ -37,6 +37,7 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "JobWatch (Kubernetes)", "python-modules": ["airflow_jobwatch.triggers.job"]}
         ],
         "executors": ["airflow_jobwatch.executors.JobWatchExecutor"],
+        "cli": ["airflow_jobwatch.cli.definition.get_jobwatch_cli_commands"],
         "config": {
             "jobwatch": {
                 "description": "Options of airflow-jobwatch's watch engine, "

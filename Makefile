@@ -1,0 +1,43 @@
+# airflow-jobwatch developer entry points. Every target sets up what it needs.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test lint typecheck unit demo bench provider-info clean venv
+
+venv: $(STAMP)
+
+# (Re)install when the pins or the project metadata change. constraints.txt pins every
+# distribution, so a fresh machine gets exactly what CI tested.
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python .ci/gen_provider_info.py --check
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python -m airflow_jobwatch.devtools.demo
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+provider-info: $(STAMP)
+	$(BIN)/python .ci/gen_provider_info.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

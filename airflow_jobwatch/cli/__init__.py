@@ -1,0 +1,1 @@
+"""``airflow jobwatch ...`` commands, registered through the provider's ``cli`` metadata."""
