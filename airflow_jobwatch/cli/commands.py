@@ -9,7 +9,15 @@ import sys
 
 def sandbox(args: argparse.Namespace) -> None:
     """Replace this process with ``python -m airflow_jobwatch.sandbox`` so signals reach the sandbox directly."""
-    argv = [sys.executable, "-m", "airflow_jobwatch.sandbox", "--port", str(args.port), "--kubeconfig", args.kubeconfig]
+    argv = [
+        sys.executable,
+        "-m",
+        "airflow_jobwatch.sandbox",
+        "--port",
+        str(args.port),
+        "--kubeconfig",
+        args.kubeconfig,
+    ]
     if args.history_window is not None:
         argv += ["--history-window", str(args.history_window)]
     if args.bookmark_interval is not None:

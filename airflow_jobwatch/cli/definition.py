@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand, lazy_load_command
 
-ARG_PORT = Arg(("--port",), type=int, default=0, help="Port to listen on (127.0.0.1 only); 0 picks a free one.")
+ARG_PORT = Arg(
+    ("--port",), type=int, default=0, help="Port to listen on (127.0.0.1 only); 0 picks a free one."
+)
 ARG_KUBECONFIG = Arg(
     ("--kubeconfig",),
     required=True,
