@@ -270,6 +270,95 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "300",
                     },
+                    "watcher_unresponsive_after_seconds": {
+                        "description": "JobWatchExecutor: "
+                        "a "
+                        "KubernetesJobWatcher "
+                        "child "
+                        "process "
+                        "whose "
+                        "event "
+                        "loop "
+                        "has "
+                        "not "
+                        "beaten "
+                        "for\n"
+                        "this "
+                        "long "
+                        "is "
+                        "presumed "
+                        "wedged; "
+                        "it "
+                        "is "
+                        "killed "
+                        "and "
+                        "replaced "
+                        "(with "
+                        "backoff), "
+                        "and "
+                        "the "
+                        "replacement\n"
+                        "starts "
+                        "with "
+                        "a "
+                        "fresh "
+                        "list "
+                        "so "
+                        "that "
+                        "nothing "
+                        "that "
+                        "happened "
+                        "meanwhile "
+                        "is "
+                        "lost.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "60",
+                    },
+                    "executor_status_file": {
+                        "description": "JobWatchExecutor: "
+                        "if "
+                        "set, "
+                        "the "
+                        "path "
+                        "of a "
+                        "small "
+                        "JSON "
+                        "file "
+                        "the "
+                        "executor "
+                        "rewrites "
+                        "at "
+                        "most "
+                        "once\n"
+                        "a "
+                        "second "
+                        "with "
+                        "its "
+                        "counters "
+                        "(pods "
+                        "launched, "
+                        "terminal "
+                        "reports, "
+                        "watcher "
+                        "restarts, "
+                        "relists,\n"
+                        "pods "
+                        "found "
+                        "deleted "
+                        "after "
+                        "a "
+                        "watcher "
+                        "gap). "
+                        "Empty "
+                        "disables "
+                        "it.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/tmp/jobwatch-executor-status.json",
+                        "default": "",
+                    },
                 },
             }
         },
