@@ -1,0 +1,341 @@
+"""Table-driven tests of kube/states.py on objects recorded from a real API server (see fixtures/README.md)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.kube.states import (
+    DEFAULT_FATAL_WAITING_REASONS,
+    ObjectState,
+    classify_job,
+    classify_pod,
+    pod_summary,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load(kind: str, name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / kind / f"{name}.json").read_text())
+
+
+def pod(name: str) -> dict[str, Any]:
+    return load("pods", name)
+
+
+def job(name: str) -> dict[str, Any]:
+    return load("jobs", name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pods: (fixture, deleted, phase, reason, exit_code, substrings the message must contain)
+
+POD_CASES = [
+    ("pending-new", False, "pending", None, None, ["bad-fac2-dxbmm", "pending"]),
+    ("unschedulable", False, "pending", "Unschedulable", None, ["0/3 nodes are available"]),
+    ("container-creating", False, "pending", "ContainerCreating", None, ["'main' is waiting"]),
+    ("running", False, "running", None, None, ["ok-fac2-4glwp", "running"]),
+    ("running-being-deleted", False, "running", None, None, ["deletion in progress"]),
+    ("unknown-node-lost", False, "running", "NodeLost", None, ["Unknown"]),
+    # restartPolicy OnFailure: crash looping is not (by default) fatal; the Job's backoffLimit decides
+    (
+        "crash-loop-backoff",
+        False,
+        "running",
+        "CrashLoopBackOff",
+        None,
+        ["running, but container 'main' is waiting: CrashLoopBackOff", "exited with code 4: config key"],
+    ),
+    ("succeeded", False, "succeeded", "Completed", 0, ["succeeded"]),
+    ("failed-exit-3", False, "failed", "Error", 3, ["container 'main' exited with code 3"]),
+    ("failed-exit-3-raw", False, "failed", "Error", 3, ["container 'main' exited with code 3"]),
+    (
+        "failed-with-termination-message",
+        False,
+        "failed",
+        "Error",
+        3,
+        ["container 'base' exited with code 3: cannot connect to warehouse: connection refused"],
+    ),
+    ("oom-killed", False, "failed", "OOMKilled", 137, ["exited with code 137 (OOMKilled)", "memory limit"]),
+    ("evicted", False, "failed", "Evicted", 137, ["The node was low on resource: memory", "evicted"]),
+    ("deadline-exceeded", False, "failed", "DeadlineExceeded", 143, ["longer than the specified deadline"]),
+    (
+        "init-container-failed",
+        False,
+        "failed",
+        "Error",
+        2,
+        ["init container 'migrate' exited with code 2: migration 0042 failed"],
+    ),
+    # the sidecar's 143 is a consequence of the main container ending, never the cause
+    ("failed-with-sidecar", False, "failed", "Error", 1, ["container 'main' exited with code 1: Traceback"]),
+    # fail-fast on fatal waiting reasons
+    ("err-image-pull", False, "failed", "ErrImagePull", None, ["busybox:does-not-exist: not found", "image"]),
+    ("image-pull-backoff", False, "failed", "ImagePullBackOff", None, ["Back-off pulling image"]),
+    ("invalid-image-name", False, "failed", "InvalidImageName", None, ["invalid reference format"]),
+    (
+        "create-container-config-error",
+        False,
+        "failed",
+        "CreateContainerConfigError",
+        None,
+        ['secret "db-credentials" not found'],
+    ),
+    # the kubelet's own registry throttling heals by itself
+    ("err-image-pull-qps", False, "pending", "ErrImagePull", None, ["pull QPS exceeded"]),
+    # deleted=True: the last state we will ever see
+    ("pending-new", True, "failed", "Deleted", None, ["was deleted while pending"]),
+    ("running", True, "failed", "Deleted", None, ["was deleted while running"]),
+    ("running-being-deleted", True, "failed", "Deleted", None, ["deleted"]),
+    ("unknown-node-lost", True, "failed", "Deleted", None, ["deleted"]),
+    ("crash-loop-backoff", True, "failed", "Deleted", 4, ["exited with code 4: config key 'sink' missing"]),
+    ("succeeded", True, "succeeded", "Completed", 0, ["succeeded"]),
+    ("failed-exit-3", True, "failed", "Error", 3, ["exited with code 3"]),
+    ("evicted", True, "failed", "Evicted", 137, ["Evicted"]),
+    ("err-image-pull", True, "failed", "ErrImagePull", None, ["not found"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "deleted", "phase", "reason", "exit_code", "in_message"),
+    POD_CASES,
+    ids=[f"{case[0]}{'-deleted' if case[1] else ''}" for case in POD_CASES],
+)
+def test_classify_pod(
+    fixture: str, deleted: bool, phase: str, reason: str | None, exit_code: int | None, in_message: list[str]
+) -> None:
+    state = classify_pod(pod(fixture), deleted=deleted)
+    assert (state.phase, state.reason, state.exit_code) == (phase, reason, exit_code), state.message
+    assert state.terminal is (phase in ("succeeded", "failed"))
+    for text in in_message:
+        assert text in state.message
+
+
+def test_fatal_waiting_reasons_are_configurable() -> None:
+    crash = pod("crash-loop-backoff")
+    assert not classify_pod(crash).terminal
+    state = classify_pod(crash, fatal_waiting_reasons={"CrashLoopBackOff"})
+    assert (state.phase, state.reason) == ("failed", "CrashLoopBackOff")
+    assert "back-off 20s restarting failed container" in state.message
+    # and an empty set turns fail-fast off
+    assert classify_pod(pod("err-image-pull"), fatal_waiting_reasons=()).phase == "pending"
+
+
+def test_default_fatal_waiting_reasons() -> None:
+    assert DEFAULT_FATAL_WAITING_REASONS == {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ImageInspectError",
+    }
+
+
+def test_fatal_waiting_init_container() -> None:
+    obj = pod("init-container-failed")
+    obj["status"]["phase"] = "Pending"
+    obj["status"]["initContainerStatuses"][0]["state"] = {
+        "waiting": {"reason": "ErrImagePull", "message": 'pull access denied for "private/migrate"'}
+    }
+    state = classify_pod(obj)
+    assert (state.phase, state.reason) == ("failed", "ErrImagePull")
+    assert "init container 'migrate' cannot start" in state.message
+
+
+def test_pod_with_no_status_is_pending() -> None:
+    obj = pod("pending-new")
+    del obj["status"]
+    state = classify_pod(obj)
+    assert (state.phase, state.terminal) == ("pending", False)
+
+
+def test_long_termination_message_keeps_its_tail() -> None:
+    obj = pod("failed-with-termination-message")
+    obj["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "x" * 5000 + "THE REAL ERROR"
+    state = classify_pod(obj)
+    assert "THE REAL ERROR" in state.message
+    assert len(state.message) < 1500
+
+
+def test_pod_summary() -> None:
+    assert pod_summary(pod("failed-with-termination-message")) == {
+        "name": "etl-base-6g7hd",
+        "phase": "failed",
+        "exit_code": 3,
+        "reason": "Error",
+    }
+    assert pod_summary(pod("succeeded")) == {
+        "name": "ok-fac2-4glwp",
+        "phase": "succeeded",
+        "exit_code": 0,
+        "reason": "Completed",
+    }
+    assert pod_summary(pod("running"), deleted=True)["reason"] == "Deleted"
+    json.dumps(pod_summary(pod("err-image-pull")))
+
+
+# --------------------------------------------------------------------------------------------------
+# Jobs: (fixture, pod fixtures, deleted, phase, reason, exit_code, substrings the message must contain)
+
+JOB_CASES = [
+    ("new-no-status", None, False, "pending", None, None, ["has not started"]),
+    ("new-empty-status", None, False, "pending", None, None, ["has not started"]),
+    ("started-active", None, False, "running", None, None, ["active 1"]),
+    ("started-active", ["running"], False, "running", None, None, ["running"]),
+    # a pod Succeeded while the Job still counts it active is not success (yet)
+    ("active-while-pod-succeeded", ["succeeded"], False, "running", None, None, ["running"]),
+    (
+        "success-criteria-met",
+        None,
+        False,
+        "succeeded",
+        "CompletionsReached",
+        None,
+        ["Reached expected number"],
+    ),
+    ("complete", None, False, "succeeded", "CompletionsReached", None, ["succeeded"]),
+    ("complete", ["succeeded"], False, "succeeded", "CompletionsReached", None, ["succeeded"]),
+    (
+        "parallelism-gt-completions-success",
+        ["succeeded", "running"],
+        False,
+        "succeeded",
+        "CompletionsReached",
+        None,
+        ["succeeded"],
+    ),
+    # status.failed > 0 is not a failed Job while backoffLimit allows a retry
+    ("one-pod-failed-counted", ["failed-exit-3"], False, "running", None, None, ["failed 1"]),
+    ("retrying-after-failure", ["failed-exit-3", "pending-new"], False, "pending", None, None, ["pending"]),
+    ("failure-target", None, False, "failed", "BackoffLimitExceeded", None, ["backoff limit"]),
+    ("failed-backoff-limit", None, False, "failed", "BackoffLimitExceeded", None, ["backoff limit"]),
+    (
+        "failed-backoff-limit",
+        ["failed-exit-3", "failed-exit-3-second-attempt"],
+        False,
+        "failed",
+        "BackoffLimitExceeded",
+        3,
+        ["pod 'default/bad-fac2-vnw8h': container 'main' exited with code 3"],
+    ),
+    ("deadline-exceeded", None, False, "failed", "DeadlineExceeded", None, ["activeDeadlineSeconds"]),
+    # a failure with no reason is still a failure
+    ("failed-without-reason", None, False, "failed", "Failed", None, ["failed"]),
+    # "False" and "Unknown" conditions decide nothing
+    ("conditions-not-true", None, False, "running", None, None, ["running"]),
+    ("suspended", None, False, "suspended", "JobSuspended", None, ["spec.suspend"]),
+    ("suspend-requested", None, False, "suspended", "Suspended", None, ["suspended"]),
+    ("resumed", None, False, "running", None, None, ["running"]),
+    ("foreground-deleting", None, False, "running", None, None, ["deletion in progress"]),
+    ("complete-being-deleted", None, False, "succeeded", "CompletionsReached", None, ["succeeded"]),
+    # fail-fast: a pod stuck on a fatal waiting reason fails a Job that is not terminal
+    (
+        "retrying-after-failure",
+        ["failed-exit-3", "err-image-pull"],
+        False,
+        "failed",
+        "ErrImagePull",
+        None,
+        ["pod 'default/bad-image-x7k2p'", "cannot start: ErrImagePull"],
+    ),
+    ("retrying-after-failure", ["err-image-pull-qps"], False, "pending", "ErrImagePull", None, ["pull QPS"]),
+    # deleted=True
+    ("foreground-deleting", None, True, "failed", "Deleted", None, ["was deleted while running"]),
+    ("new-no-status", None, True, "failed", "Deleted", None, ["was deleted while pending"]),
+    ("suspended", None, True, "failed", "Deleted", None, ["was deleted while suspended"]),
+    ("complete", None, True, "succeeded", "CompletionsReached", None, ["succeeded"]),
+    ("failed-backoff-limit", None, True, "failed", "BackoffLimitExceeded", None, ["backoff limit"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "pods", "deleted", "phase", "reason", "exit_code", "in_message"),
+    JOB_CASES,
+    ids=[f"{c[0]}{'+' + '+'.join(c[1]) if c[1] else ''}{'-deleted' if c[2] else ''}" for c in JOB_CASES],
+)
+def test_classify_job(
+    fixture: str,
+    pods: list[str] | None,
+    deleted: bool,
+    phase: str,
+    reason: str | None,
+    exit_code: int | None,
+    in_message: list[str],
+) -> None:
+    job_pods = None if pods is None else [pod(name) for name in pods]
+    state = classify_job(job(fixture), job_pods, deleted=deleted)
+    assert (state.phase, state.reason, state.exit_code) == (phase, reason, exit_code), state.message
+    assert state.terminal is (phase in ("succeeded", "failed"))
+    for text in in_message:
+        assert text in state.message
+
+
+def test_job_ignores_pods_of_another_job() -> None:
+    # err-image-pull is owned by Job bad-fac2; ok-fac2 (started-active) must not inherit its failure
+    other = pod("err-image-pull")
+    assert other["metadata"]["ownerReferences"][0]["uid"] != job("started-active")["metadata"]["uid"]
+    state = classify_job(job("started-active"), [other])
+    assert (state.phase, state.terminal) == ("running", False)
+
+
+def test_fail_fast_is_configurable_for_jobs() -> None:
+    state = classify_job(job("retrying-after-failure"), [pod("err-image-pull")], fatal_waiting_reasons=())
+    assert (state.phase, state.terminal) == ("pending", False)
+
+
+def test_terminal_conditions_win_over_suspension() -> None:
+    obj = job("failed-backoff-limit")
+    obj["spec"]["suspend"] = True
+    assert classify_job(obj).phase == "failed"
+
+
+def test_failed_condition_wins_over_success_condition() -> None:
+    # Not produced by a healthy controller (the API rejects it); never call such a Job a success.
+    obj = job("complete")
+    obj["status"]["conditions"].append(copy.deepcopy(job("failed-backoff-limit")["status"]["conditions"][1]))
+    assert classify_job(obj).phase == "failed"
+
+
+@pytest.mark.parametrize("value", [True, "true", 1, None])
+def test_condition_status_must_be_the_string_true(value: object) -> None:
+    obj = job("failed-backoff-limit")
+    for condition in obj["status"]["conditions"]:
+        condition["status"] = value
+    obj["status"]["active"] = 1
+    assert classify_job(obj).phase == "running"
+
+
+# --------------------------------------------------------------------------------------------------
+# ObjectState
+
+
+def test_object_state_round_trips_and_is_immutable() -> None:
+    state = classify_job(job("failed-backoff-limit"), [pod("failed-exit-3")])
+    data = state.as_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert ObjectState.from_dict(data) == state
+    with pytest.raises(AttributeError):
+        state.phase = "running"  # type: ignore[misc]
+
+
+def test_object_state_rejects_inconsistent_values() -> None:
+    with pytest.raises(ValueError, match="terminal"):
+        ObjectState("running", True, None, "")
+    with pytest.raises(ValueError, match="phase"):
+        ObjectState("done", True, None, "")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="phase"):
+        ObjectState.from_dict({"phase": "Complete"})
+
+
+def test_non_object_input_is_a_clear_type_error() -> None:
+    with pytest.raises(TypeError, match="expected a Kubernetes object"):
+        classify_pod("my-pod")
+    with pytest.raises(TypeError, match="int"):
+        classify_job(job("complete"), [42])
