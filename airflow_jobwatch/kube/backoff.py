@@ -1,0 +1,106 @@
+"""Exponential backoff with jitter, a floor, and a reset after a quiet period.
+
+Pure logic (no I/O, no sleeping): the caller passes the clock in, so the rules can be tested without
+waiting. Used by :mod:`airflow_jobwatch.kube.informer` for every retry path (list, watch, 429, 410).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# A ``Retry-After`` header is honoured, but a server (or a proxy in front of it) asking for more than this
+# is more likely misconfigured than right; waiting longer than 5 minutes would also outlive the apiserver's
+# watch history (~5 min of etcd revisions), so we would have to relist anyway.
+RETRY_AFTER_CAP_SECONDS = 300.0
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with "equal jitter": the n-th consecutive failure waits ``uniform(d/2, d)``
+    where ``d = min(max_seconds, initial_seconds * 2**n)``.
+
+    Why not pure "full jitter" (``uniform(0, d)``)? Full jitter spreads clients best, but its lower bound
+    stays 0 however many times we have failed: a permanent error (say a server answering 410 to every
+    watch) could then be retried a few milliseconds apart, and the only guarantee on the request rate is
+    the floor. Equal jitter keeps half the spread and makes the *worst case* grow exponentially too, so
+    the number of requests in any period has a hard bound (see :meth:`max_attempts_within`), which is what
+    "never loop faster than the backoff" asks for. With the defaults (0.8 s doubling to 30 s) a server that
+    stays down for an hour sees at most ~250 requests from one informer instead of thousands.
+
+    The exponent resets once no failure has been recorded for ``reset_after_seconds`` (client-go's
+    exponential backoff manager resets after 2 minutes of health the same way): a watch that flaps every
+    10 seconds keeps backing off, while a failure after a long healthy stretch starts small again.
+    """
+
+    initial_seconds: float = 0.8
+    max_seconds: float = 30.0
+    reset_after_seconds: float = 120.0
+    rand: Callable[[float, float], float] = field(default=random.uniform, repr=False)
+    attempts: int = 0  # backed-off (non-free) failures in the current streak
+    free_used: bool = False  # whether the current streak already had its free immediate retry
+    last_failure: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.initial_seconds <= 0:
+            raise ValueError(f"Backoff initial_seconds must be > 0, got {self.initial_seconds!r}")
+        if self.max_seconds < self.initial_seconds:
+            raise ValueError(
+                f"Backoff max_seconds ({self.max_seconds!r}) must be >= initial_seconds ({self.initial_seconds!r})"
+            )
+        if self.reset_after_seconds < 0:
+            raise ValueError(f"Backoff reset_after_seconds must be >= 0, got {self.reset_after_seconds!r}")
+
+    def ceiling(self, attempt: int) -> float:
+        """Upper bound of the delay for the ``attempt``-th consecutive failure (0-based)."""
+        # Cap the exponent so 2**attempt never overflows a float for absurd attempt counts.
+        return min(self.max_seconds, self.initial_seconds * 2.0 ** min(attempt, 62))
+
+    def failure(self, now: float, *, retry_after: float | None = None, free: bool = False) -> float:
+        """Record a failure at monotonic time ``now`` and return how long to wait before retrying.
+
+        :param retry_after: the server's ``Retry-After`` in seconds (429 / 503); the delay is at least
+            that (capped at :data:`RETRY_AFTER_CAP_SECONDS`).
+        :param free: retry at once if this is the first failure since the backoff was last reset. Used
+            for 410 Expired, whose answer (a relist) is the normal recovery path and should not be
+            delayed, while a *second* 410 soon after still backs off like any other error.
+        """
+        if self.last_failure is not None and now - self.last_failure >= self.reset_after_seconds:
+            self.reset()
+        self.last_failure = now
+        if free and not self.free_used and self.attempts == 0 and retry_after is None:
+            # Remember it, so the next failure within the reset window is not free.
+            self.free_used = True
+            return 0.0
+        ceiling = self.ceiling(self.attempts)
+        self.attempts += 1
+        delay = self.rand(ceiling / 2.0, ceiling)
+        if retry_after is not None and retry_after > 0:
+            delay = max(delay, min(retry_after, RETRY_AFTER_CAP_SECONDS))
+        return delay
+
+    def reset(self) -> None:
+        """Forget every failure (e.g. when the engine is restarted)."""
+        self.attempts = 0
+        self.free_used = False
+        self.last_failure = None
+
+    def min_total_delay(self, failures: int) -> float:
+        """The shortest total time ``failures`` consecutive backed-off retries can take (jitter at its
+        lowest every time), ignoring a leading free retry. Basis for :meth:`max_attempts_within`."""
+        return sum(self.ceiling(i) / 2.0 for i in range(failures))
+
+    def max_attempts_within(self, seconds: float, *, free_first: bool = True) -> int:
+        """Hard upper bound on the number of attempts a permanently failing loop makes in ``seconds``,
+        assuming no reset happens (``reset_after_seconds`` longer than the gaps) and the work itself
+        takes no time. ``free_first`` accounts for the one immediate retry of :meth:`failure`."""
+        attempts = 1 + (1 if free_first else 0)  # the first attempt, plus the free immediate retry
+        waited = 0.0
+        i = 0
+        while True:
+            waited += self.ceiling(i) / 2.0
+            if waited > seconds:
+                return attempts
+            attempts += 1
+            i += 1

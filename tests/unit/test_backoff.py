@@ -1,0 +1,114 @@
+"""The retry policy of the watch engine (airflow_jobwatch.kube.backoff), with the clock passed in."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_jobwatch.kube.backoff import RETRY_AFTER_CAP_SECONDS, Backoff
+
+
+def lowest(lo: float, hi: float) -> float:
+    return lo
+
+
+def highest(lo: float, hi: float) -> float:
+    return hi
+
+
+@pytest.mark.parametrize(
+    ("rand", "expected"),
+    [
+        # jitter at its lowest: half of 0.8, 1.6, 3.2, ... capped at 30
+        (lowest, [0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 15.0, 15.0]),
+        (highest, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]),
+    ],
+)
+def test_delays_double_up_to_the_cap(rand, expected):
+    backoff = Backoff(initial_seconds=0.8, max_seconds=30, reset_after_seconds=120, rand=rand)
+    delays = [backoff.failure(now=float(i)) for i in range(len(expected))]
+    assert delays == pytest.approx(expected)
+
+
+def test_reset_after_a_quiet_period():
+    backoff = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=highest)
+    assert [backoff.failure(now=t) for t in (0, 1, 2)] == [1, 2, 4]
+    # 119 s after the last failure: still backing off
+    assert backoff.failure(now=121) == 8
+    # 120 s without a failure: start small again
+    assert backoff.failure(now=241) == 1
+
+
+def test_first_free_failure_is_immediate_then_backs_off():
+    backoff = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=highest)
+    assert backoff.failure(now=0, free=True) == 0
+    assert backoff.failure(now=0, free=True) == 1
+    assert backoff.failure(now=1, free=True) == 2
+    assert backoff.failure(now=3) == 4
+    # after a reset the free retry is available again
+    assert backoff.failure(now=1000, free=True) == 0
+
+
+def test_free_retry_not_used_once_backing_off():
+    backoff = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=highest)
+    assert backoff.failure(now=0) == 1
+    assert backoff.failure(now=1, free=True) == 2
+
+
+def test_retry_after_is_honoured_and_capped():
+    backoff = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=lowest)
+    assert backoff.failure(now=0, retry_after=7) == 7
+    # backoff larger than Retry-After wins
+    backoff2 = Backoff(initial_seconds=10, max_seconds=30, reset_after_seconds=120, rand=lowest)
+    assert backoff2.failure(now=0, retry_after=1) == 5
+    # a Retry-After of hours is capped
+    assert backoff.failure(now=1, retry_after=10_000) == RETRY_AFTER_CAP_SECONDS
+    # a Retry-After is never skipped by the free retry
+    backoff3 = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=lowest)
+    assert backoff3.failure(now=0, retry_after=2, free=True) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial_seconds": 0},
+        {"initial_seconds": -1},
+        {"initial_seconds": 2, "max_seconds": 1},
+        {"reset_after_seconds": -5},
+    ],
+)
+def test_bad_settings_are_rejected_with_the_name(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        Backoff(**kwargs)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    initial=st.floats(0.05, 5),
+    factor=st.floats(1, 100),
+    horizon=st.floats(0.1, 3600),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_permanent_failure_never_exceeds_the_analytic_bound(initial, factor, horizon, seed):
+    """Simulate a loop that fails at once every time (410 on every watch) with real random jitter: the
+    number of attempts in `horizon` seconds never exceeds max_attempts_within()."""
+    rng = random.Random(seed)
+    backoff = Backoff(
+        initial_seconds=initial, max_seconds=initial * factor, reset_after_seconds=1e9, rand=rng.uniform
+    )
+    bound = backoff.max_attempts_within(horizon, free_first=True)
+    now = 0.0
+    attempts = 0
+    while now <= horizon:
+        attempts += 1
+        now += backoff.failure(now, free=True)
+    assert attempts <= bound
+
+
+def test_bound_for_a_minute_of_410s_with_defaults_is_small():
+    backoff = Backoff(initial_seconds=0.8, max_seconds=30, reset_after_seconds=120)
+    # 0.4+0.8+1.6+3.2+6.4+12.8 = 25.2 s, then 15 s each: 1 + 1 free + 6 + 2 = 10
+    assert backoff.max_attempts_within(60) == 10
