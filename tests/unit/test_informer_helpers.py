@@ -1,0 +1,92 @@
+"""Pure pieces of the watch engine: line splitting, Retry-After parsing, config validation, event accessors."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_jobwatch.kube.informer import (
+    EventType,
+    Informer,
+    InformerConfig,
+    InformerEvent,
+    _parse_retry_after,
+    _split_lines,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lines=st.lists(st.binary(min_size=1, max_size=20).filter(lambda b: b"\n" not in b), max_size=10),
+    cuts=st.lists(st.integers(0, 300), max_size=8),
+)
+def test_split_lines_reassembles_any_chunking(lines, cuts):
+    """However the stream is cut into chunks, the same complete lines come out in order."""
+    stream = b"".join(line + b"\n" for line in lines)
+    positions = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    out: list[bytes] = []
+    buffer = b""
+    for start, end in zip(positions, positions[1:]):
+        got, buffer = _split_lines(buffer, stream[start:end])
+        out.extend(got)
+    assert out == lines
+    assert buffer == b""
+
+
+def test_split_lines_keeps_the_incomplete_rest():
+    assert _split_lines(b'{"a"', b':1}\n{"b"') == ([b'{"a":1}'], b'{"b"')
+    assert _split_lines(b"", b"partial") == ([], b"partial")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("", None), ("3", 3.0), ("0.5", 0.5), ("-2", 0.0), ("soon", None)],
+)
+def test_parse_retry_after_seconds(value, expected):
+    assert _parse_retry_after(value) == expected
+
+
+def test_parse_retry_after_http_date():
+    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
+    assert 8 <= _parse_retry_after(in_ten) <= 10.5
+    past = email.utils.formatdate(time.time() - 100, usegmt=True)
+    assert _parse_retry_after(past) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"watch_timeout_seconds": 0}, "watch_timeout_seconds"),
+        ({"stall_timeout_seconds": -1}, "stall_timeout_seconds"),
+        ({"connect_timeout_seconds": 0}, "connect_timeout_seconds"),
+        ({"backoff_initial_seconds": 0}, "backoff_initial_seconds"),
+        ({"backoff_initial_seconds": 5, "backoff_max_seconds": 1}, "backoff_max_seconds"),
+        ({"backoff_reset_after_seconds": -1}, "backoff_reset_after_seconds"),
+        ({"unhealthy_after_seconds": 0}, "unhealthy_after_seconds"),
+        ({"resync_interval_seconds": 0}, "resync_interval_seconds"),
+        ({"page_size": 0}, "page_size"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(kwargs, names):
+    with pytest.raises(ValueError, match=names):
+        InformerConfig(**kwargs)
+
+
+def test_informer_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Informer(None, kind="deployments", namespace=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="namespace"):
+        Informer(None, kind="pods", namespace="")
+    with pytest.raises(TypeError, match="InformerConfig"):
+        Informer(None, kind="pods", namespace=None, config={"page_size": 1})  # type: ignore[arg-type]
+
+
+def test_event_accessors():
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "7"}}
+    event = InformerEvent(EventType.DELETED_UNKNOWN, pod)
+    assert (event.uid, event.namespace, event.name) == ("u-1", "ns", "p")
+    assert InformerEvent(EventType.ADDED, {"metadata": {"name": "n", "uid": "u"}}).namespace is None
