@@ -1,0 +1,33 @@
+"""An embedded Kubernetes API server for tests, demos and benchmarks (aiohttp + stdlib only).
+
+It speaks the real REST API for namespaces, pods (+ ``status``, ``log``) and batch/v1 jobs
+(+ ``status``) with the semantics watch-based clients depend on: one global resourceVersion,
+list/watch with label and field selectors, watch replay from a bounded history and the 410 Expired
+ERROR event once a resourceVersion fell out of it, bookmarks, paging with continue tokens,
+optimistic concurrency, graceful deletion, finalizers and owner-reference garbage collection.
+A kubelet runs each container's command as a local process and a Job controller behaves like
+Kubernetes 1.31+ (SuccessCriteriaMet/FailureTarget before Complete/Failed).
+
+Faults, switched at run time (methods on :class:`Sandbox` and :class:`SandboxThread`, or
+``POST /_sandbox/fault`` with ``{"action": name, "args": {...}}`` on a sandbox subprocess):
+
+* ``drop_watches()``: cut every open watch connection.
+* ``stall_watches(on)``: watches go silent (half-open connection); turning it off only affects new ones.
+* ``set_watch_expired(on)``: every watch from a resourceVersion other than unset/"0" gets 410.
+* ``set_history_window(n)``: shrink/grow the replay history (a small one makes 410 easy to reach).
+* ``set_error_rate(share, status=503, retry_after=None, verbs=None)``: fail a share of API requests.
+* ``start_outage()`` / ``end_outage()`` / ``outage(seconds)``: refuse TCP connections, same port after.
+* ``set_image_pull_failure(pattern)``: matching images never start (ErrImagePull / ImagePullBackOff).
+* ``evict_pod(ns, name)``: Failed / Evicted with the DisruptionTarget condition.
+* ``lose_node()`` / ``force_delete_pod(ns, name)``: pods vanish without a terminal status.
+* ``counters()`` / ``reset_counters()``: requests per ``"<verb> <resource>"``.
+* ``objects(kind, namespace=None)`` / ``get_object(kind, namespace, name)``: the server's truth.
+
+The sandbox never imports the code it is used to test.
+"""
+
+from .admin import AdminClient
+from .sandbox import Sandbox
+from .thread import SandboxThread
+
+__all__ = ["AdminClient", "Sandbox", "SandboxThread"]

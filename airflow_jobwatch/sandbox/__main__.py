@@ -1,0 +1,76 @@
+"""``python -m airflow_jobwatch.sandbox --port PORT --kubeconfig PATH [...]``
+
+Runs the sandbox on 127.0.0.1, writes the kubeconfig once it listens, prints exactly one line
+``ready <url>`` to stdout, and stops cleanly (killing its pod processes) on SIGINT or SIGTERM.
+Faults are switched at run time through ``/_sandbox/fault`` (see :class:`~.admin.AdminClient`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from .sandbox import Sandbox
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m airflow_jobwatch.sandbox", description=__doc__.split("\n\n")[1]
+    )
+    p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
+    p.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig (mode 0600)")
+    p.add_argument("--history-window", type=int, default=10000, help="changes kept for watch replay")
+    p.add_argument(
+        "--bookmark-interval", type=float, default=5.0, help="seconds between BOOKMARKs (0 = never)"
+    )
+    p.add_argument("--pod-start-delay", type=float, default=0.0, help="seconds a pod stays Pending")
+    p.add_argument("--fail-images", default=None, help="regex: matching images fail with ErrImagePull")
+    p.add_argument("--error-rate", type=float, default=0.0, help="share (0..1) of API requests to fail")
+    p.add_argument("--error-status", type=int, default=503, help="HTTP status of injected errors")
+    p.add_argument("--no-kubelet", action="store_true", help="do not run pods")
+    p.add_argument("--no-job-controller", action="store_true", help="do not run the Job controller")
+    p.add_argument("--token", default=None, help="bearer token (random by default)")
+    return p
+
+
+async def _main(args: argparse.Namespace) -> None:
+    sb = Sandbox(
+        port=args.port,
+        history_window=args.history_window,
+        bookmark_interval=args.bookmark_interval or None,
+        pod_start_delay=args.pod_start_delay,
+        kubelet=not args.no_kubelet,
+        job_controller=not args.no_job_controller,
+        token=args.token,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await sb.start()
+    try:
+        if args.fail_images:
+            sb.set_image_pull_failure(args.fail_images)
+        if args.error_rate:
+            sb.set_error_rate(args.error_rate, status=args.error_status)
+        sb.write_kubeconfig(args.kubeconfig)
+        print(f"ready {sb.url}", flush=True)
+        await stop.wait()
+    finally:
+        await sb.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        asyncio.run(_main(args))
+    except OSError as exc:
+        print(f"sandbox: cannot start on 127.0.0.1:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

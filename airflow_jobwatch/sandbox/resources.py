@@ -1,0 +1,270 @@
+"""What the real API server does to an object on create: defaults, generated fields, validation.
+
+Defaults follow the "201 create pod" and job-success.json recordings, so a client that reads an
+object back sees the same fields a real cluster returns.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid
+from typing import Any
+
+from .errors import ApiError, invalid
+from .store import now_rfc3339
+
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# generateName suffix alphabet of apiserver's SimpleNameGenerator (no vowels, no confusable chars).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+DEFAULT_TOLERATIONS = [
+    {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+    {
+        "key": "node.kubernetes.io/unreachable",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    },
+]
+
+
+def random_suffix(n: int = 5) -> str:
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(n))
+
+
+def _image_pull_policy(image: str) -> str:
+    # The real defaulting: ":latest" or no tag -> Always, otherwise IfNotPresent.
+    last = image.rsplit("/", 1)[-1]
+    if "@" in last:
+        return "IfNotPresent"
+    if ":" not in last or last.endswith(":latest"):
+        return "Always"
+    return "IfNotPresent"
+
+
+def default_pod_spec(spec: dict[str, Any], *, template: bool = False) -> None:
+    """Fill the fields the real server defaults on a pod spec (fewer inside a Job's template)."""
+    for c in spec.get("containers") or []:
+        if isinstance(c, dict):
+            c.setdefault("resources", {})
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            c.setdefault("imagePullPolicy", _image_pull_policy(str(c.get("image", ""))))
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    if not template:
+        spec.setdefault("tolerations", [dict(t) for t in DEFAULT_TOLERATIONS])
+        spec.setdefault("priority", 0)
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def init_metadata(resource: str, obj: dict[str, Any], namespace: str | None) -> None:
+    """Name (from generateName), uid, creationTimestamp, generation; the caller validates afterwards."""
+    meta = obj.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise ApiError(400, "metadata must be an object")
+    if not meta.get("name") and meta.get("generateName"):
+        meta["name"] = f"{meta['generateName']}{random_suffix()}"
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["uid"] = str(uuid.uuid4())
+    meta["resourceVersion"] = ""  # placeholder keeping the real key order; the store stamps it
+    meta.pop("deletionTimestamp", None)
+    meta.pop("deletionGracePeriodSeconds", None)
+    meta["generation"] = 1
+    meta["creationTimestamp"] = now_rfc3339()
+    # Keep the key order the real server returns (name, generateName, namespace, uid, ...).
+    order = ["name", "generateName", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp"]
+    ordered = {k: meta[k] for k in order if k in meta}
+    ordered.update({k: v for k, v in meta.items() if k not in ordered})
+    obj["metadata"] = ordered
+
+
+def validate_name(resource: str, name: Any) -> None:
+    if not name:
+        kind = {"pods": "Pod", "jobs": "Job.batch", "namespaces": "Namespace"}[resource]
+        raise ApiError(
+            422,
+            f'{kind} "" is invalid: metadata.name: Required value: name or generateName is required',
+            reason="Invalid",
+            details={
+                "kind": kind.split(".")[0],
+                "causes": [
+                    {
+                        "reason": "FieldValueRequired",
+                        "message": "Required value: name or generateName is required",
+                        "field": "metadata.name",
+                    }
+                ],
+            },
+        )
+    pattern = DNS1123_LABEL if resource == "namespaces" else DNS1123_SUBDOMAIN
+    if not isinstance(name, str) or len(name) > 253 or not pattern.match(name):
+        raise invalid(
+            resource,
+            str(name),
+            [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_DNS1123_MESSAGE}')],
+        )
+
+
+def _validate_pod_spec(resource: str, name: str, spec: Any, prefix: str, *, job: bool) -> None:
+    causes: list[tuple[str, str, str]] = []
+    if not isinstance(spec, dict):
+        causes.append(("FieldValueRequired", prefix.rstrip("."), "Required value"))
+        raise invalid(resource, name, causes)
+    containers = spec.get("containers")
+    if not containers:
+        causes.append(("FieldValueRequired", f"{prefix}containers", "Required value"))
+    else:
+        seen: set[str] = set()
+        for i, c in enumerate(containers):
+            if not isinstance(c, dict):
+                causes.append(
+                    ("FieldValueInvalid", f"{prefix}containers[{i}]", "Invalid value: must be an object")
+                )
+                continue
+            cname = c.get("name")
+            if not cname:
+                causes.append(("FieldValueRequired", f"{prefix}containers[{i}].name", "Required value"))
+            elif cname in seen:
+                causes.append(
+                    ("FieldValueDuplicate", f"{prefix}containers[{i}].name", f'Duplicate value: "{cname}"')
+                )
+            else:
+                seen.add(cname)
+            if not c.get("image"):
+                causes.append(("FieldValueRequired", f"{prefix}containers[{i}].image", "Required value"))
+    policy = spec.get("restartPolicy")
+    if job and policy not in ("Never", "OnFailure"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f"{prefix}restartPolicy",
+                f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
+                if policy
+                else 'Required value: valid values: "OnFailure", "Never"',
+            )
+        )
+    elif policy not in (None, "Always", "Never", "OnFailure"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f"{prefix}restartPolicy",
+                f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
+    if causes:
+        raise invalid(resource, name, causes)
+
+
+def prepare_pod(pod: dict[str, Any]) -> None:
+    """Validate and default a pod being created (metadata already initialized)."""
+    name = pod["metadata"].get("name")
+    validate_name("pods", name)
+    spec = pod.get("spec")
+    _validate_pod_spec("pods", name, spec, "spec.", job=False)
+    assert isinstance(spec, dict)  # _validate_pod_spec raised otherwise
+    default_pod_spec(spec)
+    pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+
+
+def prepare_job(job: dict[str, Any]) -> None:
+    """Validate and default a Job being created, like the real batch/v1 strategy."""
+    meta = job["metadata"]
+    name = meta.get("name")
+    validate_name("jobs", name)
+    spec = job.get("spec")
+    if not isinstance(spec, dict):
+        raise invalid(
+            "jobs", name, [("FieldValueRequired", "spec.template.spec.containers", "Required value")]
+        )
+    template = spec.get("template")
+    if not isinstance(template, dict):
+        template = spec["template"] = {}
+    pod_spec = template.get("spec")
+    _validate_pod_spec("jobs", name, pod_spec, "spec.template.spec.", job=True)
+    assert isinstance(pod_spec, dict)  # _validate_pod_spec raised otherwise
+    for key in (
+        "parallelism",
+        "completions",
+        "backoffLimit",
+        "activeDeadlineSeconds",
+        "ttlSecondsAfterFinished",
+    ):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise invalid(
+                "jobs",
+                name,
+                [
+                    (
+                        "FieldValueInvalid",
+                        f"spec.{key}",
+                        f"Invalid value: {value}: must be greater than or equal to 0",
+                    )
+                ],
+            )
+    uid = meta["uid"]
+    job_labels = {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    }
+    labels = meta.setdefault("labels", {})
+    for k, v in job_labels.items():
+        labels.setdefault(k, v)
+    if spec.get("completions") is None and spec.get("parallelism") is None:
+        spec["completions"] = 1
+    spec.setdefault("parallelism", 1)
+    # Keep the recorded key order: parallelism, completions, backoffLimit, selector, manualSelector, template...
+    spec.setdefault("backoffLimit", 6)
+    ordered: dict[str, Any] = {}
+    for key in ("parallelism", "completions", "activeDeadlineSeconds", "backoffLimit"):
+        if key in spec:
+            ordered[key] = spec[key]
+    ordered["selector"] = spec.get("selector") or {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    ordered["manualSelector"] = bool(spec.get("manualSelector", False))
+    tmeta = template.setdefault("metadata", {})
+    tlabels = tmeta.setdefault("labels", {})
+    for k, v in job_labels.items():
+        tlabels.setdefault(k, v)
+    default_pod_spec(pod_spec, template=True)
+    ordered["template"] = template
+    for key, value in spec.items():
+        if key not in ordered:
+            ordered[key] = value
+    ordered.setdefault("completionMode", "NonIndexed")
+    ordered.setdefault("suspend", False)
+    ordered.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+    job["spec"] = ordered
+    job["status"] = {}
+
+
+def prepare_namespace(ns: dict[str, Any]) -> None:
+    name = ns["metadata"].get("name")
+    validate_name("namespaces", name)
+    ns["metadata"].pop("namespace", None)
+    labels = ns["metadata"].setdefault("labels", {})
+    labels.setdefault("kubernetes.io/metadata.name", name)
+    ns["spec"] = {"finalizers": ["kubernetes"]}
+    ns["status"] = {"phase": "Active"}
+
+
+PREPARE = {"pods": prepare_pod, "jobs": prepare_job, "namespaces": prepare_namespace}

@@ -1,0 +1,311 @@
+"""``Sandbox``: the embedded Kubernetes API emulator running in the caller's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from .errors import ApiError
+from .server import ApiServer, GarbageCollector, write_kubeconfig_file
+from .store import Store, clone
+
+log = logging.getLogger(__name__)
+
+
+class Sandbox:
+    """An in-process Kubernetes API server (namespaces, pods, batch/v1 jobs) with a kubelet that runs
+    containers as local processes, a Job controller, a garbage collector and fault injection.
+
+    Use it as ``async with Sandbox(...) as sb:`` inside a running event loop; every method below is a
+    plain method to call from that loop. :class:`~.thread.SandboxThread` runs the same thing in a
+    background thread with thread-safe synchronous methods.
+
+    :param port: TCP port on 127.0.0.1 (0 = any free port; an outage reopens the same one).
+    :param history_window: number of past changes kept for watch replay; a watch from an older
+        resourceVersion gets the 410 Expired ERROR event (the real server keeps ~5 minutes).
+    :param bookmark_interval: seconds between BOOKMARK events on watches that allow them (None = never).
+    :param kubelet: run pods as local subprocesses (False: pods stay Pending, unscheduled).
+    :param job_controller: run the Job controller (False: Jobs get no pods and no status).
+    :param pod_start_delay: seconds a pod stays Pending (ContainerCreating) before its containers start.
+    :param inherit_env: container processes get this process's environment overlaid with the
+        container's ``env``, and ``PATH`` starting with the directory of ``sys.executable``.
+    :param token: bearer token clients must send (random when None).
+    :param namespaces: namespaces that exist at start.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        history_window: int = 10000,
+        bookmark_interval: float | None = 5.0,
+        kubelet: bool = True,
+        job_controller: bool = True,
+        pod_start_delay: float = 0.0,
+        inherit_env: bool = True,
+        token: str | None = None,
+        namespaces: Iterable[str] = ("default",),
+        host: str = "127.0.0.1",
+    ) -> None:
+        if history_window < 0:
+            raise ValueError(f"history_window must be >= 0, got {history_window}")
+        if bookmark_interval is not None and bookmark_interval <= 0:
+            raise ValueError(f"bookmark_interval must be > 0 seconds or None, got {bookmark_interval}")
+        if pod_start_delay < 0:
+            raise ValueError(f"pod_start_delay must be >= 0 seconds, got {pod_start_delay}")
+        self.host = host
+        self.port = port
+        self.bookmark_interval = bookmark_interval
+        self.pod_start_delay = pod_start_delay
+        self.inherit_env = inherit_env
+        self.token = token or secrets.token_urlsafe(24)
+        self._initial_namespaces = tuple(namespaces)
+        self._want_kubelet = kubelet
+        self._want_job_controller = job_controller
+        self.store = Store(history_window=history_window)
+        self.api = ApiServer(self)
+        self.gc = GarbageCollector(self)
+        from .admin import AdminHandler
+
+        self.admin = AdminHandler(self)
+        self.kubelet: Any = None
+        self.job_controller: Any = None
+        self._runner: web.ServerRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._outage_task: asyncio.Task[None] | None = None
+        self._in_outage = False
+        self.image_pull_failure: re.Pattern[str] | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> Sandbox:
+        for ns in self._initial_namespaces:
+            if self.store.get("namespaces", "", ns) is None:
+                self.api.create("namespaces", None, {"metadata": {"name": ns}})
+        if self._want_kubelet:
+            from .kubelet import Kubelet
+
+            self.kubelet = Kubelet(self)
+        if self._want_job_controller:
+            from .jobcontroller import JobController
+
+            self.job_controller = JobController(self)
+        server = web.Server(self.api.handle, access_log=None)
+        self._runner = web.ServerRunner(server, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        await self._open_site()
+        if self.kubelet is not None:
+            self.kubelet.start()
+        if self.job_controller is not None:
+            self.job_controller.start()
+        return self
+
+    async def _open_site(self) -> None:
+        assert self._runner is not None
+        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await self._site.start()
+        server = self._site._server
+        if self.port == 0 and server is not None:
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        """Stop everything: watches end, pod processes are killed, the port is closed."""
+        if self._outage_task is not None:
+            self._outage_task.cancel()
+        if self.job_controller is not None:
+            await self.job_controller.stop()
+        if self.kubelet is not None:
+            await self.kubelet.stop()
+        for watcher in self.store.all_watchers():
+            watcher.close("shutdown")
+        if self._runner is not None:
+            self._abort_connections()
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Sandbox:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
+        """Write a kubeconfig (server = url, user = bearer token, current-context set), mode 0600."""
+        return write_kubeconfig_file(path, self.url, self.token)
+
+    # ---- inspection ------------------------------------------------------------------------------
+    def current_resource_version(self) -> int:
+        return self.store.rv
+
+    def set_history_window(self, n: int) -> None:
+        self.store.set_history_window(int(n))
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.api.counters)
+
+    def reset_counters(self) -> None:
+        self.api.counters.clear()
+
+    def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Deep copies (with kind/apiVersion, as GET returns them) of the stored objects of ``kind``."""
+        self._check_kind(kind)
+        import json
+
+        return [json.loads(e.full) for e in self.store.iter(kind, namespace)]
+
+    def get_object(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        self._check_kind(kind)
+        import json
+
+        entry = self.store.get(kind, namespace or "", name)
+        return json.loads(entry.full) if entry is not None else None
+
+    @staticmethod
+    def _check_kind(kind: str) -> None:
+        if kind not in ("pods", "jobs", "namespaces"):
+            raise ValueError(f"unknown kind {kind!r}: expected 'pods', 'jobs' or 'namespaces'")
+
+    # ---- watch faults ----------------------------------------------------------------------------
+    def drop_watches(self) -> int:
+        """Cut every open watch connection now (clients see the stream break). Returns how many."""
+        watchers = self.store.all_watchers()
+        for watcher in watchers:
+            watcher.close("dropped")
+        return len(watchers)
+
+    def stall_watches(self, on: bool) -> None:
+        """While on, open and new watches send nothing (no events, bookmarks or timeout end), like a
+        half-open connection. Turning it off affects only new watches: stalled ones stay silent."""
+        self.store.stall_new_watches = bool(on)
+        if on:
+            for watcher in self.store.all_watchers():
+                watcher.stalled = True
+                watcher.wakeup.set()
+
+    def set_watch_expired(self, on: bool) -> None:
+        """While on, every watch from a resourceVersion other than unset/"0" gets 410 at once."""
+        self.api.watch_expired = bool(on)
+
+    # ---- request faults --------------------------------------------------------------------------
+    def set_error_rate(
+        self,
+        share: float,
+        *,
+        status: int = 503,
+        retry_after: float | None = None,
+        verbs: Iterable[str] | None = None,
+    ) -> None:
+        """Answer ``share`` (0..1) of API requests (optionally only ``verbs``) with ``status``."""
+        share = float(share)
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"share must be between 0 and 1, got {share}")
+        if not 400 <= int(status) <= 599:
+            raise ValueError(f"status must be an HTTP error code (400-599), got {status}")
+        self.api.error_rate = share
+        self.api.error_status = int(status)
+        self.api.error_retry_after = retry_after
+        self.api.error_verbs = set(verbs) if verbs is not None else None
+
+    # ---- outages ---------------------------------------------------------------------------------
+    def _abort_connections(self) -> None:
+        if self._runner is None or self._runner.server is None:
+            return
+        for handler in self._runner.server.connections:
+            transport = handler.transport
+            if transport is not None:
+                transport.abort()
+
+    def start_outage(self) -> None:
+        """Refuse all TCP connections: close the listening socket and every open connection."""
+        if self._in_outage:
+            return
+        self._in_outage = True
+        for watcher in self.store.all_watchers():
+            watcher.close("outage")
+        if self._site is not None and self._site._server is not None:
+            self._site._server.close()
+        self._abort_connections()
+
+    def end_outage(self) -> asyncio.Task[None]:
+        """Listen again on the same port. Returns a task; await it to be sure the port is open."""
+        if self._outage_task is not None and not self._outage_task.done():
+            self._outage_task.cancel()
+        return asyncio.get_running_loop().create_task(self._reopen())
+
+    async def _reopen(self) -> None:
+        if not self._in_outage or self._runner is None:
+            return
+        assert self._site is not None
+        with contextlib.suppress(RuntimeError):
+            await self._site.stop()
+        # The kernel may keep the port briefly; retry with a short doubling delay (bounded).
+        delay = 0.01
+        for _attempt in range(12):
+            try:
+                await self._open_site()
+                break
+            except OSError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        else:
+            raise RuntimeError(f"could not listen on {self.host}:{self.port} again after the outage")
+        self._in_outage = False
+
+    def outage(self, seconds: float) -> None:
+        """An outage that ends by itself after ``seconds``."""
+        self.start_outage()
+
+        async def later() -> None:
+            await asyncio.sleep(float(seconds))
+            await self._reopen()
+
+        self._outage_task = asyncio.get_running_loop().create_task(later())
+
+    # ---- node / pod faults -----------------------------------------------------------------------
+    def set_image_pull_failure(self, pattern: str | None) -> None:
+        """Pods whose container image matches ``pattern`` stay Pending with ErrImagePull/ImagePullBackOff."""
+        self.image_pull_failure = re.compile(pattern) if pattern else None
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """Kill the pod's processes and mark it Failed/Evicted like a kubelet under memory pressure."""
+        if self.kubelet is None:
+            raise RuntimeError("evict_pod needs the kubelet (Sandbox(kubelet=True))")
+        if self.store.get("pods", namespace, name) is None:
+            raise LookupError(f"pod {namespace}/{name} not found")
+        self.kubelet.evict(namespace, name)
+
+    def lose_node(self) -> int:
+        """Every pod vanishes at once, with no terminal status (node loss + force deletion)."""
+        pods = [(e.obj["metadata"]["namespace"], e.obj["metadata"]["name"]) for e in self.store.iter("pods")]
+        for ns, name in pods:
+            self.force_delete_pod(ns, name)
+        return len(pods)
+
+    def force_delete_pod(self, namespace: str, name: str) -> bool:
+        """Remove one pod at once, ignoring grace period and finalizers; its processes are killed."""
+        if self.kubelet is not None:
+            self.kubelet.kill_silently(namespace, name)
+        return self.api.remove_now("pods", namespace, name)
+
+    # ---- kubelet log endpoint --------------------------------------------------------------------
+    async def kubelet_logs(self, request: web.BaseRequest, ns: str, name: str) -> web.StreamResponse:
+        entry = self.store.get("pods", ns, name)
+        if entry is None:
+            from .errors import not_found
+
+            raise not_found("pods", name)
+        if self.kubelet is None:
+            raise ApiError(400, f'container "{name}" in pod "{name}" is waiting to start: ContainerCreating')
+        answer: web.StreamResponse = await self.kubelet.serve_logs(request, clone(entry.obj))
+        return answer

@@ -1,0 +1,181 @@
+"""``SandboxThread``: a :class:`~.sandbox.Sandbox` running in its own event loop in a daemon thread."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .sandbox import Sandbox
+
+# How long a synchronous call waits for the sandbox loop before giving up; generous because the
+# loop may be busy fanning out thousands of events in a benchmark, short enough to fail a hung test.
+CALL_TIMEOUT_SECONDS = 60.0
+
+
+class SandboxThread:
+    """Same options and methods as :class:`Sandbox`, synchronous and thread-safe.
+
+    Used by sync tests, by async tests that run their client in their own loop (so the client and
+    the server never share a loop), and by benchmarks.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._sandbox: Sandbox | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> SandboxThread:
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                self._sandbox = Sandbox(**self._options)
+                loop.run_until_complete(self._sandbox.start())
+            except BaseException as exc:  # reported to the starting thread
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="k8s-sandbox", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._loop is None or self._sandbox is None or self._thread is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._sandbox.stop(), self._loop)
+        try:
+            fut.result(CALL_TIMEOUT_SECONDS)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(CALL_TIMEOUT_SECONDS)
+            self._sandbox = None
+
+    def __enter__(self) -> SandboxThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- plumbing --------------------------------------------------------------------------------
+    def _call(self, fn: Callable[[Sandbox], Any]) -> Any:
+        if self._loop is None or self._sandbox is None:
+            raise RuntimeError(
+                "the sandbox is not running: use `with SandboxThread(...) as sb:` or call start()"
+            )
+        sandbox = self._sandbox
+
+        async def run() -> Any:
+            result = fn(sandbox)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(CALL_TIMEOUT_SECONDS)
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            raise RuntimeError("the sandbox is not running")
+        return self._sandbox
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the sandbox is not running")
+        return self._loop
+
+    @property
+    def url(self) -> str:
+        return self.sandbox.url
+
+    @property
+    def token(self) -> str:
+        return self.sandbox.token
+
+    @property
+    def port(self) -> int:
+        return self.sandbox.port
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
+        return self.sandbox.write_kubeconfig(path)
+
+    # ---- the Sandbox API, synchronously ----------------------------------------------------------
+    def set_history_window(self, n: int) -> None:
+        self._call(lambda sb: sb.set_history_window(n))
+
+    def current_resource_version(self) -> int:
+        return int(self._call(lambda sb: sb.current_resource_version()))
+
+    def drop_watches(self) -> int:
+        return int(self._call(lambda sb: sb.drop_watches()))
+
+    def stall_watches(self, on: bool) -> None:
+        self._call(lambda sb: sb.stall_watches(on))
+
+    def set_watch_expired(self, on: bool) -> None:
+        self._call(lambda sb: sb.set_watch_expired(on))
+
+    def set_error_rate(
+        self,
+        share: float,
+        *,
+        status: int = 503,
+        retry_after: float | None = None,
+        verbs: Iterable[str] | None = None,
+    ) -> None:
+        self._call(lambda sb: sb.set_error_rate(share, status=status, retry_after=retry_after, verbs=verbs))
+
+    def start_outage(self) -> None:
+        self._call(lambda sb: sb.start_outage())
+
+    def end_outage(self) -> None:
+        self._call(lambda sb: sb.end_outage())
+
+    def outage(self, seconds: float) -> None:
+        self._call(lambda sb: sb.outage(seconds))
+
+    def set_image_pull_failure(self, pattern: str | None) -> None:
+        self._call(lambda sb: sb.set_image_pull_failure(pattern))
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        self._call(lambda sb: sb.evict_pod(namespace, name))
+
+    def lose_node(self) -> int:
+        return int(self._call(lambda sb: sb.lose_node()))
+
+    def force_delete_pod(self, namespace: str, name: str) -> bool:
+        return bool(self._call(lambda sb: sb.force_delete_pod(namespace, name)))
+
+    def counters(self) -> dict[str, int]:
+        return dict(self._call(lambda sb: sb.counters()))
+
+    def reset_counters(self) -> None:
+        self._call(lambda sb: sb.reset_counters())
+
+    def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return list(self._call(lambda sb: sb.objects(kind, namespace)))
+
+    def get_object(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call(lambda sb: sb.get_object(kind, namespace, name))
+        return result
