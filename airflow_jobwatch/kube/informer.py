@@ -670,9 +670,9 @@ class Informer:
         params["timeoutSeconds"] = str(
             max(1, int(self.config.watch_timeout_seconds * random.uniform(*_WATCH_TIMEOUT_JITTER)))
         )
-        # sock_read is a second line of defence behind the stall detector of _read_lines (it also bounds
-        # the wait for the response headers, which _read_lines does not cover).
-        resp = await self._request(params, read_timeout=self.config.stall_timeout_seconds + 5)
+        # sock_read bounds the wait for the response headers (a server that accepted the connection but never
+        # answers, as a half-open connection does); during the stream _read_lines' stall detector applies.
+        resp = await self._request(params, read_timeout=self.config.stall_timeout_seconds)
         opened = loop.time()
         events = 0
         proved: asyncio.TimerHandle | None = None

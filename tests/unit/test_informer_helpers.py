@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import itertools
 import time
 
 import pytest
@@ -30,7 +31,7 @@ def test_split_lines_reassembles_any_chunking(lines, cuts):
     positions = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
     out: list[bytes] = []
     buffer = b""
-    for start, end in zip(positions, positions[1:]):
+    for start, end in itertools.pairwise(positions):
         got, buffer = _split_lines(buffer, stream[start:end])
         out.extend(got)
     assert out == lines

@@ -1,0 +1,45 @@
+"""Fixtures of the watch-engine tests (helpers live in informer_helpers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_asyncio.client as k8s
+import pytest
+from informer_helpers import SANDBOX_DEFAULTS, Pods, api_client_for
+
+from airflow_jobwatch.sandbox import SandboxThread
+
+
+@pytest.fixture
+def make_sandbox() -> Iterator[Callable[..., SandboxThread]]:
+    """Start sandboxes with the informer tests' defaults (no kubelet, no Job controller); stopped after."""
+    started: list[SandboxThread] = []
+
+    def make(**options: Any) -> SandboxThread:
+        sb = SandboxThread(**{**SANDBOX_DEFAULTS, **options})
+        sb.start()
+        started.append(sb)
+        return sb
+
+    yield make
+    for sb in started:
+        sb.stop()
+
+
+@pytest.fixture
+def sb(make_sandbox: Callable[..., SandboxThread]) -> SandboxThread:
+    return make_sandbox()
+
+
+@pytest.fixture
+async def api(sb: SandboxThread, tmp_path: Path) -> AsyncIterator[k8s.ApiClient]:
+    async with api_client_for(sb, tmp_path) as client:
+        yield client
+
+
+@pytest.fixture
+def pods(api: k8s.ApiClient) -> Pods:
+    return Pods(api)
