@@ -85,6 +85,8 @@ _HINTS: Mapping[str, str] = {
     "ImageInspectError": "the image could not be inspected on the node; check that the image is not corrupt",
     "CreateContainerConfigError": "check that the Secrets and ConfigMaps the pod references exist",
     "CreateContainerError": "the container runtime could not create the container; see the message above",
+    "StartError": "the container's command could not be started; check command, args and the image's entrypoint",
+    "ContainerCannotRun": "the container's command could not be started; check command, args and the image's entrypoint",
     "OOMKilled": "the container ran out of memory; raise its memory limit or lower its usage",
     "Evicted": "the node evicted the pod under resource pressure; set resource requests or retry",
     "DeadlineExceeded": "activeDeadlineSeconds was reached; raise it or make the work faster",

@@ -75,6 +75,14 @@ POD_CASES = [
     ),
     # the sidecar's 143 is a consequence of the main container ending, never the cause
     ("failed-with-sidecar", False, "failed", "Error", 1, ["container 'main' exited with code 1: Traceback"]),
+    (
+        "start-error",
+        False,
+        "failed",
+        "StartError",
+        128,
+        ["exited with code 128 (StartError)", 'exec: "pyhton": executable file not found', "check command"],
+    ),
     # fail-fast on fatal waiting reasons
     ("err-image-pull", False, "failed", "ErrImagePull", None, ["busybox:does-not-exist: not found", "image"]),
     ("image-pull-backoff", False, "failed", "ImagePullBackOff", None, ["Back-off pulling image"]),
