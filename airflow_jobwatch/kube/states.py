@@ -444,7 +444,7 @@ def _deleted_state(
     if kind == "Pod":
         why = "node loss, a force deletion, an eviction or garbage collection of its owner"
     else:
-        why = "deleted by a user or a cleanup, or by its TTL controller"
+        why = "a user or a cleanup deleted it, or it went with its owner (cascading deletion)"
     return ObjectState(
         "failed",
         True,
