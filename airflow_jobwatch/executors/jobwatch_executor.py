@@ -1,0 +1,664 @@
+"""JobWatchExecutor: runs each Airflow task in a Kubernetes pod and never loses track of it.
+
+Drop-in for the cncf.kubernetes KubernetesExecutor (``[core] executor =
+airflow_jobwatch.executors.JobWatchExecutor``): same ``[kubernetes_executor]`` options where the
+meaning is the same, same pod labels and annotations, same ``executor_config`` (``pod_override``,
+``pod_template_file``). What differs is the watching side (see :mod:`.watcher` and docs/executor.md):
+a 410, a dropped watch, a killed or wedged watcher process or an API outage never loses a task's
+end, and every task instance gets exactly one terminal report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from airflow.configuration import conf
+from airflow.executors.base_executor import BaseExecutor
+
+from airflow_jobwatch.executors.pods import (
+    DONE_LABEL,
+    WORKER_LABEL,
+    build_worker_pod,
+    key_from_annotations,
+    new_pod_name,
+    worker_label_selector,
+)
+from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+    from kubernetes.client import CoreV1Api
+    from kubernetes.client import models as k8s
+
+    from airflow_jobwatch.kube.client import ClusterConfig
+    from airflow_jobwatch.kube.informer import InformerConfig
+
+SECTION = "jobwatch"
+K8S_SECTION = "kubernetes_executor"
+
+# Pod creation retries (403 quota, 409 conflict, 429, 5xx, connection errors): first delay, and
+# the bound of the exponential backoff. A task waiting here stays queued; the scheduler's
+# [scheduler] task_queued_timeout (600 s by default) is the final bound: it revokes the task.
+CREATE_BACKOFF_INITIAL_SECONDS = 1.0
+CREATE_BACKOFF_MAX_SECONDS = 60.0
+# Timeout of each synchronous API call the scheduler loop makes (create, delete, patch, get): the
+# loop must never hang on a black-holed connection. (connect, read) seconds.
+API_REQUEST_TIMEOUT = (10.0, 30.0)
+# Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
+RUNNING_POD_LOG_LINES = 100
+# The status file is rewritten at most this often.
+STATUS_FILE_INTERVAL_SECONDS = 1.0
+
+
+def _getfloat(section: str, key: str, default: float) -> float:
+    return conf.getfloat(section, key, fallback=default)
+
+
+def informer_config_from_conf() -> InformerConfig:
+    """Build the watch engine's configuration from the ``[jobwatch]`` section."""
+    from airflow_jobwatch.kube.informer import InformerConfig
+
+    resync = _getfloat(SECTION, "resync_interval_seconds", 600.0)
+    return InformerConfig(
+        watch_timeout_seconds=_getfloat(SECTION, "watch_timeout_seconds", 300.0),
+        stall_timeout_seconds=_getfloat(SECTION, "watch_stall_timeout_seconds", 90.0),
+        connect_timeout_seconds=_getfloat(SECTION, "api_connect_timeout_seconds", 10.0),
+        backoff_initial_seconds=_getfloat(SECTION, "backoff_initial_seconds", 0.8),
+        backoff_max_seconds=_getfloat(SECTION, "backoff_max_seconds", 30.0),
+        backoff_reset_after_seconds=_getfloat(SECTION, "backoff_reset_after_seconds", 120.0),
+        unhealthy_after_seconds=_getfloat(SECTION, "unhealthy_after_seconds", 60.0),
+        resync_interval_seconds=resync if resync > 0 else None,
+    )
+
+
+def cluster_config_from_conf() -> ClusterConfig:
+    """The ``[kubernetes_executor]`` connection options, as the watch engine's ClusterConfig."""
+    from airflow_jobwatch.kube.client import ClusterConfig
+
+    return ClusterConfig(
+        config_file=conf.get(K8S_SECTION, "config_file", fallback=None) or None,
+        cluster_context=conf.get(K8S_SECTION, "cluster_context", fallback=None) or None,
+        in_cluster=conf.getboolean(K8S_SECTION, "in_cluster", fallback=True),
+    )
+
+
+@dataclass
+class _PendingLaunch:
+    """A workload accepted by the executor whose pod is not created yet (or must be retried)."""
+
+    workload: workloads.ExecuteTask
+    pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
+    attempts: int = 0
+    not_before: float = 0.0
+    last_error: str | None = None
+
+
+class JobWatchExecutor(BaseExecutor):
+    """Executor that runs each task instance in its own Kubernetes pod.
+
+    Options: ``[kubernetes_executor]`` (namespace, multi_namespace_mode(+_namespace_list),
+    pod_template_file, worker_container_repository/tag, in_cluster, config_file, cluster_context,
+    delete_worker_pods, delete_worker_pods_on_failure,
+    worker_pod_pending_fatal_container_state_reasons, worker_pods_creation_batch_size) and
+    ``[jobwatch]`` (watch timeouts, backoff, health, status file). See docs/executor.md.
+    """
+
+    supports_ad_hoc_ti_run: bool = True
+    is_local: bool = False
+    is_production: bool = True
+    serve_logs: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+
+        self.kube_config: KubeConfig = KubeConfig()
+        fatal = self.kube_config.worker_pod_pending_fatal_container_state_reasons
+        from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+
+        self.fatal_waiting_reasons: frozenset[str] = frozenset(
+            r for r in (fatal or DEFAULT_FATAL_WAITING_REASONS) if r
+        )
+        self.scheduler_job_id: str | None = None
+        self.supervisor: WatcherSupervisor | None = None
+        self._core_v1: CoreV1Api | None = None
+        self._pending: dict[TaskInstanceKey, _PendingLaunch] = {}
+        # key -> (namespace, pod name) of the pod currently running that key.
+        self._pods: dict[TaskInstanceKey, tuple[str, str]] = {}
+        # Workloads by key, to find the task's log file for failure reasons.
+        self._workloads: dict[TaskInstanceKey, workloads.ExecuteTask] = {}
+        self._create_paused_until = 0.0  # after a 429 Retry-After
+        self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
+        self._counters: dict[str, int] = {
+            "pods_launched": 0,
+            "create_retries": 0,
+            "create_failures": 0,
+            "success": 0,
+            "failed": 0,
+            "adopted": 0,
+        }
+        self._status_file = conf.get(SECTION, "executor_status_file", fallback="") or ""
+        self._status_written_at = 0.0
+
+    # ------------------------------------------------------------------------------------------
+    # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def core_v1(self) -> CoreV1Api:
+        if self._core_v1 is None:
+            from kubernetes.client import CoreV1Api
+
+            from airflow_jobwatch.kube.client import sync_api_client
+
+            self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf()))
+        return self._core_v1
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core_v1.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT
+            )
+        except ApiException as err:
+            if err.status == HTTPStatus.NOT_FOUND:
+                return None
+            raise
+        pod: dict[str, Any] = json.loads(resp.data)
+        return pod
+
+    def _namespaces(self) -> list[str | None]:
+        kc = self.kube_config
+        if kc.multi_namespace_mode:
+            if kc.multi_namespace_mode_namespace_list:
+                return [ns.strip() for ns in kc.multi_namespace_mode_namespace_list if ns.strip()]
+            return [None]
+        return [kc.kube_namespace or "default"]
+
+    # ------------------------------------------------------------------------------------------
+    # BaseExecutor
+    # ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.scheduler_job_id = str(self.job_id)
+        self.log.info(
+            "Starting JobWatchExecutor (scheduler job %s, namespaces %s)",
+            self.scheduler_job_id,
+            self._namespaces(),
+        )
+        self.supervisor = WatcherSupervisor(
+            cluster=cluster_config_from_conf(),
+            namespaces=self._namespaces(),
+            label_selector=worker_label_selector(self.scheduler_job_id),
+            informer_config=informer_config_from_conf(),
+            fatal_waiting_reasons=self.fatal_waiting_reasons,
+            read_pod=self._read_pod,
+            unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0),
+            restart_backoff_initial=_getfloat(SECTION, "backoff_initial_seconds", 0.8),
+            restart_backoff_max=_getfloat(SECTION, "backoff_max_seconds", 30.0),
+            name=f"jobwatch-executor-{self.scheduler_job_id}",
+        )
+        self.supervisor.start()
+
+    def _process_workloads(self, workload_items: Sequence[workloads.All]) -> None:
+        from airflow.executors.workloads import ExecuteTask
+
+        for w in workload_items:
+            if not isinstance(w, ExecuteTask):
+                raise RuntimeError(f"{type(self).__name__} cannot run workloads of type {type(w).__name__}")
+            key = w.ti.key
+            del self.queued_tasks[key]
+            self.running.add(key)
+            self._workloads[key] = w
+            self._pending[key] = _PendingLaunch(workload=w)
+
+    def sync(self) -> None:
+        if self.supervisor is None:
+            return
+        for result in self.supervisor.poll():
+            self._on_result(result)
+        self._retry_cleanup()
+        self._launch_pending()
+        self._write_status()
+
+    def end(self) -> None:
+        """Report what the watcher already knows, then stop it. Pods keep running (adoptable)."""
+        if self.supervisor is None:
+            return
+        self.log.info("Shutting down JobWatchExecutor")
+        for result in self.supervisor.stop():
+            self._on_result(result)
+        self._retry_cleanup()
+        self._write_status(force=True)
+        self.supervisor = None
+
+    def terminate(self) -> None:
+        """SIGTERM on the scheduler: stop the watcher at once (pods are left for adoption)."""
+        if self.supervisor is not None:
+            self.supervisor.stop(timeout=1.0)
+            self.supervisor = None
+
+    # ------------------------------------------------------------------------------------------
+    # Launching
+    # ------------------------------------------------------------------------------------------
+
+    def _launch_pending(self) -> None:
+        now = time.monotonic()
+        if now < self._create_paused_until or not self._pending:
+            return
+        budget = max(1, self.kube_config.worker_pods_creation_batch_size)
+        ordered = sorted(self._pending.items(), key=lambda kv: -kv[1].workload.ti.priority_weight)
+        for key, launch in ordered:
+            if budget <= 0:
+                break
+            if launch.not_before > now:
+                continue
+            budget -= 1
+            if not self._launch_one(key, launch):
+                break  # rate limited: stop creating pods this loop
+
+    def _launch_one(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
+        """Try to create one worker pod. Returns False if pod creation must pause (429)."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.scheduler_job_id is not None
+        if launch.pod is None:
+            try:
+                launch.pod = build_worker_pod(
+                    launch.workload,
+                    kube_config=self.kube_config,
+                    scheduler_job_id=self.scheduler_job_id,
+                    pod_name=new_pod_name(key),
+                )
+            except Exception as err:
+                self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
+                return True
+        pod = launch.pod
+        namespace, name = pod.metadata.namespace, pod.metadata.name
+        body = self.core_v1.api_client.sanitize_for_serialization(pod)
+        try:
+            self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
+        except ApiException as err:
+            status = err.status or 0
+            message = _api_message(err)
+            if status == HTTPStatus.CONFLICT and self._already_created(namespace, name, key):
+                # An earlier attempt did create it (its answer was lost): that is a success.
+                self._launched(key, namespace, name)
+                return True
+            retry_after = _retry_after(err)
+            transient = (
+                (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
+                or status == HTTPStatus.CONFLICT
+                or status == HTTPStatus.TOO_MANY_REQUESTS
+                or status >= 500
+                or status == 0
+            )
+            if not transient:
+                self._fail_launch(
+                    key,
+                    f"the API server rejected the worker pod {namespace}/{name}: "
+                    f"{status} {err.reason}: {message}",
+                )
+                return True
+            self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)
+            if status == HTTPStatus.TOO_MANY_REQUESTS or retry_after is not None:
+                self._create_paused_until = launch.not_before
+                return False
+            return True
+        except Exception as err:  # connection refused/reset, timeouts, TLS: the API is unreachable
+            self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
+            return False  # the next create would fail the same way; wait for the backoff
+        self._launched(key, namespace, name)
+        return True
+
+    def _already_created(self, namespace: str, name: str, key: TaskInstanceKey) -> bool:
+        try:
+            pod = self._read_pod(namespace, name)
+        except Exception:
+            return False
+        return (
+            pod is not None
+            and key_from_annotations((pod.get("metadata") or {}).get("annotations") or {}) == key
+        )
+
+    def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
+        assert self.supervisor is not None
+        self._pending.pop(key, None)
+        self._pods[key] = (namespace, name)
+        self.supervisor.track(namespace, name, key)
+        self._counters["pods_launched"] += 1
+        self.log.info("Created worker pod %s/%s for %s", namespace, name, key)
+
+    def _retry_launch(
+        self, key: TaskInstanceKey, launch: _PendingLaunch, error: str, retry_after: float | None
+    ) -> None:
+        ceiling = min(
+            CREATE_BACKOFF_MAX_SECONDS, CREATE_BACKOFF_INITIAL_SECONDS * 2.0 ** min(launch.attempts, 30)
+        )
+        delay = random.uniform(ceiling / 2.0, ceiling)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, CREATE_BACKOFF_MAX_SECONDS * 5))
+        launch.attempts += 1
+        launch.not_before = time.monotonic() + delay
+        launch.last_error = error
+        self._counters["create_retries"] += 1
+        self.log.warning(
+            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s",
+            key,
+            launch.attempts,
+            error,
+            delay,
+        )
+
+    def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
+        self._pending.pop(key, None)
+        self._counters["create_failures"] += 1
+        self.log.error("Failing %s: %s", key, reason)
+        self._append_task_log(key, reason)
+        self.fail(key, reason)
+        self._workloads.pop(key, None)
+
+    # ------------------------------------------------------------------------------------------
+    # Results
+    # ------------------------------------------------------------------------------------------
+
+    def _on_result(self, result: PodResult) -> None:
+        key = cast("TaskInstanceKey", result.key)
+        if self._pods.get(key) != (result.namespace, result.name):
+            # A stale pod of a key that has since been relaunched (e.g. resumed after deferral).
+            return
+        if not result.terminal:
+            if result.phase == "running":
+                self.running_state(key, f"{result.namespace}/{result.name}")
+            return
+        del self._pods[key]
+        where = f"pod {result.namespace}/{result.name}"
+        if result.phase == "succeeded":
+            # execute_workload exits 0 whatever the task did; the task recorded its own state through
+            # the execution API. SUCCESS here means "the worker finished"; if the task instance is
+            # still queued/running the scheduler treats it as killed externally (docs/executor.md).
+            self._counters["success"] += 1
+            self.success(key, f"{where} succeeded")
+            failed = False
+        else:
+            self._counters["failed"] += 1
+            reason = result.reason or "Failed"
+            info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            self.log.warning("Task %s: %s", key, info)
+            self._append_task_log(key, info)
+            self.fail(key, info)
+            failed = True
+        self._workloads.pop(key, None)
+        if result.gap or result.reason == "Deleted":
+            return  # nothing left to clean up
+        kc = self.kube_config
+        # A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...) is deleted in
+        # any case: left alone it could still start, and run a try Airflow already gave up on.
+        pending_failure = failed and result.reason in self.fatal_waiting_reasons
+        delete = pending_failure or (
+            kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+        )
+        self._cleanup.append((result.namespace, result.name, delete))
+
+    def _retry_cleanup(self) -> None:
+        from kubernetes.client import V1DeleteOptions
+        from kubernetes.client.exceptions import ApiException
+
+        remaining: list[tuple[str, str, bool]] = []
+        for i, (namespace, name, delete) in enumerate(self._cleanup):
+            try:
+                if delete:
+                    self.core_v1.delete_namespaced_pod(
+                        name,
+                        namespace,
+                        body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
+                        _request_timeout=API_REQUEST_TIMEOUT,
+                    )
+                else:
+                    self.core_v1.patch_namespaced_pod(
+                        name,
+                        namespace,
+                        {"metadata": {"labels": {DONE_LABEL: "True"}}},
+                        _request_timeout=API_REQUEST_TIMEOUT,
+                    )
+            except ApiException as err:
+                if err.status != HTTPStatus.NOT_FOUND:
+                    remaining.append((namespace, name, delete))
+            except Exception:
+                # API unreachable: keep this one and the rest for the next loop.
+                remaining.extend(self._cleanup[i:])
+                break
+        self._cleanup = remaining
+
+    def _append_task_log(self, key: TaskInstanceKey, message: str) -> None:
+        """Write the executor's reason into the task's log file, where the user looks first.
+
+        The worker process could not write it (it was evicted, never started, or its pod vanished).
+        Only possible when ``[logging] base_log_folder`` is shared with the workers (a local or shared
+        volume, as in the sandbox); with remote logging the reason is in the scheduler log and in the
+        "state mismatch" audit-log event the scheduler records with our message.
+        """
+        workload = self._workloads.get(key)
+        if workload is None or not workload.log_path:
+            return
+        try:
+            base = Path(conf.get("logging", "base_log_folder"))
+            path = base / workload.log_path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            line = {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+                "level": "error",
+                "event": f"JobWatchExecutor: {message}",
+                "logger": "airflow_jobwatch.executors",
+            }
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError as err:
+            self.log.debug("Could not append the failure reason to the task log of %s: %s", key, err)
+
+    # ------------------------------------------------------------------------------------------
+    # Adoption, revocation, logs
+    # ------------------------------------------------------------------------------------------
+
+    def _list_pods(self, label_selector: str) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = []
+        for ns in self._namespaces():
+            if ns is None:
+                resp = self.core_v1.list_pod_for_all_namespaces(
+                    label_selector=label_selector,
+                    _preload_content=False,
+                    _request_timeout=API_REQUEST_TIMEOUT,
+                )
+            else:
+                resp = self.core_v1.list_namespaced_pod(
+                    ns,
+                    label_selector=label_selector,
+                    _preload_content=False,
+                    _request_timeout=API_REQUEST_TIMEOUT,
+                )
+            pods.extend(json.loads(resp.data).get("items") or [])
+        return pods
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        """Adopt the worker pods of dead schedulers: relabel them and watch them as our own.
+
+        Pods that finished while no scheduler watched them are reported at once (the task instance
+        is still queued/running in the database, so its end was never reported).
+        """
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+        from airflow_jobwatch.kube.states import classify_pod
+
+        assert self.supervisor is not None and self.scheduler_job_id is not None
+        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
+        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
+        my_label = make_safe_label_value(self.scheduler_job_id)
+        for job_id in {ti.queued_by_job_id for ti in by_key.values()}:
+            selector = f"kubernetes_executor=True,{WORKER_LABEL}={make_safe_label_value(str(job_id))},{DONE_LABEL}!=True"
+            try:
+                pods = self._list_pods(selector)
+            except Exception:
+                self.log.exception("Could not list the worker pods of scheduler job %s for adoption", job_id)
+                continue
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                key = key_from_annotations(meta.get("annotations") or {})
+                if key is None or key not in by_key:
+                    continue
+                ns, name = meta["namespace"], meta["name"]
+                try:
+                    self.core_v1.patch_namespaced_pod(
+                        name,
+                        ns,
+                        {"metadata": {"labels": {WORKER_LABEL: my_label}}},
+                        _request_timeout=API_REQUEST_TIMEOUT,
+                    )
+                except Exception as err:
+                    self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
+                    continue
+                by_key.pop(key)
+                self.running.add(key)
+                self._pods[key] = (ns, name)
+                self.supervisor.track(ns, name, key)
+                self._counters["adopted"] += 1
+                self.log.info("Adopted pod %s/%s of %s from scheduler job %s", ns, name, key, job_id)
+                state = classify_pod(pod, fatal_waiting_reasons=self.fatal_waiting_reasons)
+                if state.terminal:
+                    self.supervisor.untrack(ns, name)
+                    self._on_result(
+                        PodResult(
+                            key=key,
+                            namespace=ns,
+                            name=name,
+                            phase=state.phase,
+                            terminal=True,
+                            reason=state.reason,
+                            message=state.message,
+                            exit_code=state.exit_code,
+                            annotations=meta.get("annotations") or {},
+                            observed_at=time.time(),
+                        )
+                    )
+        # Already adopted by a previous (retried) call: do not hand them back for reset.
+        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
+        return not_adopted
+
+    def revoke_task(self, *, ti: TaskInstance) -> None:
+        """Stop a task (queued too long, or cleared): delete its pod; no event is reported."""
+        key = ti.key
+        self.running.discard(key)
+        self.queued_tasks.pop(key, None)
+        self._pending.pop(key, None)
+        self._workloads.pop(key, None)
+        ref = self._pods.pop(key, None)
+        if ref is None:
+            return
+        if self.supervisor is not None:
+            self.supervisor.untrack(*ref)
+        self._cleanup.append((ref[0], ref[1], True))
+        try:
+            self._retry_cleanup()
+        except Exception:
+            self.log.exception("Could not delete pod %s/%s of revoked %s", ref[0], ref[1], key)
+
+    def get_task_log(self, ti: TaskInstance, try_number: int) -> tuple[list[str], list[str]]:
+        """The tail of the worker pod's log while it exists (the UI asks while the task runs)."""
+        from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+        messages: list[str] = []
+        try:
+            selector = PodGenerator.build_selector_for_k8s_executor_pod(  # type: ignore[no-untyped-call]
+                dag_id=ti.dag_id,
+                task_id=ti.task_id,
+                try_number=try_number,
+                map_index=ti.map_index,
+                run_id=ti.run_id,
+                airflow_worker=ti.queued_by_job_id,
+            )
+            pods = self._list_pods(selector)
+            if not pods:
+                return [f"No worker pod found for {ti.key} (selector {selector})"], []
+            meta = pods[0]["metadata"]
+            text = self.core_v1.read_namespaced_pod_log(
+                meta["name"],
+                meta["namespace"],
+                container="base",
+                tail_lines=RUNNING_POD_LOG_LINES,
+                _request_timeout=API_REQUEST_TIMEOUT,
+            )
+            messages.append(
+                f"Log of pod {meta['namespace']}/{meta['name']} (last {RUNNING_POD_LOG_LINES} lines)"
+            )
+            return messages, [text or ""]
+        except Exception as err:
+            messages.append(f"Reading the worker pod's log failed: {err}")
+            return messages, [""]
+
+    # ------------------------------------------------------------------------------------------
+    # Status
+    # ------------------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        sup = self.supervisor
+        c = sup.counters if sup else None
+        return {
+            "scheduler_job_id": self.scheduler_job_id,
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "running": len(self.running),
+            "pending_creation": len(self._pending),
+            **self._counters,
+            "watcher_restarts": c.restarts if c else 0,
+            "relists": c.relists if c else 0,
+            "watches": c.watches if c else 0,
+            "gap_deleted": c.gap_deleted if c else 0,
+            "watcher_healthy": c.healthy if c else False,
+            "watcher_last_error": c.last_error if c else None,
+            "watchers": c.per_namespace if c else {},
+        }
+
+    def _write_status(self, *, force: bool = False) -> None:
+        if not self._status_file:
+            return
+        now = time.monotonic()
+        if not force and now - self._status_written_at < STATUS_FILE_INTERVAL_SECONDS:
+            return
+        self._status_written_at = now
+        path = Path(self._status_file)
+        try:
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(json.dumps(self.status(), indent=2, default=str))
+            os.replace(tmp, path)
+        except OSError as err:
+            self.log.debug("Could not write the executor status file %s: %s", path, err)
+
+
+def _api_message(err: Any) -> str:
+    try:
+        body = json.loads(err.body) if err.body else {}
+        return str(body.get("message") or err.reason or "")
+    except (ValueError, TypeError, AttributeError):
+        return str(err.body or err.reason or "")
+
+
+def _retry_after(err: Any) -> float | None:
+    value = (err.headers or {}).get("Retry-After") if getattr(err, "headers", None) else None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+__all__ = ["JobWatchExecutor"]

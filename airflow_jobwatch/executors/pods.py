@@ -1,0 +1,108 @@
+"""Worker pods of JobWatchExecutor: built exactly like the upstream KubernetesExecutor builds them.
+
+Labels and annotations are the upstream ones (``airflow-worker``, ``kubernetes_executor=True``,
+``dag_id`` / ``task_id`` / ``run_id`` / ``try_number`` / ``map_index`` annotations), so either
+executor can adopt the other's pods after a switch, and tooling that selects worker pods by label
+keeps working. Pod generation (template -> dynamic pod -> ``pod_override``, then the pod mutation
+hook) is the provider's :meth:`PodGenerator.construct_pod`; nothing is re-implemented here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.models.taskinstancekey import TaskInstanceKey
+from airflow.providers.cncf.kubernetes.executors.kubernetes_executor_types import POD_EXECUTOR_DONE_KEY
+from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import create_unique_id
+from airflow.providers.cncf.kubernetes.pod_generator import (
+    PodGenerator,
+    make_safe_label_value,
+    workload_to_command_args,
+)
+
+if TYPE_CHECKING:
+    from airflow.executors.workloads import ExecuteTask
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+    from kubernetes.client import models as k8s
+
+WORKER_LABEL = "airflow-worker"
+EXECUTOR_LABEL = "kubernetes_executor"
+DONE_LABEL = POD_EXECUTOR_DONE_KEY
+
+
+def worker_label_selector(scheduler_job_id: str) -> str:
+    """The pods of one scheduler job that are not yet marked done (same selector as upstream)."""
+    return (
+        f"{EXECUTOR_LABEL}=True,{WORKER_LABEL}={make_safe_label_value(scheduler_job_id)},{DONE_LABEL}!=True"
+    )
+
+
+def key_from_annotations(annotations: dict[str, str]) -> TaskInstanceKey | None:
+    """The TaskInstanceKey a worker pod runs, from its annotations; None if they are incomplete.
+
+    Airflow 3 pods always carry ``run_id``, so unlike the provider's ``annotations_to_key`` this
+    never needs the metadata database (it runs in the scheduler loop for every adopted pod).
+    """
+    try:
+        return TaskInstanceKey(
+            dag_id=annotations["dag_id"],
+            task_id=annotations["task_id"],
+            run_id=annotations["run_id"],
+            try_number=int(annotations["try_number"]),
+            map_index=int(annotations.get("map_index", -1)),
+        )
+    except (KeyError, ValueError):
+        return None
+
+
+def new_pod_name(key: TaskInstanceKey) -> str:
+    """A unique, DNS-safe pod name (same scheme as upstream: ``<dag>-<task>-<8 random chars>``)."""
+    return create_unique_id(key.dag_id, key.task_id)
+
+
+def build_worker_pod(
+    workload: ExecuteTask,
+    *,
+    kube_config: KubeConfig,
+    scheduler_job_id: str,
+    pod_name: str,
+) -> k8s.V1Pod:
+    """Build the worker pod of one ``ExecuteTask`` workload.
+
+    Order of precedence, as upstream: the pod template (``executor_config["pod_template_file"]``,
+    else ``[kubernetes_executor] pod_template_file``) < the dynamic pod (name, labels,
+    annotations, the ``execute_workload`` command, the worker image) < ``executor_config["pod_override"]``;
+    then Airflow's ``pod_mutation_hook``. Raises ``PodReconciliationError`` /
+    ``PodMutationHookException`` / ``AirflowConfigException`` / ``TypeError`` on bad input; the
+    executor fails the task with that message.
+    """
+    ti = workload.ti
+    executor_config: dict[str, Any] = ti.executor_config or {}
+    pod_override = PodGenerator.from_obj(executor_config)
+    template_file = executor_config.get("pod_template_file") or kube_config.pod_template_file
+    if not template_file:
+        raise ValueError(
+            "JobWatchExecutor needs a worker pod template: set [kubernetes_executor] pod_template_file "
+            "or executor_config={'pod_template_file': ...} on the task"
+        )
+    base_pod = PodGenerator.deserialize_model_file(template_file)
+    namespace = kube_config.executor_namespace
+    override_meta = getattr(pod_override, "metadata", None)
+    if override_meta is not None and getattr(override_meta, "namespace", None):
+        namespace = override_meta.namespace
+    return PodGenerator.construct_pod(
+        namespace=namespace,
+        scheduler_job_id=scheduler_job_id,
+        pod_id=pod_name,
+        dag_id=ti.dag_id,
+        task_id=ti.task_id,
+        kube_image=kube_config.kube_image,
+        try_number=ti.try_number,
+        map_index=ti.map_index,
+        date=None,
+        run_id=ti.run_id,
+        args=workload_to_command_args(workload),
+        pod_override_object=pod_override,
+        base_worker_pod=base_pod,
+        with_mutation_hook=True,
+    )

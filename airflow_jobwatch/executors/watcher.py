@@ -1,0 +1,692 @@
+"""The KubernetesJobWatcher subprocess and the parent-side supervisor that keeps it honest.
+
+Why a subprocess at all? The scheduler's loop is synchronous and may block for seconds (database,
+DAG parsing callbacks); a watch that is not read promptly makes the API server close it as a "too
+slow" watcher, and an event loop that shares the scheduler's thread cannot run while it blocks. So,
+like the upstream KubernetesExecutor, we watch in a ``multiprocessing`` child: it runs the shared
+:class:`~airflow_jobwatch.kube.informer.Informer` under ``asyncio.run``, classifies every pod with
+:func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent over a pipe.
+
+What the upstream watcher gets wrong and this module answers (see docs/executor.md):
+
+* A 410 Gone is not a crash: the informer relists and reconciles inside the child, and reports
+  every pod that disappeared meanwhile as a tombstone (``DELETED_UNKNOWN``).
+* A dead or wedged child loses whatever happened until its replacement lists again. Pods deleted in
+  that gap are simply *absent* from the replacement's first list, so only the PARENT can notice
+  them: it remembers which pods it launched and has not yet seen finish
+  (:meth:`WatcherSupervisor.track`), and when a replacement child reports its initial sync
+  (:class:`Synced` with the keys it saw) every tracked pod missing from it is checked with a GET;
+  a 404 means the pod is gone for good and it is reported ``failed``/``Deleted`` exactly once.
+* No resourceVersion is handed between processes (the upstream ``ResourceVersion`` singleton was
+  written in the child and read in the parent, which never worked): each child starts with a list.
+* Liveness is a heartbeat written by the child's *event loop* into shared memory, so a child whose
+  loop is stuck (not merely a live PID) is detected and replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import queue
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Collection, Hashable, Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from airflow_jobwatch.kube.client import ClusterConfig
+from airflow_jobwatch.kube.informer import InformerConfig
+
+log = logging.getLogger(__name__)
+
+PodRef = tuple[str, str]  # (namespace, name)
+
+# The child beats this often. A quarter of a second is cheap (one float write) and keeps the
+# parent's "no heartbeat for N s" decision precise even for small N in tests.
+CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
+# The child reports its informer's counters (relists, watches, health) at most this often; they
+# feed logs, the status file and the benchmark, none of which needs sub-second freshness.
+CHILD_STATS_INTERVAL_SECONDS = 1.0
+# Grace given to a child asked to stop (SIGTERM) before it is SIGKILLed.
+CHILD_STOP_GRACE_SECONDS = 5.0
+# A replacement child that stayed healthy this long resets the restart backoff, so one crash an
+# hour restarts at once while a crash loop backs off up to the maximum.
+RESTART_BACKOFF_RESET_AFTER_SECONDS = 120.0
+# Upper bound of messages read from one child per poll(), so that a burst of events (thousands of
+# pods relisted at once) cannot hold the scheduler loop for long; the rest is read next poll.
+MAX_MESSAGES_PER_POLL = 20_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages (child -> parent). Plain picklable dataclasses.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodUpdate:
+    """The classified state of one pod, as the child's informer saw it."""
+
+    namespace: str
+    name: str
+    uid: str
+    state: dict[str, Any]  # ObjectState.as_dict()
+    annotations: dict[str, str]
+    deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
+    observed_at: float  # time.time() in the child when the informer delivered the event
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """The child's informer finished its initial list: these are all the pods it saw."""
+
+    keys: frozenset[PodRef]
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherStats:
+    relists: int
+    watches: int
+    healthy: bool
+    connected: bool
+    last_error: str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the parent reports to its user (the executor, or a test).
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """A change worth reporting for a tracked pod: first ``running``, or its one terminal state."""
+
+    key: Hashable
+    namespace: str
+    name: str
+    phase: str  # pending | running | succeeded | failed
+    terminal: bool
+    reason: str | None
+    message: str
+    exit_code: int | None
+    annotations: dict[str, str]
+    observed_at: float
+    gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
+
+
+@dataclass(frozen=True)
+class WatcherSpec:
+    """Everything a child needs; picklable so the ``spawn`` start method works too."""
+
+    cluster: ClusterConfig
+    namespace: str | None  # None = all namespaces
+    label_selector: str
+    informer_config: InformerConfig
+    fatal_waiting_reasons: frozenset[str]
+    name: str = "jobwatch-executor"
+
+
+# ---------------------------------------------------------------------------------------------
+# The child.
+# ---------------------------------------------------------------------------------------------
+
+
+def _child_main(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
+    """Entry point of the KubernetesJobWatcher process."""
+    logging.basicConfig(
+        level=logging.INFO, format="[%(asctime)s] {%(name)s} %(levelname)s - %(processName)s: %(message)s"
+    )
+    # The scheduler may have installed handlers for SIGTERM/SIGINT that make no sense here (they
+    # would try to shut down a scheduler loop that is not running in this process).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        asyncio.run(_child_run(spec, conn, heartbeat, parent_pid))
+    except Exception:
+        log.exception("KubernetesJobWatcher %s failed; the scheduler will start a new one", spec.name)
+        raise
+
+
+async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
+    from airflow_jobwatch.kube.client import async_api_client
+    from airflow_jobwatch.kube.informer import EventType, Informer, InformerEvent
+    from airflow_jobwatch.kube.states import classify_pod
+
+    # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
+    # busy and does not read. The informer's subscribers run in the event loop and must not block,
+    # so messages go through an unbounded in-process queue to a sender thread.
+    outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def sender() -> None:
+        while True:
+            msg = outbox.get()
+            if msg is None:
+                return
+            try:
+                conn.send(msg)
+            except (BrokenPipeError, OSError):
+                # The parent is gone or closed our pipe: nothing left to do in this process.
+                os._exit(0)
+
+    threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
+
+    last_sent: dict[str, tuple[Any, ...]] = {}
+
+    def on_event(event: InformerEvent) -> None:
+        deleted = event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN)
+        state = classify_pod(event.obj, deleted=deleted, fatal_waiting_reasons=spec.fatal_waiting_reasons)
+        signature = (state.phase, state.terminal, state.reason)
+        uid = event.uid
+        if deleted:
+            last_sent.pop(uid, None)
+        elif last_sent.get(uid) == signature:
+            # Only changes of meaning cross the pipe; the parent dedupes anyway.
+            return
+        else:
+            last_sent[uid] = signature
+        meta = event.obj.get("metadata") or {}
+        outbox.put(
+            PodUpdate(
+                namespace=event.namespace or "",
+                name=event.name,
+                uid=uid,
+                state=state.as_dict(),
+                annotations=dict(meta.get("annotations") or {}),
+                deleted=deleted,
+                observed_at=time.time(),
+            )
+        )
+
+    api_client = await async_api_client(spec.cluster)
+    informer = Informer(
+        api_client,
+        kind="pods",
+        namespace=spec.namespace,
+        label_selector=spec.label_selector,
+        config=spec.informer_config,
+        name=spec.name,
+    )
+    informer.subscribe(on_event)
+
+    async def beat() -> None:
+        while True:
+            heartbeat.value = time.monotonic()
+            if os.getppid() != parent_pid:
+                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan.
+                os._exit(0)
+            await asyncio.sleep(CHILD_HEARTBEAT_INTERVAL_SECONDS)
+
+    beat_task = asyncio.create_task(beat())
+    try:
+        await informer.start()
+        await informer.wait_synced()
+        keys = frozenset(
+            ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
+            for o in informer.items()
+        )
+        outbox.put(Synced(keys=keys))
+        last_stats: WatcherStats | None = None
+        while True:
+            health = informer.health
+            stats = WatcherStats(
+                relists=health.relists,
+                watches=health.watches,
+                healthy=health.healthy,
+                connected=health.connected,
+                last_error=health.last_error,
+            )
+            if stats != last_stats:
+                outbox.put(stats)
+                last_stats = stats
+            await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
+    finally:
+        beat_task.cancel()
+        await informer.stop()
+        await api_client.close()
+        outbox.put(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parent side.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tracked:
+    key: Hashable
+    namespace: str
+    name: str
+    reported_running: bool = False
+    last_phase: str = "pending"
+
+
+@dataclass
+class _Child:
+    """One generation of the watcher for one namespace scope."""
+
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    heartbeat: Any
+    started_at: float
+    synced: bool = False
+    closed: bool = False
+
+
+@dataclass
+class _Slot:
+    """The watcher of one namespace (or of all namespaces), across child generations."""
+
+    spec: WatcherSpec
+    child: _Child | None = None
+    generation: int = 0
+    restarts: int = 0
+    failures_in_a_row: int = 0
+    next_start_at: float = 0.0
+    relists_done: int = 0  # summed over dead generations
+    watches_done: int = 0
+    stats: WatcherStats | None = None
+    last_restart_reason: str | None = None
+
+
+@dataclass
+class SupervisorCounters:
+    """What the demo and the benchmark print."""
+
+    restarts: int = 0
+    relists: int = 0
+    watches: int = 0
+    gap_deleted: int = 0
+    terminal_reports: int = 0
+    running_reports: int = 0
+    healthy: bool = True
+    last_error: str | None = None
+    per_namespace: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class WatcherSupervisor:
+    """Runs one KubernetesJobWatcher child per namespace scope and turns its messages into results.
+
+    The owner (the executor) calls :meth:`track` for each pod it created, and :meth:`poll` on every
+    heartbeat; :meth:`poll` returns, for tracked pods only, the first ``running`` observation and
+    exactly one terminal result, restarts dead or wedged children, and reconciles after a restart.
+
+    :param cluster: how to reach the API server (passed to the children, never a live client).
+    :param namespaces: one child per entry; ``None`` means one cluster-wide child.
+    :param label_selector: selects this scheduler's worker pods.
+    :param informer_config: watch timeouts and backoff of the children's informers.
+    :param fatal_waiting_reasons: waiting reasons that make a Pending pod failed (ErrImagePull ...).
+    :param read_pod: ``(namespace, name) -> pod dict | None`` (None on 404); raises on other API
+        errors. Used only to confirm that a pod absent from a new child's first list is really gone.
+    :param unresponsive_after: seconds without a heartbeat from a child's event loop before it is
+        presumed wedged and replaced.
+    :param restart_backoff_initial: first delay before restarting a failed child; doubles (with
+        jitter) for each consecutive failure up to ``restart_backoff_max``.
+    """
+
+    def __init__(
+        self,
+        *,
+        cluster: ClusterConfig,
+        namespaces: Iterable[str | None],
+        label_selector: str,
+        informer_config: InformerConfig,
+        fatal_waiting_reasons: Collection[str],
+        read_pod: Callable[[str, str], dict[str, Any] | None],
+        unresponsive_after: float = 60.0,
+        restart_backoff_initial: float = 0.8,
+        restart_backoff_max: float = 30.0,
+        mp_context: str | None = None,
+        name: str = "jobwatch-executor",
+    ) -> None:
+        if unresponsive_after <= CHILD_HEARTBEAT_INTERVAL_SECONDS * 4:
+            raise ValueError(
+                f"unresponsive_after must be well above the child heartbeat interval "
+                f"({CHILD_HEARTBEAT_INTERVAL_SECONDS} s); got {unresponsive_after!r}"
+            )
+        if restart_backoff_initial <= 0 or restart_backoff_max < restart_backoff_initial:
+            raise ValueError(
+                f"restart backoff must satisfy 0 < initial <= max; got initial={restart_backoff_initial!r}, "
+                f"max={restart_backoff_max!r}"
+            )
+        self._read_pod = read_pod
+        self._unresponsive_after = unresponsive_after
+        self._backoff_initial = restart_backoff_initial
+        self._backoff_max = restart_backoff_max
+        # "spawn", not fork: a forked child would inherit every file descriptor of the scheduler
+        # (database connections, listening sockets of anything in-process) and fork a process that
+        # runs threads. A spawned child imports only kube/ and this module (about a second), which
+        # matters only on (re)start.
+        self._ctx = multiprocessing.get_context(mp_context or "spawn")
+        self._slots: dict[str | None, _Slot] = {}
+        for ns in namespaces:
+            spec = WatcherSpec(
+                cluster=cluster,
+                namespace=ns,
+                label_selector=label_selector,
+                informer_config=informer_config,
+                fatal_waiting_reasons=frozenset(fatal_waiting_reasons),
+                name=f"{name}-{ns or 'all-namespaces'}",
+            )
+            self._slots[ns] = _Slot(spec=spec)
+        if not self._slots:
+            raise ValueError("WatcherSupervisor needs at least one namespace scope (None = all namespaces)")
+        self._tracked: dict[PodRef, _Tracked] = {}
+        # Tracked pods absent from a new child's first list, waiting for a GET to confirm they are gone.
+        self._to_verify: set[PodRef] = set()
+        self._verify_not_before = 0.0
+        self._verify_failures = 0
+        self.counters = SupervisorCounters()
+        self._started = False
+
+    # --- tracking -------------------------------------------------------------------------
+
+    def track(self, namespace: str, name: str, key: Hashable) -> None:
+        """Remember a pod we created (or adopted) until its terminal state has been reported."""
+        self._tracked[(namespace, name)] = _Tracked(key=key, namespace=namespace, name=name)
+
+    def untrack(self, namespace: str, name: str) -> None:
+        """Forget a pod (revoked task): nothing more will be reported for it."""
+        self._tracked.pop((namespace, name), None)
+        self._to_verify.discard((namespace, name))
+
+    def tracked(self) -> dict[PodRef, Hashable]:
+        return {ref: t.key for ref, t in self._tracked.items()}
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for slot in self._slots.values():
+            self._start_child(slot)
+        self._started = True
+
+    def stop(self, *, timeout: float = CHILD_STOP_GRACE_SECONDS) -> list[PodResult]:
+        """Read what the children already sent, then stop them. Returns the last results."""
+        results = self.poll(restart=False) if self._started else []
+        for slot in self._slots.values():
+            if slot.child is not None:
+                self._stop_child(slot.child, timeout=timeout)
+                slot.child = None
+        self._started = False
+        return results
+
+    def child_pids(self) -> dict[str | None, int | None]:
+        return {ns: (s.child.process.pid if s.child else None) for ns, s in self._slots.items()}
+
+    def all_synced(self) -> bool:
+        return all(s.child is not None and s.child.synced for s in self._slots.values())
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def poll(self, *, restart: bool = True) -> list[PodResult]:
+        """Drain the children's messages, check their health, reconcile; return reportable results."""
+        results: list[PodResult] = []
+        now = time.monotonic()
+        for slot in self._slots.values():
+            child = slot.child
+            if child is not None and not child.closed:
+                self._drain(slot, child, results)
+            if not restart:
+                continue
+            if child is not None:
+                reason = self._unhealthy_reason(child, now)
+                if reason is not None:
+                    self._replace(slot, reason, now, results)
+                elif child.synced and now - child.started_at > RESTART_BACKOFF_RESET_AFTER_SECONDS:
+                    slot.failures_in_a_row = 0
+            if slot.child is None and now >= slot.next_start_at:
+                self._start_child(slot)
+        self._verify_missing(results)
+        self._update_counters()
+        return results
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _start_child(self, slot: _Slot) -> None:
+        reader, writer = self._ctx.Pipe(duplex=False)
+        heartbeat = self._ctx.RawValue("d", time.monotonic())
+        process = self._ctx.Process(  # type: ignore[attr-defined]
+            target=_child_main,
+            args=(slot.spec, writer, heartbeat, os.getpid()),
+            name=f"KubernetesJobWatcher[{slot.spec.namespace or 'all-namespaces'}]",
+            daemon=True,
+        )
+        process.start()
+        # Close our copy of the write end: when the child dies, reading then ends with EOFError
+        # instead of blocking forever on a half-written message.
+        writer.close()
+        slot.generation += 1
+        slot.child = _Child(process=process, conn=reader, heartbeat=heartbeat, started_at=time.monotonic())
+        log.info(
+            "Started KubernetesJobWatcher for %s (generation %d, pid %s)",
+            slot.spec.namespace or "all namespaces",
+            slot.generation,
+            process.pid,
+        )
+
+    def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
+        if not child.process.is_alive():
+            return f"the watcher process exited with code {child.process.exitcode}"
+        silent_for = now - child.heartbeat.value
+        if silent_for > self._unresponsive_after:
+            return f"the watcher's event loop has not beaten for {silent_for:.1f} s"
+        return None
+
+    def _replace(self, slot: _Slot, reason: str, now: float, results: list[PodResult]) -> None:
+        child = slot.child
+        assert child is not None
+        log.error(
+            "KubernetesJobWatcher for %s is unhealthy (%s); replacing it. The replacement lists again "
+            "and every tracked pod that vanished meanwhile is reported.",
+            slot.spec.namespace or "all namespaces",
+            reason,
+        )
+        # Make sure it is gone, then read whatever it managed to send before dying.
+        self._stop_child(child, timeout=0.0, close=False)
+        while not child.closed:
+            before = len(results)
+            self._drain(slot, child, results)
+            if len(results) == before and not child.closed:
+                break
+        try:
+            child.conn.close()
+        except OSError:
+            pass
+        child.closed = True
+        slot.child = None
+        slot.restarts += 1
+        slot.last_restart_reason = reason
+        if slot.stats is not None:
+            slot.relists_done += slot.stats.relists
+            slot.watches_done += slot.stats.watches
+            slot.stats = None
+        ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** min(slot.failures_in_a_row, 30))
+        slot.failures_in_a_row += 1
+        # Equal jitter: between half the ceiling and the ceiling, so many schedulers restarting after
+        # one API outage do not reconnect in step, and the delay still grows for a crash loop.
+        delay = random.uniform(ceiling / 2.0, ceiling)
+        slot.next_start_at = now + delay
+        log.info("Restarting KubernetesJobWatcher in %.2f s", delay)
+
+    def _stop_child(self, child: _Child, *, timeout: float, close: bool = True) -> None:
+        proc = child.process
+        if proc.is_alive():
+            if timeout > 0:
+                proc.terminate()
+                proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+        proc.join(5.0)
+        if close:
+            try:
+                child.conn.close()
+            except OSError:
+                pass
+            child.closed = True
+
+    def _drain(self, slot: _Slot, child: _Child, results: list[PodResult]) -> None:
+        count = 0
+        while count < MAX_MESSAGES_PER_POLL:
+            try:
+                if not child.conn.poll(0):
+                    return
+                msg = child.conn.recv()
+            except (EOFError, OSError):
+                # The child is gone (possibly mid-message after a SIGKILL): the rest is lost, which
+                # is exactly what the post-restart reconciliation is for.
+                child.closed = True
+                return
+            except Exception:
+                log.exception("Discarding an unreadable message from the KubernetesJobWatcher")
+                continue
+            count += 1
+            self._handle(slot, child, msg, results)
+
+    def _handle(self, slot: _Slot, child: _Child, msg: Any, results: list[PodResult]) -> None:
+        if isinstance(msg, PodUpdate):
+            self._on_update(msg, results)
+        elif isinstance(msg, Synced):
+            child.synced = True
+            scope = slot.spec.namespace
+            missing = {
+                ref for ref in self._tracked if (scope is None or ref[0] == scope) and ref not in msg.keys
+            }
+            if missing:
+                log.info(
+                    "KubernetesJobWatcher for %s synced; %d tracked pod(s) absent from its list will be "
+                    "checked: %s",
+                    scope or "all namespaces",
+                    len(missing),
+                    ", ".join(f"{ns}/{n}" for ns, n in sorted(missing)[:20]),
+                )
+            self._to_verify |= missing
+            self._verify_not_before = 0.0
+        elif isinstance(msg, WatcherStats):
+            slot.stats = msg
+        else:
+            log.warning("Ignoring unknown message from the KubernetesJobWatcher: %r", type(msg))
+
+    def _on_update(self, upd: PodUpdate, results: list[PodResult]) -> None:
+        ref = (upd.namespace, upd.name)
+        tracked = self._tracked.get(ref)
+        if tracked is None:
+            return  # not ours, revoked, or already reported terminal
+        self._to_verify.discard(ref)
+        state = upd.state
+        phase = state.get("phase", "pending")
+        terminal = bool(state.get("terminal"))
+        tracked.last_phase = phase
+        if terminal:
+            del self._tracked[ref]
+            self.counters.terminal_reports += 1
+            results.append(self._result(tracked, state, upd.annotations, upd.observed_at))
+        elif phase == "running" and not tracked.reported_running:
+            tracked.reported_running = True
+            self.counters.running_reports += 1
+            results.append(self._result(tracked, state, upd.annotations, upd.observed_at))
+
+    @staticmethod
+    def _result(
+        tracked: _Tracked,
+        state: dict[str, Any],
+        annotations: dict[str, str],
+        observed_at: float,
+        gap: bool = False,
+    ) -> PodResult:
+        return PodResult(
+            key=tracked.key,
+            namespace=tracked.namespace,
+            name=tracked.name,
+            phase=state.get("phase", "pending"),
+            terminal=bool(state.get("terminal")),
+            reason=state.get("reason"),
+            message=state.get("message") or "",
+            exit_code=state.get("exit_code"),
+            annotations=annotations,
+            observed_at=observed_at,
+            gap=gap,
+        )
+
+    def _verify_missing(self, results: list[PodResult]) -> None:
+        """Confirm with a GET that tracked pods absent from a new child's first list are gone."""
+        if not self._to_verify or time.monotonic() < self._verify_not_before:
+            return
+        from airflow_jobwatch.kube.states import classify_pod
+
+        for ref in sorted(self._to_verify):
+            tracked = self._tracked.get(ref)
+            if tracked is None:
+                self._to_verify.discard(ref)
+                continue
+            try:
+                pod = self._read_pod(*ref)
+            except Exception as err:
+                # API unreachable: try again later, with backoff, rather than guess.
+                self._verify_failures += 1
+                ceiling = min(
+                    self._backoff_max, self._backoff_initial * 2.0 ** min(self._verify_failures, 30)
+                )
+                self._verify_not_before = time.monotonic() + random.uniform(ceiling / 2.0, ceiling)
+                log.warning("Could not check whether pod %s/%s still exists (%s); will retry", *ref, err)
+                return
+            self._verify_failures = 0
+            self._to_verify.discard(ref)
+            if pod is None:
+                # Gone while nobody watched. The last state we knew is all there is: let
+                # states.py say what a vanished pod in that phase means.
+                stub = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"namespace": ref[0], "name": ref[1]},
+                    "status": {"phase": "Running" if tracked.last_phase == "running" else "Pending"},
+                }
+                state = classify_pod(stub, deleted=True).as_dict()
+                state["message"] = (
+                    f"{state.get('message') or 'The pod was deleted.'} (pod {ref[0]}/{ref[1]} was deleted "
+                    "while the KubernetesJobWatcher was not running; its final state is unknown)"
+                )
+                del self._tracked[ref]
+                self.counters.gap_deleted += 1
+                self.counters.terminal_reports += 1
+                results.append(self._result(tracked, state, {}, time.time(), gap=True))
+            else:
+                # Still there: the watch will deliver its changes; report what it is now in case
+                # it already finished (and its events predate the new watch).
+                state = classify_pod(pod).as_dict()
+                annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
+                self._on_update(
+                    PodUpdate(
+                        namespace=ref[0],
+                        name=ref[1],
+                        uid=(pod.get("metadata") or {}).get("uid", ""),
+                        state=state,
+                        annotations=annotations,
+                        deleted=False,
+                        observed_at=time.time(),
+                    ),
+                    results,
+                )
+
+    def _update_counters(self) -> None:
+        c = self.counters
+        c.restarts = sum(s.restarts for s in self._slots.values())
+        c.relists = sum(s.relists_done + (s.stats.relists if s.stats else 0) for s in self._slots.values())
+        c.watches = sum(s.watches_done + (s.stats.watches if s.stats else 0) for s in self._slots.values())
+        c.healthy = all(
+            s.child is not None and (s.stats is None or s.stats.healthy) for s in self._slots.values()
+        )
+        errors = [s.stats.last_error for s in self._slots.values() if s.stats and s.stats.last_error]
+        c.last_error = errors[0] if errors else None
+        c.per_namespace = {
+            (ns or "*"): {
+                "generation": s.generation,
+                "restarts": s.restarts,
+                "synced": bool(s.child and s.child.synced),
+                "pid": s.child.process.pid if s.child else None,
+                "last_restart_reason": s.last_restart_reason,
+            }
+            for ns, s in self._slots.items()
+        }
