@@ -31,7 +31,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_jobwatch.devtools.demo
+	$(BIN)/python -m airflow_jobwatch.demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
