@@ -1,0 +1,323 @@
+"""Protocol branches the sandbox does not produce, against a scripted HTTP server.
+
+The sandbox only sends a 410 ERROR event as the first line of a watch and never sends a non-410 ERROR event,
+a malformed line, or an expired continue token at will. These tests force those branches with a tiny aiohttp
+server that answers each request from a script - still real HTTP and the real kubernetes_asyncio client, no
+mock of either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import kubernetes_asyncio.client as k8s
+import pytest
+from aiohttp import web
+from informer_helpers import FAST, Recorder, eventually
+
+from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig
+
+
+def phase_of(informer: Informer, uid: str) -> str | None:
+    obj = informer.get(uid)
+    return None if obj is None else obj["status"]["phase"]
+
+
+def pod(name: str, rv: int, phase: str = "Pending") -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": str(rv)},
+        "status": {"phase": phase},
+    }
+
+
+def line(etype: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": etype, "object": obj}).encode() + b"\n"
+
+
+def status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+CLOSING = web.AppKey("closing", asyncio.Event)
+Watch = Callable[[web.Request], Any]  # a coroutine function writing one watch response
+
+
+class ScriptedServer:
+    """Serves LISTs from ``lists`` (one answer per request, the last one repeated) and watches from
+    ``watches`` (one behaviour per request, the last one repeated). Records every request's query."""
+
+    def __init__(self) -> None:
+        self.lists: list[Callable[[web.Request], Any]] = []
+        self.watches: list[Watch] = []
+        self.requests: list[dict[str, str]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.closing = asyncio.Event()  # ends the open streams when the server shuts down
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        query = dict(request.query)
+        self.requests.append(query)
+        script = self.watches if query.get("watch") == "true" else self.lists
+        behaviour = script.pop(0) if len(script) > 1 else script[0]
+        return await behaviour(request)
+
+    def list_queries(self) -> list[dict[str, str]]:
+        return [q for q in self.requests if q.get("watch") != "true"]
+
+    def watch_queries(self) -> list[dict[str, str]]:
+        return [q for q in self.requests if q.get("watch") == "true"]
+
+    async def __aenter__(self) -> ScriptedServer:
+        app = web.Application()
+        app[CLOSING] = self.closing
+        app.router.add_get("/api/v1/namespaces/default/pods", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        self.closing.set()
+        await self._runner.cleanup()
+
+
+def list_of(*pods: dict[str, Any], rv: int, cont: str | None = None) -> Callable[[web.Request], Any]:
+    async def answer(request: web.Request) -> web.Response:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if cont:
+            meta["continue"] = cont
+        items = [{k: v for k, v in p.items() if k not in ("kind", "apiVersion")} for p in pods]
+        return web.json_response({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": items})
+
+    return answer
+
+
+def http_error(code: int, reason: str, headers: dict[str, str] | None = None) -> Callable[[web.Request], Any]:
+    async def answer(request: web.Request) -> web.Response:
+        return web.json_response(status(code, reason, f"scripted {code}"), status=code, headers=headers)
+
+    return answer
+
+
+def stream(*lines: bytes, then_wait: float = 30.0) -> Watch:
+    """A 200 watch response writing ``lines``, then staying open for ``then_wait`` s (or ending at once if 0)."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for data in lines:
+            await resp.write(data)
+        if then_wait:
+            closing = request.app[CLOSING]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing.wait(), then_wait)
+        await resp.write_eof()
+        return resp
+
+    return answer
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptedServer]:
+    async with ScriptedServer() as srv:
+        yield srv
+
+
+async def start(
+    server: ScriptedServer, config: InformerConfig = FAST
+) -> tuple[Informer, Recorder, k8s.ApiClient]:
+    configuration = k8s.Configuration(host=server.url)
+    configuration.api_key = {"BearerToken": "scripted"}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    client = k8s.ApiClient(configuration)
+    informer = Informer(client, kind="pods", namespace="default", config=config)
+    recorder = Recorder()
+    informer.subscribe(recorder.on_event, recorder.on_health)
+    await informer.start()
+    return informer, recorder, client
+
+
+async def stop(informer: Informer, client: k8s.ApiClient) -> None:
+    await informer.stop()
+    await client.close()
+
+
+async def test_410_error_event_in_the_middle_of_a_stream(server: ScriptedServer):
+    """Events, then an ERROR 410 inside the same open stream: relist from "0", reconcile, watch from the new
+    list's resourceVersion."""
+    server.lists = [
+        list_of(pod("a", 10), pod("b", 11), rv=11),
+        list_of(pod("a", 30, "Succeeded"), pod("c", 25), rv=31),
+    ]
+    server.watches = [
+        stream(
+            line("MODIFIED", pod("a", 12, "Running")),
+            line("ERROR", status(410, "Expired", "too old resource version: 11 (30)")),
+        ),
+        stream(),
+    ]
+    informer, rec, client = await start(server)
+    try:
+        await eventually(lambda: len(server.watch_queries()) == 2)
+        assert [(e[0], e[1], e[2]) for e in rec.events] == [
+            (EventType.ADDED, "uid-a", "10"),
+            (EventType.ADDED, "uid-b", "11"),
+            (EventType.MODIFIED, "uid-a", "12"),
+            (EventType.MODIFIED, "uid-a", "30"),
+            (EventType.ADDED, "uid-c", "25"),
+            (EventType.DELETED_UNKNOWN, "uid-b", "11"),
+        ]
+        assert [q.get("resourceVersion") for q in server.list_queries()] == ["0", "0"]
+        assert [q["resourceVersion"] for q in server.watch_queries()] == ["11", "31"]
+        assert server.watch_queries()[0]["allowWatchBookmarks"] == "true"
+        assert (
+            5 <= int(server.watch_queries()[0]["timeoutSeconds"]) < 10
+        )  # FAST.watch_timeout_seconds x [1, 2)
+        assert informer.health.relists == 1
+    finally:
+        await stop(informer, client)
+
+
+async def test_bookmarks_move_the_resume_point(server: ScriptedServer):
+    server.lists = [list_of(pod("a", 5), rv=5)]
+    bookmark = {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "99"}}
+    server.watches = [stream(line("BOOKMARK", bookmark), then_wait=1.2), stream()]
+    informer, rec, client = await start(server)
+    try:
+        await eventually(lambda: len(server.watch_queries()) == 2)
+        assert [q["resourceVersion"] for q in server.watch_queries()] == ["5", "99"]
+        assert rec.types() == {EventType.ADDED: 1}  # a bookmark is not an event for subscribers
+        assert informer.health.consecutive_failures == 0  # a watch that ended normally is not a failure
+    finally:
+        await stop(informer, client)
+
+
+async def test_non_410_error_event_backs_off_and_resumes_from_the_same_version(server: ScriptedServer):
+    server.lists = [list_of(pod("a", 5), rv=5)]
+    server.watches = [
+        stream(line("ERROR", status(500, "InternalError", "etcd leader changed")), then_wait=0),
+        stream(line("MODIFIED", pod("a", 6, "Running"))),
+    ]
+    informer, rec, client = await start(server)
+    try:
+        await eventually(lambda: phase_of(informer, "uid-a") == "Running")
+        assert [q["resourceVersion"] for q in server.watch_queries()] == ["5", "5"]
+        assert len(server.list_queries()) == 1  # no relist for a 500
+        assert "etcd leader changed" in (informer.health.last_error or "")
+    finally:
+        await stop(informer, client)
+
+
+async def test_malformed_line_is_a_failure_not_a_crash(server: ScriptedServer):
+    server.lists = [list_of(pod("a", 5), rv=5)]
+    server.watches = [
+        stream(line("MODIFIED", pod("a", 6, "Running")), b'{"type": "MODIFIED", "obj\n', then_wait=0),
+        stream(line("MODIFIED", pod("a", 7, "Succeeded"))),
+    ]
+    informer, rec, client = await start(server)
+    try:
+        await eventually(lambda: phase_of(informer, "uid-a") == "Succeeded")
+        # resumed from the last event applied before the bad line
+        assert [q["resourceVersion"] for q in server.watch_queries()] == ["5", "6"]
+        assert "JSONDecodeError" in (informer.health.last_error or "")
+    finally:
+        await stop(informer, client)
+
+
+async def test_http_410_on_the_watch_request_relists(server: ScriptedServer):
+    server.lists = [list_of(pod("a", 5), rv=5), list_of(pod("a", 8, "Running"), rv=8)]
+    server.watches = [http_error(410, "Gone"), stream()]
+    informer, rec, client = await start(server)
+    try:
+        await eventually(lambda: len(server.watch_queries()) == 2)
+        assert [q["resourceVersion"] for q in server.watch_queries()] == ["5", "8"]
+        assert [e[0] for e in rec.events] == [EventType.ADDED, EventType.MODIFIED]
+    finally:
+        await stop(informer, client)
+
+
+async def test_expired_continue_token_restarts_the_list(server: ScriptedServer):
+    """A continue token older than the server's history answers 410: the whole list starts again from page 1
+    (resourceVersion "0" and no continue), since pages of different snapshots must not be mixed."""
+    server.lists = [
+        list_of(pod("a", 5), rv=5, cont="tok-1"),
+        http_error(410, "Expired"),
+        list_of(pod("a", 9), rv=9, cont="tok-2"),
+        list_of(pod("b", 8), rv=9),
+    ]
+    server.watches = [stream()]
+    informer, rec, client = await start(server)
+    try:
+        assert await informer.wait_synced(5)
+        queries = server.list_queries()
+        assert [(q.get("resourceVersion"), q.get("continue")) for q in queries] == [
+            ("0", None),
+            (None, "tok-1"),
+            ("0", None),
+            (None, "tok-2"),
+        ]
+        assert sorted(o["metadata"]["name"] for o in informer.items()) == ["a", "b"]
+        # the half-read first attempt was never applied: subscribers saw one consistent snapshot
+        assert [(e[0], e[1], e[2]) for e in rec.events] == [
+            (EventType.ADDED, "uid-a", "9"),
+            (EventType.ADDED, "uid-b", "8"),
+        ]
+    finally:
+        await stop(informer, client)
+
+
+async def test_watch_closed_at_once_is_backed_off(server: ScriptedServer):
+    """A server (or proxy) that accepts each watch and closes it at once without a byte: each such watch is a
+    failure, so reconnects follow the backoff instead of spinning."""
+    server.lists = [list_of(pod("a", 5), rv=5)]
+    server.watches = [stream(then_wait=0)]
+    config = InformerConfig(**{**FAST.__dict__, "backoff_initial_seconds": 0.2, "backoff_max_seconds": 0.4})
+    informer, rec, client = await start(server, config)
+    try:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await eventually(lambda: loop.time() - t0 >= 1.5, within=3)  # observe the reconnect rate for 1.5 s
+        # lowest possible delays 0.1 (free retry only for 410) then 0.2 each: at most 1 + 8 watches
+        assert 2 <= len(server.watch_queries()) <= 9
+        assert informer.health.consecutive_failures >= 2
+        assert "without any event" in (informer.health.last_error or "")
+    finally:
+        await stop(informer, client)
+
+
+async def test_429_retry_after_and_5xx_without_status_body(server: ScriptedServer):
+    async def not_json(request: web.Request) -> web.Response:
+        return web.Response(status=502, text="<html>bad gateway</html>")
+
+    server.lists = [
+        not_json,
+        http_error(429, "TooManyRequests", {"Retry-After": "1"}),
+        list_of(pod("a", 5), rv=5),
+    ]
+    server.watches = [stream()]
+    informer, rec, client = await start(server)
+    try:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        assert await informer.wait_synced(5)
+        assert loop.time() - t0 >= 0.95  # Retry-After: 1 honoured although the backoff is 0.05 s
+        assert len(server.list_queries()) == 3
+    finally:
+        await stop(informer, client)
