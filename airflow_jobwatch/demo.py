@@ -67,22 +67,34 @@ def _pods_by_task(pods: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[
 
 
 class _Chaos(threading.Thread):
-    """Drops every open watch at a fixed interval until stopped; counts how often it did."""
+    """Drops every open watch at a fixed interval until stopped (unless ``drop`` is False), and notes
+    the pods it sees on the way, since finished worker pods are deleted before the run ends."""
 
-    def __init__(self, admin: Any, interval: float) -> None:
+    def __init__(self, admin: Any, interval: float, *, drop: bool) -> None:
         super().__init__(name="demo-chaos", daemon=True)
         self.admin = admin
         self.interval = interval
+        self.drop = drop
         self.drops = 0
+        self.pods: dict[tuple[str, str], set[str]] = {}
         self._stop_event = threading.Event()
 
+    def _sample_pods(self) -> None:
+        for key, names in _pods_by_task(self.admin.objects("pods")).items():
+            self.pods.setdefault(key, set()).update(names)
+
     def run(self) -> None:
-        while not self._stop_event.wait(self.interval):
+        # Pods are sampled every second; watches are dropped every `interval` seconds.
+        tick = 0
+        while not self._stop_event.wait(1.0):
+            tick += 1
             try:
-                self.admin.fault("drop_watches")
-                self.drops += 1
-            except Exception as err:  # the sandbox may be restarting; the next round retries
-                print(f"chaos: drop_watches failed: {err}", file=sys.stderr)
+                self._sample_pods()
+                if self.drop and tick % max(1, round(self.interval)) == 0:
+                    self.admin.fault("drop_watches")
+                    self.drops += 1
+            except Exception as err:  # the sandbox may be busy; the next round retries
+                print(f"chaos: {err}", file=sys.stderr)
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -131,9 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ) as stack:
         print(f"Ready after {time.monotonic() - started:.0f} s; AIRFLOW_HOME={stack.home}", flush=True)
         stack.admin.reset_counters()
-        chaos = _Chaos(stack.admin, CHAOS_INTERVAL_SECONDS)
-        if not args.no_chaos:
-            chaos.start()
+        chaos = _Chaos(stack.admin, CHAOS_INTERVAL_SECONDS, drop=not args.no_chaos)
+        chaos.start()
         run_started = time.monotonic()
         runs = {dag_id: stack.trigger_dag(dag_id) for dag_id in dag_ids}
         final: dict[str, str] = {}
@@ -142,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
                 remaining = max(10.0, args.timeout - (time.monotonic() - run_started))
                 final[dag_id] = stack.wait_for_run(dag_id, run_id, timeout=remaining)
         finally:
-            if chaos.is_alive():
-                chaos.stop()
+            chaos.stop()
         elapsed = time.monotonic() - run_started
 
         counters = stack.admin.counters()
         status = stack.executor_status()
-        pods = _pods_by_task(stack.admin.objects("pods"))
+        chaos._sample_pods()
+        pods = chaos.pods
         rows: list[list[str]] = []
         ok = True
         for dag_id, run_id in runs.items():
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 tries = (states.get(task_id) or {}).get("try_number", "-")
                 good = got == expected
                 ok &= good
-                pod_names = ", ".join(pods.get((dag_id, task_id), [])) or "(deleted after finishing)"
+                pod_names = ", ".join(sorted(pods.get((dag_id, task_id), ()))) or "-"
                 rows.append(
                     [dag_id, task_id, pod_names, str(tries), got, expected, "ok" if good else "WRONG"]
                 )
