@@ -1,16 +1,496 @@
-"""Job controller placeholder: the real controller lands in the next commit (Jobs get no pods yet)."""
+"""The sandbox Job controller, behaving like kube-controller-manager's (Kubernetes 1.31+).
+
+It follows the order of status updates recorded from a real controller (job-success.json,
+job-failure-backoff1.json), because clients that read Jobs must cope with exactly that order:
+
+1. Pods are created from the template (``<job>-<5 chars>``, job labels, controller ownerReference,
+   the ``batch.kubernetes.io/job-tracking`` finalizer), then the status shows ``startTime``/``active``.
+2. A finished pod is first recorded in ``uncountedTerminatedPods`` (together with
+   ``SuccessCriteriaMet`` or ``FailureTarget`` when that decides the Job), then its tracking
+   finalizer is removed, then the counters (``succeeded``/``failed``) move and, once no pod is
+   still terminating, the terminal condition is added: ``Complete`` (with ``completionTime``) or
+   ``Failed`` (no ``completionTime``).
+3. After a failed pod the next one is created after a back-off (the real controller waits 10 s,
+   doubling up to 6 min; the sandbox waits :data:`BACKOFF_INITIAL` doubling up to
+   :data:`BACKOFF_MAX` so tests stay short).
+
+Also: ``parallelism``/``completions`` (NonIndexed), ``backoffLimit``, ``activeDeadlineSeconds``
+(FailureTarget/Failed with DeadlineExceeded, active pods deleted), ``suspend`` (Suspended condition,
+"False" with JobResumed on resume), ``ttlSecondsAfterFinished`` (the Job and its pods deleted, with
+Foreground propagation like the TTL-after-finished controller), pods that vanish without a terminal
+phase (counted as failed, like a tracked pod deleted by node loss).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import calendar
+import contextlib
+import logging
+import time
 from typing import Any
+
+from .errors import ApiError
+from .resources import random_suffix
+from .store import Event, clone, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+# Back-off before re-creating a pod after failures: BACKOFF_INITIAL * 2^(failures-1), capped.
+BACKOFF_INITIAL = 1.0
+BACKOFF_MAX = 10.0
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def _condition(type_: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    now = now_rfc3339()
+    return {
+        "type": type_,
+        "status": status,
+        "lastProbeTime": now,
+        "lastTransitionTime": now,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _has_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def _ordered_status(fields: dict[str, Any]) -> dict[str, Any]:
+    """Job status with the real server's key order and omitempty rules (0 counters are omitted,
+    ``terminating``/``ready`` always present)."""
+    out: dict[str, Any] = {}
+    for key in ("conditions", "startTime", "completionTime"):
+        if fields.get(key):
+            out[key] = fields[key]
+    for key in ("active", "succeeded", "failed"):
+        if fields.get(key):
+            out[key] = fields[key]
+    out["terminating"] = fields.get("terminating", 0)
+    uncounted = {k: v for k, v in (fields.get("uncountedTerminatedPods") or {}).items() if v}
+    out["uncountedTerminatedPods"] = uncounted
+    out["ready"] = fields.get("ready", 0)
+    return out
 
 
 class JobController:
     def __init__(self, sandbox: Any) -> None:
         self.sb = sandbox
+        self._dirty: set[tuple[str, str]] = set()
+        self._scheduled = False
+        self._timers: dict[tuple[str, str, str], asyncio.TimerHandle] = {}
+        # Tracked pods (finalizer still on) that vanished without a terminal phase, per job uid.
+        self._lost: dict[str, set[str]] = {}
+        # Earliest time the next pod of a job may be created (failure back-off), per job uid.
+        self._not_before: dict[str, float] = {}
+        self._stopped = False
 
     def start(self) -> None:
-        pass
+        self.sb.store.listeners.append(self._on_event)
+        for entry in list(self.sb.store.iter("jobs")):
+            self._mark(entry.obj["metadata"].get("namespace", ""), entry.obj["metadata"]["name"])
 
     async def stop(self) -> None:
-        pass
+        self._stopped = True
+        with contextlib.suppress(ValueError):
+            self.sb.store.listeners.remove(self._on_event)
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    # ---- work queue --------------------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        meta = event.obj["metadata"]
+        ns = meta.get("namespace", "")
+        if event.resource == "jobs":
+            if event.type == "DELETED":
+                self._lost.pop(meta.get("uid", ""), None)
+                self._not_before.pop(meta.get("uid", ""), None)
+                return
+            self._mark(ns, meta["name"])
+        elif event.resource == "pods":
+            for ref in meta.get("ownerReferences") or []:
+                if ref.get("kind") == "Job" and ref.get("controller"):
+                    if (
+                        event.type == "DELETED"
+                        and TRACKING_FINALIZER in (meta.get("finalizers") or [])
+                        and event.obj.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+                    ):
+                        self._lost.setdefault(ref.get("uid", ""), set()).add(meta.get("uid", ""))
+                    self._mark(ns, ref.get("name", ""))
+                    if event.type != "DELETED" and TRACKING_FINALIZER in (meta.get("finalizers") or []):
+                        asyncio.get_running_loop().call_soon(self._release_orphan, ns, meta["name"], ref)
+
+    def _release_orphan(self, ns: str, pod_name: str, ref: dict[str, Any]) -> None:
+        """A tracked pod whose Job is gone (Background/Orphan deletion) loses its finalizer, as the
+        real controller's orphan-pod cleanup does, so that it can be deleted."""
+        job = self.sb.store.get("jobs", ns, ref.get("name", ""))
+        if job is not None and job.obj["metadata"].get("uid") == ref.get("uid"):
+            return
+        pod = self.sb.store.get("pods", ns, pod_name)
+        if pod is not None:
+            self._remove_finalizer(pod.obj)
+
+    def _mark(self, ns: str, name: str) -> None:
+        if self._stopped:
+            return
+        self._dirty.add((ns, name))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        rounds = 0
+        while self._dirty and rounds < 100:
+            rounds += 1
+            batch = list(self._dirty)
+            self._dirty.clear()
+            for ns, name in batch:
+                try:
+                    self._sync(ns, name)
+                except Exception:  # a controller bug must not stop the sandbox; the Job stays as is
+                    log.exception("sandbox job controller: sync of %s/%s failed", ns, name)
+
+    def _timer(self, kind: str, ns: str, name: str, delay: float) -> None:
+        key = (kind, ns, name)
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+
+        def fire() -> None:
+            self._timers.pop(key, None)
+            self._mark(ns, name)
+
+        self._timers[key] = asyncio.get_running_loop().call_later(max(0.0, delay), fire)
+
+    # ---- the sync loop -----------------------------------------------------------------------------
+    def _owned_pods(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        ns = job["metadata"].get("namespace", "")
+        out = []
+        for entry in self.sb.store.iter("pods", ns):
+            for ref in entry.obj["metadata"].get("ownerReferences") or []:
+                if ref.get("uid") == uid and ref.get("controller"):
+                    pod: dict[str, Any] = entry.obj
+                    out.append(pod)
+                    break
+        return out
+
+    def _commit_status(self, job: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+        status = _ordered_status(fields)
+        if status == job.get("status"):
+            return job
+        new: dict[str, Any] = clone(job)
+        new["status"] = status
+        self.sb.store.commit("jobs", "MODIFIED", new, job)
+        return new
+
+    def _remove_finalizer(self, pod: dict[str, Any]) -> None:
+        current = self.sb.store.get("pods", pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
+        if current is None or current.obj["metadata"].get("uid") != pod["metadata"].get("uid"):
+            return
+        finalizers = current.obj["metadata"].get("finalizers") or []
+        if TRACKING_FINALIZER not in finalizers:
+            return
+        new = clone(current.obj)
+        remaining = [f for f in finalizers if f != TRACKING_FINALIZER]
+        if remaining:
+            new["metadata"]["finalizers"] = remaining
+        else:
+            new["metadata"].pop("finalizers", None)
+        self.sb.api.commit_update("pods", new, current.obj)
+
+    def _delete_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        with contextlib.suppress(ApiError):
+            self.sb.api.delete(
+                "pods", meta.get("namespace", ""), meta["name"], preconditions={"uid": meta["uid"]}
+            )
+
+    def _sync(self, ns: str, name: str) -> None:
+        entry = self.sb.store.get("jobs", ns, name)
+        if entry is None:
+            return
+        job = entry.obj
+        meta = job["metadata"]
+        spec = job.get("spec", {})
+        status = job.get("status") or {}
+        uid = meta["uid"]
+        pods = self._owned_pods(job)
+        tracked = [p for p in pods if TRACKING_FINALIZER in (p["metadata"].get("finalizers") or [])]
+
+        if meta.get("deletionTimestamp"):
+            # A Job being deleted lets go of its pods (the garbage collector deletes them).
+            for pod in tracked:
+                self._remove_finalizer(pod)
+            return
+        if _has_condition(status, "Complete") or _has_condition(status, "Failed"):
+            for pod in tracked:
+                self._remove_finalizer(pod)
+            self._schedule_ttl(job)
+            return
+
+        fields: dict[str, Any] = {k: clone(v) for k, v in status.items()}
+        conditions: list[dict[str, Any]] = list(fields.get("conditions") or [])
+        now = time.time()
+
+        # ---- suspend / resume ------------------------------------------------------------------
+        if spec.get("suspend"):
+            for pod in pods:
+                if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and not pod[
+                    "metadata"
+                ].get("deletionTimestamp"):
+                    self._delete_pod(pod)
+            if not _has_condition(status, "Suspended"):
+                conditions = [c for c in conditions if c.get("type") != "Suspended"]
+                conditions.append(_condition("Suspended", "True", "JobSuspended", "Job suspended"))
+            fields["conditions"] = conditions
+            pods = self._owned_pods(job)
+        elif any(c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions):
+            conditions = [c for c in conditions if c.get("type") != "Suspended"]
+            conditions.append(_condition("Suspended", "False", "JobResumed", "Job resumed"))
+            fields["conditions"] = conditions
+            fields["startTime"] = now_rfc3339()
+        suspended = bool(spec.get("suspend"))
+
+        # ---- count finished pods ---------------------------------------------------------------
+        uncounted = fields.get("uncountedTerminatedPods") or {}
+        unc_succeeded = list(uncounted.get("succeeded") or [])
+        unc_failed = list(uncounted.get("failed") or [])
+        for pod in tracked:
+            phase = pod.get("status", {}).get("phase")
+            puid = pod["metadata"]["uid"]
+            if phase == "Succeeded" and puid not in unc_succeeded:
+                unc_succeeded.append(puid)
+            elif phase == "Failed" and puid not in unc_failed:
+                unc_failed.append(puid)
+        for puid in sorted(self._lost.pop(uid, set())):
+            if puid not in unc_failed and puid not in unc_succeeded:
+                unc_failed.append(puid)
+        newly_failed = len(unc_failed)
+        succeeded_total = int(fields.get("succeeded") or 0) + len(unc_succeeded)
+        failed_total = int(fields.get("failed") or 0) + newly_failed
+
+        def is_active(p: dict[str, Any]) -> bool:
+            return p.get("status", {}).get("phase") not in ("Succeeded", "Failed") and not p["metadata"].get(
+                "deletionTimestamp"
+            )
+
+        active = [p for p in pods if is_active(p)]
+        terminating = [
+            p
+            for p in pods
+            if p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+
+        # ---- decide the outcome ------------------------------------------------------------------
+        completions = spec.get("completions")
+        backoff_limit = int(spec.get("backoffLimit", 6))
+        failure = _has_condition(status, "FailureTarget")
+        success = _has_condition(status, "SuccessCriteriaMet")
+        if not failure and not success:
+            start = _parse_time(fields.get("startTime"))
+            deadline = spec.get("activeDeadlineSeconds")
+            if failed_total > backoff_limit:
+                failure = _condition(
+                    "FailureTarget",
+                    "True",
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                )
+            elif deadline is not None and start is not None and not suspended and now - start >= deadline:
+                failure = _condition(
+                    "FailureTarget",
+                    "True",
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                )
+            elif completions is not None and succeeded_total >= completions:
+                success = _condition(
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+            elif completions is None and succeeded_total > 0 and not active:
+                success = _condition(
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                )
+            if failure is not None:
+                conditions.append(failure)
+            if success is not None:
+                conditions.append(success)
+            fields["conditions"] = conditions
+            if (
+                deadline is not None
+                and start is not None
+                and failure is None
+                and success is None
+                and not suspended
+            ):
+                self._timer("deadline", ns, name, start + deadline - now)
+        if failure is not None or success is not None:
+            # The Job is decided: no more pods; running ones are stopped (FailureTarget) or finish.
+            for pod in active if failure is not None else []:
+                self._delete_pod(pod)
+            if failure is not None:
+                pods = self._owned_pods(job)
+                active = [p for p in pods if is_active(p)]
+                terminating = [
+                    p
+                    for p in pods
+                    if p["metadata"].get("deletionTimestamp")
+                    and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+                ]
+
+        # ---- create pods -------------------------------------------------------------------------
+        created = 0
+        if failure is None and success is None and not suspended:
+            parallelism = int(spec.get("parallelism", 1))
+            want = parallelism if completions is None else min(parallelism, completions - succeeded_total)
+            if completions is None and succeeded_total > 0:
+                want = 0  # work-queue Jobs: once one pod succeeded, no new ones are started
+            missing = want - len(active) - len(terminating)
+            if newly_failed:
+                delay = min(BACKOFF_INITIAL * 2 ** max(0, failed_total - 1), BACKOFF_MAX)
+                self._not_before[uid] = now + delay
+            not_before = self._not_before.get(uid, 0.0)
+            if missing > 0 and now < not_before:
+                self._timer("backoff", ns, name, not_before - now)
+                missing = 0
+            for _ in range(max(0, missing)):
+                if self._create_pod(job):
+                    created += 1
+            if not fields.get("startTime"):
+                fields["startTime"] = now_rfc3339()
+            if created:
+                pods = self._owned_pods(job)
+                active = [p for p in pods if is_active(p)]
+
+        ready = sum(
+            1
+            for p in active
+            if any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in p.get("status", {}).get("conditions") or []
+            )
+        )
+
+        # ---- step 1: record finished pods as uncounted (and the decision) -------------------------
+        fields["active"] = len(active)
+        fields["ready"] = ready
+        fields["terminating"] = len(terminating)
+        fields["uncountedTerminatedPods"] = {"succeeded": unc_succeeded, "failed": unc_failed}
+        job = self._commit_status(job, fields)
+
+        # ---- step 2: let go of the counted pods (remove the tracking finalizer) ------------------
+        counted_uids = set(unc_succeeded) | set(unc_failed)
+        for pod in tracked:
+            if pod["metadata"]["uid"] in counted_uids:
+                self._remove_finalizer(pod)
+
+        # ---- step 3: move them to the counters; the terminal condition once nothing terminates ---
+        if counted_uids or failure is not None or success is not None:
+            fields["succeeded"] = succeeded_total
+            fields["failed"] = failed_total
+            fields["uncountedTerminatedPods"] = {}
+            if (
+                failure is not None
+                and not terminating
+                and not _has_condition(job.get("status", {}), "Failed")
+            ):
+                final = dict(failure)
+                final["type"] = "Failed"
+                fields["conditions"] = list(fields.get("conditions") or []) + [final]
+            if (
+                success is not None
+                and not active
+                and not terminating
+                and not _has_condition(job.get("status", {}), "Complete")
+            ):
+                final = dict(success)
+                final["type"] = "Complete"
+                final["lastProbeTime"] = final["lastTransitionTime"] = now_rfc3339()
+                fields["conditions"] = list(fields.get("conditions") or []) + [final]
+                fields["completionTime"] = now_rfc3339()
+            job = self._commit_status(job, fields)
+            if _has_condition(job.get("status", {}), "Complete") or _has_condition(
+                job.get("status", {}), "Failed"
+            ):
+                self._schedule_ttl(job)
+
+    def _create_pod(self, job: dict[str, Any]) -> bool:
+        meta = job["metadata"]
+        template = clone(job["spec"].get("template") or {})
+        tmeta = template.get("metadata") or {}
+        name = meta["name"]
+        pod_meta: dict[str, Any] = {"name": f"{name}-{random_suffix()}", "generateName": f"{name}-"}
+        if tmeta.get("labels"):
+            pod_meta["labels"] = tmeta["labels"]
+        if tmeta.get("annotations"):
+            pod_meta["annotations"] = tmeta["annotations"]
+        pod_meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        pod_meta["finalizers"] = [TRACKING_FINALIZER]
+        pod = {"metadata": pod_meta, "spec": template.get("spec") or {}}
+        for _attempt in range(5):  # a generated name can collide; the real controller retries too
+            try:
+                self.sb.api.create("pods", meta.get("namespace", ""), clone(pod))
+                return True
+            except ApiError as err:
+                if err.code != 409:
+                    log.warning("sandbox job controller: cannot create a pod for %s: %s", name, err.message)
+                    return False
+                pod_meta["name"] = f"{name}-{random_suffix()}"
+        return False
+
+    def _schedule_ttl(self, job: dict[str, Any]) -> None:
+        ttl = job.get("spec", {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        meta = job["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        if ("ttl", ns, name) in self._timers:
+            return
+        status = job.get("status", {})
+        finished = _has_condition(status, "Complete") or _has_condition(status, "Failed") or {}
+        finished_at = _parse_time(finished.get("lastTransitionTime")) or time.time()
+        uid = meta["uid"]
+
+        def expire() -> None:
+            self._timers.pop(("ttl", ns, name), None)
+            current = self.sb.store.get("jobs", ns, name)
+            if current is None or current.obj["metadata"].get("uid") != uid:
+                return
+            with contextlib.suppress(ApiError):
+                self.sb.api.delete("jobs", ns, name, propagation="Foreground", preconditions={"uid": uid})
+
+        delay = max(0.0, finished_at + float(ttl) - time.time())
+        self._timers[("ttl", ns, name)] = asyncio.get_running_loop().call_later(delay, expire)

@@ -1,29 +1,768 @@
-"""Kubelet placeholder: the process-running kubelet lands in the next commit (pods stay Pending)."""
+"""The sandbox kubelet: binds pods to the one node and runs each container's command as a local process.
+
+What it reproduces, because watch-based clients depend on it:
+
+* the sequence of pod status updates a real kubelet posts (each one a new resourceVersion and a
+  watch event): scheduled -> (ContainerCreating) -> Running -> Succeeded/Failed, with
+  ``containerStatuses`` (waiting / running / terminated with exit code, reason, timestamps,
+  ``containerID``), the four pod conditions and ``startTime``;
+* ``restartPolicy`` Never / OnFailure (restart in place, ``restartCount``, ``lastState``,
+  CrashLoopBackOff) / Always;
+* pod ``activeDeadlineSeconds`` (Failed, DeadlineExceeded), graceful deletion (SIGTERM to the
+  container's process group, SIGKILL after the grace period, then the final delete), commands that
+  cannot be executed (StartError, exit code 128), image pull failures (ErrImagePull /
+  ImagePullBackOff, as a fault), eviction and node loss (as faults);
+* container logs (stdout and stderr interleaved, as a container runtime captures them) for the
+  ``pods/log`` subresource, including ``follow``.
+
+Images are recorded, never pulled. One asyncio task runs per pod and one per running container; no
+task polls.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from .errors import ApiError
+from .store import Event, clone, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+NODE_NAME = "sandbox-node"
+HOST_IP = "127.0.0.1"
+# Bytes of log kept per container; older output is dropped first (the real kubelet rotates
+# container logs at 10 MiB; 4 MiB keeps memory bounded with many pods while covering any test).
+LOG_BUFFER_BYTES = 4 * 1024 * 1024
+# Restart back-off for OnFailure/Always containers: the real kubelet starts at 10 s and doubles to
+# 5 min; the sandbox starts at 1 s and doubles to 10 s so restart tests stay short.
+RESTART_BACKOFF_INITIAL = 1.0
+RESTART_BACKOFF_MAX = 10.0
+# Seconds between ErrImagePull and ImagePullBackOff (the kubelet's first image back-off step is 10 s).
+IMAGE_PULL_BACKOFF_SECONDS = 1.0
+# How much of the log becomes the termination message with FallbackToLogsOnError (kubelet: 80 lines / 2 KiB).
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
+EVICTION_MESSAGE = "The node was low on resource: memory."
+
+
+class LogBuffer:
+    """A container's captured output as (timestamp, line) pairs, with followers woken on new data."""
+
+    def __init__(self) -> None:
+        self.lines: collections.deque[tuple[float, bytes]] = collections.deque()
+        self.size = 0
+        self.partial = b""
+        self.closed = False
+        self.changed = asyncio.Event()
+        self.appended = 0  # lines ever appended (followers track their position with it)
+
+    def feed(self, data: bytes) -> None:
+        data = self.partial + data
+        *complete, self.partial = data.split(b"\n")
+        now = time.time()
+        for line in complete:
+            self._append(now, line + b"\n")
+        self.changed.set()
+
+    def _append(self, ts: float, line: bytes) -> None:
+        self.lines.append((ts, line))
+        self.appended += 1
+        self.size += len(line)
+        while self.size > LOG_BUFFER_BYTES and self.lines:
+            self.size -= len(self.lines.popleft()[1])
+
+    def close(self) -> None:
+        if self.partial:
+            self._append(time.time(), self.partial)
+            self.partial = b""
+        self.closed = True
+        self.changed.set()
+
+    def reopen(self) -> None:
+        self.closed = False
+
+    def tail_text(self, max_lines: int, max_bytes: int) -> str:
+        chunk = b"".join(line for _ts, line in list(self.lines)[-max_lines:])
+        return chunk[-max_bytes:].decode(errors="replace")
+
+
+@dataclass(eq=False)
+class ContainerRuntime:
+    spec: dict[str, Any]
+    logs: LogBuffer = field(default_factory=LogBuffer)
+    proc: asyncio.subprocess.Process | None = None
+    state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
+    last_state: dict[str, Any] = field(default_factory=dict)
+    restart_count: int = 0
+    started: bool = False
+    final: bool = False  # terminated and will not be restarted
+    launched: bool = False  # the first start attempt happened (spawned or StartError)
+    previous_logs: LogBuffer | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+
+@dataclass(eq=False)
+class PodRuntime:
+    namespace: str
+    name: str
+    uid: str
+    containers: list[ContainerRuntime]
+    restart_policy: str
+    start_time: str = ""
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)  # deletion/deadline/eviction
+    stop_reason: str = ""  # "", "deleted", "deadline", "evicted", "killed"
+    task: asyncio.Task[None] | None = None
+    phase: str = "Pending"
+
+    def container(self, name: str) -> ContainerRuntime | None:
+        return next((c for c in self.containers if c.name == name), None)
 
 
 class Kubelet:
     def __init__(self, sandbox: Any) -> None:
         self.sb = sandbox
+        self.pods: dict[str, PodRuntime] = {}  # by uid
+        self._started = False
 
+    # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
-        pass
+        self._started = True
+        self.sb.store.listeners.append(self._on_event)
+        for entry in list(self.sb.store.iter("pods")):
+            self._consider(entry.obj)
 
     async def stop(self) -> None:
-        pass
+        with contextlib.suppress(ValueError):
+            self.sb.store.listeners.remove(self._on_event)
+        runtimes = list(self.pods.values())
+        for rt in runtimes:
+            self._kill(rt, signal.SIGKILL)
+            if rt.task is not None:
+                rt.task.cancel()
+        for rt in runtimes:
+            if rt.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await rt.task
+        self.pods.clear()
+
+    # ---- events from the store -------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        if event.resource != "pods":
+            return
+        uid = event.obj["metadata"].get("uid", "")
+        if event.type == "DELETED":
+            rt = self.pods.get(uid)
+            if rt is not None and rt.task is not None and not rt.task.done():
+                # Gone from the API server (force delete / node loss): stop without reporting.
+                self._kill(rt, signal.SIGKILL)
+                rt.stop_reason = rt.stop_reason or "killed"
+                rt.task.cancel()
+            self.pods.pop(uid, None)
+            return
+        meta = event.obj["metadata"]
+        rt = self.pods.get(uid)
+        if rt is not None:
+            if meta.get("deletionTimestamp") and not rt.stopping.is_set():
+                rt.stop_reason = "deleted"
+                rt.stopping.set()
+            return
+        asyncio.get_running_loop().call_soon(
+            self._consider_current, meta.get("namespace", ""), meta["name"], uid
+        )
+
+    def _consider_current(self, namespace: str, name: str, uid: str) -> None:
+        entry = self.sb.store.get("pods", namespace, name)
+        if entry is not None and entry.obj["metadata"].get("uid") == uid:
+            self._consider(entry.obj)
+
+    def _consider(self, pod: dict[str, Any]) -> None:
+        """Take on a pod that is not terminal and not yet run by this kubelet."""
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        if uid in self.pods or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        if meta.get("deletionTimestamp"):
+            # Deleted before it ever ran: nothing to stop, finish the deletion.
+            self._final_delete(meta.get("namespace", ""), meta["name"], uid)
+            return
+        node = pod.get("spec", {}).get("nodeName")
+        if node and node != NODE_NAME:
+            return
+        spec = pod.get("spec", {})
+        rt = PodRuntime(
+            namespace=meta.get("namespace", ""),
+            name=meta["name"],
+            uid=uid,
+            containers=[ContainerRuntime(clone(c)) for c in spec.get("containers") or []],
+            restart_policy=spec.get("restartPolicy", "Always"),
+        )
+        self.pods[uid] = rt
+        if not node:
+            self._bind(rt)
+        rt.task = asyncio.get_running_loop().create_task(
+            self._run_pod(rt), name=f"pod {rt.namespace}/{rt.name}"
+        )
+
+    # ---- status updates --------------------------------------------------------------------------
+    def _current(self, rt: PodRuntime) -> dict[str, Any] | None:
+        entry = self.sb.store.get("pods", rt.namespace, rt.name)
+        if entry is None or entry.obj["metadata"].get("uid") != rt.uid:
+            return None
+        obj: dict[str, Any] = entry.obj
+        return obj
+
+    def _bind(self, rt: PodRuntime) -> None:
+        """The scheduler's binding: spec.nodeName and the PodScheduled condition (one update)."""
+        old = self._current(rt)
+        if old is None:
+            return
+        new = clone(old)
+        new["spec"]["nodeName"] = NODE_NAME
+        status = new.setdefault("status", {})
+        status["phase"] = "Pending"
+        status["conditions"] = [self._condition("PodScheduled", "True")]
+        qos = status.pop("qosClass", "BestEffort")
+        status["qosClass"] = qos
+        self.sb.store.commit("pods", "MODIFIED", new, old)
+
+    @staticmethod
+    def _condition(
+        type_: str, status: str, reason: str | None = None, message: str | None = None
+    ) -> dict[str, Any]:
+        cond: dict[str, Any] = {
+            "type": type_,
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": now_rfc3339(),
+        }
+        if reason:
+            cond["reason"] = reason
+        if message:
+            cond["message"] = message
+        return cond
+
+    def _publish(self, rt: PodRuntime, *, reason: str | None = None, message: str | None = None) -> None:
+        """Post the pod's status as the kubelet sees it now (one store revision, one watch event)."""
+        old = self._current(rt)
+        if old is None:
+            return
+        new = clone(old)
+        status = new.setdefault("status", {})
+        previous_conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        phase = self._phase(rt)
+        rt.phase = phase
+        if not rt.start_time:
+            rt.start_time = now_rfc3339()
+        terminal = phase in ("Succeeded", "Failed")
+        all_ready = bool(rt.containers) and all("running" in c.state for c in rt.containers)
+        not_ready = [c.name for c in rt.containers if "running" not in c.state]
+
+        def cond(type_: str, value: str, why: str | None = None, msg: str | None = None) -> dict[str, Any]:
+            prev = previous_conditions.get(type_)
+            if prev is not None and prev.get("status") == value and prev.get("reason") == why:
+                return dict(prev)
+            return self._condition(type_, value, why, msg)
+
+        conditions = [cond("PodScheduled", "True"), cond("Initialized", "True")]
+        if terminal:
+            conditions += [
+                cond("ContainersReady", "False", "PodCompleted"),
+                cond("Ready", "False", "PodCompleted"),
+            ]
+        elif all_ready:
+            conditions += [cond("ContainersReady", "True"), cond("Ready", "True")]
+        else:
+            msg = f"containers with unready status: [{' '.join(not_ready)}]"
+            conditions += [
+                cond("ContainersReady", "False", "ContainersNotReady", msg),
+                cond("Ready", "False", "ContainersNotReady", msg),
+            ]
+        if "DisruptionTarget" in previous_conditions:
+            conditions.append(previous_conditions["DisruptionTarget"])
+        if rt.stop_reason == "evicted" and "DisruptionTarget" not in previous_conditions:
+            conditions.append(
+                self._condition("DisruptionTarget", "True", "TerminationByKubelet", EVICTION_MESSAGE)
+            )
+        out: dict[str, Any] = {"phase": phase, "conditions": conditions}
+        if reason:
+            out["message"] = message or ""
+            out["reason"] = reason
+        elif status.get("reason") and terminal:
+            out["message"] = status.get("message", "")
+            out["reason"] = status["reason"]
+        out.update(
+            {
+                "hostIP": HOST_IP,
+                "hostIPs": [{"ip": HOST_IP}],
+                "podIP": HOST_IP,
+                "podIPs": [{"ip": HOST_IP}],
+                "startTime": rt.start_time,
+                "containerStatuses": [self._container_status(rt, c) for c in rt.containers],
+                "qosClass": status.get("qosClass", "BestEffort"),
+            }
+        )
+        if out == status:
+            return  # nothing changed: a real kubelet skips no-op status updates too
+        new["status"] = out
+        self.sb.store.commit("pods", "MODIFIED", new, old)
+
+    def _container_status(self, rt: PodRuntime, c: ContainerRuntime) -> dict[str, Any]:
+        image = str(c.spec.get("image", ""))
+        out: dict[str, Any] = {
+            "name": c.name,
+            "state": clone(c.state),
+            "lastState": clone(c.last_state),
+            "ready": "running" in c.state,
+            "restartCount": c.restart_count,
+            "image": image,
+            "imageID": f"sandbox://{image}" if c.started or "terminated" in c.state else "",
+        }
+        if c.started or "terminated" in c.state:
+            out["containerID"] = f"sandbox://{rt.uid}/{c.name}"
+        out["started"] = "running" in c.state
+        return out
+
+    @staticmethod
+    def _phase(rt: PodRuntime) -> str:
+        if rt.containers and all(c.final for c in rt.containers):
+            if rt.stop_reason in ("evicted", "deadline"):
+                return "Failed"
+            ok = all(c.state.get("terminated", {}).get("exitCode") == 0 for c in rt.containers)
+            if rt.restart_policy == "Always" and rt.stop_reason != "deleted":
+                return "Failed"
+            return "Succeeded" if ok else "Failed"
+        if any(c.started or "terminated" in c.state or c.restart_count for c in rt.containers):
+            return "Running"
+        return "Pending"
+
+    # ---- running a pod ---------------------------------------------------------------------------
+    async def _run_pod(self, rt: PodRuntime) -> None:
+        try:
+            await self._run_pod_inner(rt)
+        except asyncio.CancelledError:
+            self._kill(rt, signal.SIGKILL)
+            raise
+        except Exception:  # a kubelet bug must not take the sandbox down; the pod stays as it is
+            log.exception("sandbox kubelet: pod %s/%s crashed", rt.namespace, rt.name)
+
+    async def _run_pod_inner(self, rt: PodRuntime) -> None:
+        pod = self._current(rt)
+        if pod is None:
+            return
+        spec = pod.get("spec", {})
+        delay = self.sb.pod_start_delay
+        pattern = self.sb.image_pull_failure
+        failing_image = None
+        if pattern is not None:
+            failing_image = next(
+                (
+                    c.spec.get("image", "")
+                    for c in rt.containers
+                    if pattern.search(str(c.spec.get("image", "")))
+                ),
+                None,
+            )
+        if delay > 0 or failing_image is not None:
+            self._publish(rt)  # Pending, containers waiting: ContainerCreating
+        if delay > 0 and await self._wait_stopping(rt, delay):
+            await self._finish(rt)
+            return
+        if failing_image is not None:
+            await self._image_pull_failure(rt, failing_image)
+            await self._finish(rt)
+            return
+
+        deadline = spec.get("activeDeadlineSeconds")
+        if isinstance(deadline, int) and deadline >= 0:
+            asyncio.get_running_loop().call_later(deadline, self._deadline_exceeded, rt)
+        stopper = asyncio.create_task(self._watch_stopping(rt))
+        runners = [asyncio.create_task(self._run_container(rt, c)) for c in rt.containers]
+        try:
+            await asyncio.gather(*runners)
+        finally:
+            stopper.cancel()
+            for task in runners:
+                task.cancel()
+        await self._finish(rt)
+
+    async def _finish(self, rt: PodRuntime) -> None:
+        """After all containers ended: the final status, then (if being deleted) the final delete."""
+        for c in rt.containers:
+            if not c.final:
+                c.final = True
+                if "terminated" not in c.state:
+                    c.state = {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "ContainerStatusUnknown",
+                            "message": "The container could not be located when the pod was terminated",
+                            "startedAt": None,
+                            "finishedAt": now_rfc3339(),
+                        }
+                    }
+        if rt.stop_reason == "deadline":
+            self._publish(
+                rt,
+                reason="DeadlineExceeded",
+                message="Pod was active on the node longer than the specified deadline",
+            )
+        elif rt.stop_reason == "evicted":
+            self._publish(rt, reason="Evicted", message=EVICTION_MESSAGE)
+        else:
+            self._publish(rt)
+        pod = self._current(rt)
+        if pod is not None and pod["metadata"].get("deletionTimestamp"):
+            self._final_delete(rt.namespace, rt.name, rt.uid)
+
+    def _final_delete(self, namespace: str, name: str, uid: str) -> None:
+        entry = self.sb.store.get("pods", namespace, name)
+        if entry is None or entry.obj["metadata"].get("uid") != uid:
+            return
+        with contextlib.suppress(ApiError):
+            self.sb.api.delete("pods", namespace, name, grace=0, preconditions={"uid": uid})
+
+    async def _wait_stopping(self, rt: PodRuntime, seconds: float | None) -> bool:
+        """Wait ``seconds`` (None = forever) unless the pod is told to stop; True if it was."""
+        try:
+            async with asyncio.timeout(seconds):
+                await rt.stopping.wait()
+            return True
+        except TimeoutError:
+            return False
+
+    async def _image_pull_failure(self, rt: PodRuntime, image: str) -> None:
+        for c in rt.containers:
+            if c.spec.get("image") == image:
+                c.state = {
+                    "waiting": {
+                        "reason": "ErrImagePull",
+                        "message": f'failed to pull and unpack image "{image}": failed to resolve reference '
+                        f'"{image}": pull access denied, repository does not exist or may require authorization',
+                    }
+                }
+        self._publish(rt)
+        if await self._wait_stopping(rt, IMAGE_PULL_BACKOFF_SECONDS):
+            return
+        for c in rt.containers:
+            if c.spec.get("image") == image:
+                c.state = {
+                    "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
+                }
+        self._publish(rt)
+        await self._wait_stopping(rt, None)
+
+    def _environment(self, rt: PodRuntime, c: ContainerRuntime) -> dict[str, str]:
+        env: dict[str, str] = dict(os.environ) if self.sb.inherit_env else {}
+        bindir = os.path.dirname(sys.executable)
+        path = env.get("PATH", os.defpath)
+        env["PATH"] = f"{bindir}{os.pathsep}{path}" if path else bindir
+        env["HOSTNAME"] = rt.name
+        pod = self._current(rt) or {}
+        for item in c.spec.get("env") or []:
+            if not isinstance(item, dict) or "name" not in item:
+                continue
+            if "value" in item:
+                env[item["name"]] = str(item["value"])
+            elif isinstance(item.get("valueFrom"), dict) and "fieldRef" in item["valueFrom"]:
+                path_ = str(item["valueFrom"]["fieldRef"].get("fieldPath", ""))
+                value: Any = pod
+                for part in path_.split("."):
+                    value = value.get(part) if isinstance(value, dict) else None
+                env[item["name"]] = "" if value is None else str(value)
+        return env
+
+    async def _run_container(self, rt: PodRuntime, c: ContainerRuntime) -> None:
+        backoff = RESTART_BACKOFF_INITIAL
+        while True:
+            await self._run_once(rt, c)
+            if c.final:
+                return
+            # Restart in place after a back-off, like the kubelet's CrashLoopBackOff.
+            c.last_state = c.state
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {backoff:g}s restarting failed container={c.name} pod={rt.name}_{rt.namespace}({rt.uid})",
+                }
+            }
+            c.restart_count += 1
+            self._publish(rt)
+            if await self._wait_stopping(rt, backoff):
+                c.state = c.last_state
+                c.final = True
+                return
+            backoff = min(backoff * 2, RESTART_BACKOFF_MAX)
+
+    async def _run_once(self, rt: PodRuntime, c: ContainerRuntime) -> int:
+        argv = [str(a) for a in (c.spec.get("command") or [])] + [str(a) for a in (c.spec.get("args") or [])]
+        if c.restart_count:
+            c.previous_logs = c.logs
+            c.logs = LogBuffer()
+        started_at = now_rfc3339()
+        if rt.stopping.is_set():
+            c.final = True
+            return 137
+        if not argv:
+            return self._start_error(
+                rt,
+                c,
+                started_at,
+                'the sandbox runs container commands on the host and cannot use image entrypoints: set "command"',
+            )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=self._environment(rt, c),
+                cwd=c.spec.get("workingDir") or None,
+                start_new_session=True,  # own process group: signals reach the whole container
+            )
+        except (OSError, ValueError) as exc:
+            reason = "executable file not found in $PATH" if isinstance(exc, FileNotFoundError) else str(exc)
+            return self._start_error(
+                rt,
+                c,
+                started_at,
+                "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+                f'runc create failed: unable to start container process: exec: "{argv[0]}": {reason}: unknown',
+            )
+        c.proc = proc
+        c.started = True
+        c.state = {"running": {"startedAt": started_at}}
+        self._launched(rt, c)
+        assert proc.stdout is not None
+        while True:
+            chunk = await proc.stdout.read(65536)
+            if not chunk:
+                break
+            c.logs.feed(chunk)
+        exit_code = await proc.wait()
+        c.logs.close()
+        c.proc = None
+        c.started = False
+        if exit_code < 0:  # killed by a signal: report it like a container runtime (128 + signal)
+            exit_code = 128 - exit_code
+        terminated: dict[str, Any] = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+        }
+        message = self._termination_message(c, exit_code)
+        if message:
+            terminated["message"] = message
+        terminated.update(
+            {
+                "startedAt": started_at,
+                "finishedAt": now_rfc3339(),
+                "containerID": f"sandbox://{rt.uid}/{c.name}",
+            }
+        )
+        c.state = {"terminated": terminated}
+        c.final = not self._restarts(rt, exit_code)
+        if not all(o.final for o in rt.containers):
+            self._publish(rt)  # otherwise _finish publishes the pod's final status
+        return exit_code
+
+    @staticmethod
+    def _restarts(rt: PodRuntime, exit_code: int) -> bool:
+        return not rt.stopping.is_set() and (
+            rt.restart_policy == "Always" or (rt.restart_policy == "OnFailure" and exit_code != 0)
+        )
+
+    def _launched(self, rt: PodRuntime, c: ContainerRuntime) -> None:
+        """Publish once every container made its first start attempt (Running, or Failed when
+        none could start), and on every restart; with no await in between, so that a container that
+        exits at once is still seen Running first, as the kubelet reports it."""
+        first = not c.launched
+        c.launched = True
+        if not first or all(o.launched for o in rt.containers):
+            self._publish(rt)
+
+    def _start_error(self, rt: PodRuntime, c: ContainerRuntime, started_at: str, message: str) -> int:
+        c.state = {
+            "terminated": {
+                "exitCode": 128,
+                "reason": "StartError",
+                "message": message,
+                "startedAt": "1970-01-01T00:00:00Z",
+                "finishedAt": now_rfc3339(),
+                "containerID": f"sandbox://{rt.uid}/{c.name}",
+            }
+        }
+        c.logs.close()
+        c.final = not self._restarts(rt, 128)
+        self._launched(rt, c)
+        return 128
+
+    @staticmethod
+    def _termination_message(c: ContainerRuntime, exit_code: int) -> str:
+        """The container's termination message: the file at terminationMessagePath (when it is a host
+        path the process could write; /dev/termination-log is not), else with FallbackToLogsOnError
+        the tail of the log on failure."""
+        path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
+        if path != "/dev/termination-log":
+            with contextlib.suppress(OSError):
+                with open(path, "rb") as fh:
+                    text = fh.read(4096).decode(errors="replace")
+                if text:
+                    return text
+        if exit_code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            return c.logs.tail_text(FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES)
+        return ""
+
+    # ---- stopping --------------------------------------------------------------------------------
+    def _kill(self, rt: PodRuntime, sig: int) -> None:
+        for c in rt.containers:
+            proc = c.proc
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+
+    def _deadline_exceeded(self, rt: PodRuntime) -> None:
+        if rt.stopping.is_set() or rt.task is None or rt.task.done():
+            return
+        rt.stop_reason = "deadline"
+        rt.stopping.set()
 
     def evict(self, namespace: str, name: str) -> None:
-        raise RuntimeError("evict_pod is not implemented yet")
+        entry = self.sb.store.get("pods", namespace, name)
+        if entry is None:
+            raise LookupError(f"pod {namespace}/{name} not found")
+        rt = self.pods.get(entry.obj["metadata"]["uid"])
+        if rt is None or rt.task is None or rt.task.done():
+            raise RuntimeError(f"pod {namespace}/{name} is not running on the sandbox node")
+        rt.stop_reason = "evicted"
+        rt.stopping.set()
+        self._kill(rt, signal.SIGKILL)
 
     def kill_silently(self, namespace: str, name: str) -> None:
-        pass
+        entry = self.sb.store.get("pods", namespace, name)
+        if entry is None:
+            return
+        rt = self.pods.get(entry.obj["metadata"]["uid"])
+        if rt is None:
+            return
+        rt.stop_reason = "killed"
+        self._kill(rt, signal.SIGKILL)
+        if rt.task is not None:
+            rt.task.cancel()
 
+    async def _watch_stopping(self, rt: PodRuntime) -> None:
+        """On deletion/deadline: SIGTERM every container, SIGKILL after the grace period."""
+        await rt.stopping.wait()
+        if rt.stop_reason == "evicted":
+            self._kill(rt, signal.SIGKILL)
+            return
+        self._kill(rt, signal.SIGTERM)
+        pod = self._current(rt)
+        grace = 30
+        if pod is not None:
+            meta = pod["metadata"]
+            grace = meta.get(
+                "deletionGracePeriodSeconds", pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+            )
+        await asyncio.sleep(max(0, grace))
+        self._kill(rt, signal.SIGKILL)
+
+    # ---- logs ------------------------------------------------------------------------------------
     async def serve_logs(self, request: web.BaseRequest, pod: dict[str, Any]) -> web.StreamResponse:
-        raise ApiError(400, "logs are not implemented yet")
+        meta = pod["metadata"]
+        name = meta["name"]
+        names = [c.get("name") for c in pod.get("spec", {}).get("containers") or []]
+        query = request.query
+        container = query.get("container")
+        if not container:
+            if len(names) != 1:
+                raise ApiError(
+                    400,
+                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]",
+                )
+            container = names[0]
+        if container not in names:
+            raise ApiError(400, f"container {container} is not valid for pod {name}")
+        rt = self.pods.get(meta["uid"])
+        c = rt.container(container) if rt is not None else None
+        if c is None or (not c.started and "terminated" not in c.state and not c.restart_count):
+            waiting = (c.state.get("waiting", {}).get("reason") if c else None) or "ContainerCreating"
+            raise ApiError(400, f'container "{container}" in pod "{name}" is waiting to start: {waiting}')
+        buffer = c.logs
+        if _truthy(query.get("previous")):
+            if c.previous_logs is None:
+                raise ApiError(400, f'previous terminated container "{container}" in pod "{name}" not found')
+            buffer = c.previous_logs
+        timestamps = _truthy(query.get("timestamps"))
+        follow = _truthy(query.get("follow"))
+        lines = list(buffer.lines)
+        tail = query.get("tailLines")
+        if tail is not None and tail.lstrip("-").isdigit() and int(tail) >= 0:
+            lines = lines[len(lines) - int(tail) :] if int(tail) else []
+        since = query.get("sinceSeconds")
+        if since and since.isdigit():
+            cutoff = time.time() - int(since)
+            lines = [(ts, line) for ts, line in lines if ts >= cutoff]
+        limit_bytes = query.get("limitBytes")
+        limit = int(limit_bytes) if limit_bytes and limit_bytes.isdigit() else None
+
+        def render(items: list[tuple[float, bytes]]) -> bytes:
+            if not timestamps:
+                return b"".join(line for _ts, line in items)
+            return b"".join(
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)).encode()
+                + f".{int((ts % 1) * 1e9):09d}Z ".encode()
+                + line
+                for ts, line in items
+            )
+
+        if not follow:
+            body = render(lines)
+            if limit is not None:
+                body = body[:limit]
+            return web.Response(body=body, content_type="text/plain")
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        await resp.prepare(request)
+        sent = buffer.appended  # lines of the buffer already covered by the first answer
+        first = render(lines)
+        total = len(first)
+        if first:
+            await resp.write(first)
+        while True:
+            if limit is not None and total >= limit:
+                break
+            if buffer.appended > sent:
+                fresh = min(buffer.appended - sent, len(buffer.lines))
+                items = list(buffer.lines)[len(buffer.lines) - fresh :]
+                sent = buffer.appended
+                data = render(items)
+                total += len(data)
+                await resp.write(data)
+                continue
+            if buffer.closed or self.pods.get(meta["uid"]) is None:
+                break
+            buffer.changed.clear()
+            await buffer.changed.wait()
+        with contextlib.suppress(ConnectionError):
+            await resp.write_eof()
+        return resp
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+__all__ = ["Kubelet", "LogBuffer", "NODE_NAME", "json"]

@@ -671,6 +671,12 @@ class ApiServer:
                     [("FieldValueInvalid", "spec.template", "Invalid value: field is immutable")],
                 )
 
+    def commit_deleted(self, resource: str, obj: dict[str, Any], old: dict[str, Any]) -> Entry:
+        """Remove an object (one DELETED revision) and let the garbage collector react."""
+        entry = self.store.commit(resource, "DELETED", obj, old)
+        self.sb.gc.owner_removed(resource, obj)
+        return entry
+
     def commit_update(self, resource: str, new: dict[str, Any], old: dict[str, Any]) -> Entry:
         """Store an updated object; an object being deleted whose last finalizer went away is removed."""
         meta = new["metadata"]
@@ -680,9 +686,7 @@ class ApiServer:
                 or meta.get("deletionGracePeriodSeconds", 0) == 0
                 or not new.get("spec", {}).get("nodeName")
             ):
-                entry = self.store.commit(resource, "DELETED", new, old)
-                self.sb.gc.owner_removed(resource, new)
-                return entry
+                return self.commit_deleted(resource, new, old)
         return self.store.commit(resource, "MODIFIED", new, old)
 
     # ---- delete ----------------------------------------------------------------------------------
@@ -750,8 +754,7 @@ class ApiServer:
                 meta["deletionGracePeriodSeconds"] = effective
                 meta["deletionTimestamp"] = now_rfc3339(time.time() + effective)
                 if effective == 0 and not finalizers:
-                    self.store.commit(resource, "DELETED", obj, old)
-                    return self.store.encode(resource, obj).full
+                    return self.commit_deleted(resource, obj, old).full
                 return self.store.commit(resource, "MODIFIED", obj, old).full
             return entry.full
 
@@ -765,8 +768,7 @@ class ApiServer:
             if "foregroundDeletion" in finalizers:
                 self.sb.gc.delete_dependents(obj, foreground=True)
             return updated.full
-        deleted = self.store.commit(resource, "DELETED", obj, old)
-        self.sb.gc.owner_removed(resource, obj)
+        deleted = self.commit_deleted(resource, obj, old)
         if resource == "pods":
             return deleted.full
         group = "batch" if resource == "jobs" else ""
@@ -783,8 +785,7 @@ class ApiServer:
         if entry is None:
             return False
         obj = clone(entry.obj)
-        self.store.commit(resource, "DELETED", obj, entry.obj)
-        self.sb.gc.owner_removed(resource, obj)
+        self.commit_deleted(resource, obj, entry.obj)
         return True
 
 

@@ -105,7 +105,7 @@ class Watcher:
     def offer(self, event: Event) -> None:
         """Queue ``event`` if this watch sees it, translating selector transitions like the watch cache:
         an object that starts matching arrives as ADDED, one that stops matching as DELETED."""
-        if self.closed or self.stalled:
+        if self.closed or self.stalled or event.resource != self.resource:
             return
         if self.namespace is not None and event.namespace != self.namespace:
             return

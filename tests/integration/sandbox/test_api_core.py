@@ -13,6 +13,8 @@ from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.sandbox import SandboxThread
 
+from . import helpers
+
 
 @pytest.fixture
 def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
@@ -23,16 +25,8 @@ def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
         api_client.close()
 
 
-def pod_body(name: str, labels: dict[str, str] | None = None, command: str = "true") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox:1.36", "command": ["sh", "-c", command]}],
-        },
-    }
+def pod_body(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return helpers.pod_body(name, labels=labels)
 
 
 @pytest.mark.sandbox(kubelet=False, job_controller=False)

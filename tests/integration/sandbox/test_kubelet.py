@@ -1,0 +1,164 @@
+"""The sandbox kubelet: pods run as local processes and report status like a real kubelet."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from airflow_jobwatch.sandbox import SandboxThread
+
+from .helpers import pod_body, wait_for
+
+
+@pytest.fixture
+def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        api_client.close()
+
+
+def phase_of(sandbox: SandboxThread, name: str) -> str | None:
+    pod = sandbox.get_object("pods", "default", name)
+    return pod["status"].get("phase") if pod else None
+
+
+def terminal(sandbox: SandboxThread, name: str) -> dict[str, Any] | None:
+    pod = sandbox.get_object("pods", "default", name)
+    if pod and pod["status"].get("phase") in ("Succeeded", "Failed"):
+        return pod
+    return None
+
+
+def test_pod_succeeds_with_realistic_status(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("ok", "echo hello; echo oops >&2"))
+    pod = wait_for(lambda: terminal(sandbox, "ok"), what="pod ok to finish")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert pod["spec"]["nodeName"]
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+    assert term["containerID"] and term["startedAt"] and term["finishedAt"]
+    conds = {c["type"]: c for c in pod["status"]["conditions"]}
+    assert conds["PodScheduled"]["status"] == "True"
+    assert conds["Ready"]["status"] == "False" and conds["Ready"]["reason"] == "PodCompleted"
+    assert core.read_namespaced_pod_log("ok", "default", _preload_content=False).data == b"hello\noops\n"
+
+
+def test_pod_fails_with_exit_code(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("bad", "exit 3"))
+    pod = wait_for(lambda: terminal(sandbox, "bad"), what="pod bad to finish")
+    assert pod["status"]["phase"] == "Failed"
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 3 and term["reason"] == "Error"
+
+
+def test_pod_goes_pending_running_succeeded_in_watch_order(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    from kubernetes import watch
+
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    core.create_namespaced_pod("default", pod_body("seq", "sleep 0.2"))
+    wait_for(lambda: terminal(sandbox, "seq"), what="pod seq to finish")
+    phases = [
+        e["object"].status.phase
+        for e in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=1
+        )
+    ]
+    assert phases[0] == "Pending"
+    assert "Running" in phases
+    assert phases[-1] == "Succeeded"
+    assert phases.index("Running") < phases.index("Succeeded")
+
+
+def test_command_not_found_is_start_error(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    containers = [{"name": "main", "image": "x", "command": ["/no/such/binary"]}]
+    core.create_namespaced_pod("default", pod_body("nocmd", containers=containers))
+    pod = wait_for(lambda: terminal(sandbox, "nocmd"), what="pod nocmd to fail")
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert pod["status"]["phase"] == "Failed"
+    assert term["exitCode"] == 128 and term["reason"] == "StartError"
+    assert "/no/such/binary" in term["message"]
+
+
+def test_python_in_pod_uses_our_interpreter_and_env(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    containers = [
+        {
+            "name": "main",
+            "image": "python",
+            "command": [
+                "python",
+                "-c",
+                "import os, sys; print(sys.executable); print(os.environ['GREETING'])",
+            ],
+            "env": [{"name": "GREETING", "value": "hi"}],
+        }
+    ]
+    core.create_namespaced_pod("default", pod_body("py", containers=containers))
+    wait_for(lambda: terminal(sandbox, "py"), what="pod py to finish")
+    out = core.read_namespaced_pod_log("py", "default", _preload_content=False).data.decode().split()
+    assert Path(out[0]).parent == Path(sys.executable).parent
+    assert out[1] == "hi"
+
+
+def test_on_failure_restarts_in_place(sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path) -> None:
+    marker = tmp_path / "attempts"
+    command = f"echo x >> {marker}; [ $(wc -l < {marker}) -ge 2 ]"
+    core.create_namespaced_pod("default", pod_body("retry", command, restart_policy="OnFailure"))
+    pod = wait_for(lambda: terminal(sandbox, "retry"), what="pod retry to succeed after a restart")
+    status = pod["status"]["containerStatuses"][0]
+    assert pod["status"]["phase"] == "Succeeded"
+    assert status["restartCount"] == 1
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+
+
+def test_graceful_delete_sigterm_then_gone(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("long", "sleep 60"))
+    wait_for(lambda: phase_of(sandbox, "long") == "Running", what="pod long to run")
+    deleted = core.delete_namespaced_pod("long", "default")
+    assert deleted.metadata.deletion_timestamp is not None
+    assert deleted.metadata.deletion_grace_period_seconds == 2
+    wait_for(lambda: sandbox.get_object("pods", "default", "long") is None, what="pod long to be removed")
+
+
+def test_pod_active_deadline(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("dl", "sleep 60", activeDeadlineSeconds=1))
+    pod = wait_for(lambda: terminal(sandbox, "dl"), what="pod dl to hit its deadline")
+    assert pod["status"]["phase"] == "Failed"
+    assert pod["status"]["reason"] == "DeadlineExceeded"
+
+
+def test_logs_need_container_name_when_ambiguous(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    containers = [
+        {"name": "a", "image": "x", "command": ["sh", "-c", "echo from-a"]},
+        {"name": "b", "image": "x", "command": ["sh", "-c", "echo from-b"]},
+    ]
+    core.create_namespaced_pod("default", pod_body("two", containers=containers))
+    wait_for(lambda: terminal(sandbox, "two"), what="pod two to finish")
+    with pytest.raises(ApiException) as err:
+        core.read_namespaced_pod_log("two", "default")
+    assert err.value.status == 400
+    assert "a container name must be specified for pod two, choose one of: [a b]" in err.value.body
+    assert (
+        core.read_namespaced_pod_log("two", "default", container="b", _preload_content=False).data
+        == b"from-b\n"
+    )
+
+
+def test_log_follow_and_tail(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod(
+        "default", pod_body("chatty", "for i in 1 2 3 4; do echo line$i; sleep 0.1; done")
+    )
+    wait_for(lambda: phase_of(sandbox, "chatty") in ("Running", "Succeeded"), what="pod chatty to start")
+    followed = core.read_namespaced_pod_log("chatty", "default", follow=True, _preload_content=False).data
+    assert followed == b"line1\nline2\nline3\nline4\n"
+    tail = core.read_namespaced_pod_log("chatty", "default", tail_lines=2, _preload_content=False).data
+    assert tail == b"line3\nline4\n"
