@@ -1,0 +1,528 @@
+"""JobTrigger: waits for a Kubernetes Job through the triggerer's shared per-namespace watch.
+
+What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs each Job every 10 s):
+
+* **Requests.** Every JobTrigger of a namespace shares one Job informer and one pod informer
+  (:mod:`airflow_jobwatch.triggers.registry`); a trigger adds no request of its own while its Job is in
+  the cache. 500 deferred Jobs cost two watches, not 50 GETs a second.
+* **Latency.** The trigger is called back from the watch event that makes its Job terminal.
+* **Meaning.** Only ``kube/states.py`` decides what a Job is: a condition whose status is "False" is not
+  final, a Failed Job with no reason is a failure, a suspended Job keeps waiting, a pod stuck on an
+  unpullable image fails the Job at once instead of at the timeout.
+* **Endings upstream never reaches.** A Job deleted while waiting ends as ``deleted`` (a Job that
+  completed and was TTL-deleted at once still ends as ``success``: its DELETED event carries its
+  conditions). A deadline ends the wait as ``timeout`` (the operator passes what is left of
+  ``execution_timeout``). An API unreachable for longer than ``api_failure_tolerance`` ends it as
+  ``error``, with the last API error, instead of waiting forever (DolphinScheduler #17330's bounded
+  failure policy).
+* **One result.** The first terminal result wins: the result is a future that is set once, by
+  whichever of (watch event, deadline, API-failure tolerance) gets there first; the deadline handler
+  looks at the cache once more before it declares a timeout, so a success already delivered is never
+  overwritten, and a timeout already declared is never turned into a success.
+* **Cleanup.** Leaving (triggerer restart, trigger moved, event fired) only unsubscribes. The Job is
+  deleted (Foreground propagation) only from :meth:`JobTrigger.on_kill`, which Airflow calls on a
+  user's mark-failed/clear of the deferred task, and only if the operator asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections.abc import AsyncIterator, Callable, Collection
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_jobwatch.kube import client as kube_client
+from airflow_jobwatch.kube.informer import InformerConfig
+from airflow_jobwatch.kube.objects import to_dict
+from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS, classify_job, pod_summary
+from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
+
+__all__ = ["JobTrigger", "informer_config_from_airflow"]
+
+CLASSPATH = "airflow_jobwatch.triggers.job.JobTrigger"
+
+#: Default of ``poll_interval``: how often a waiting trigger re-reads the cache and, if its Job is not
+#: in it, asks the API server once. Nothing is sent while the Job is cached, so this only bounds how long
+#: a missed event (which the informer's relist repairs anyway) can delay the result.
+DEFAULT_POLL_INTERVAL_SECONDS = 30.0
+
+#: Upper bound of one wait of the run loop when the API is failing, so that the tolerance is checked
+#: close to its expiry even when the informers report nothing new.
+_HEALTH_CHECK_SECONDS = 1.0
+
+STATUS_SUCCESS = "success"
+STATUS_FAILED = "failed"
+STATUS_DELETED = "deleted"
+STATUS_TIMEOUT = "timeout"
+STATUS_ERROR = "error"
+
+
+def _conf_float(option: str, fallback: float) -> float:
+    from airflow.providers.common.compat.sdk import conf
+
+    return float(conf.getfloat("jobwatch", option, fallback=fallback))
+
+
+def informer_config_from_airflow(*, resync_interval_seconds: float | None = None) -> InformerConfig:
+    """The ``[jobwatch]`` options as an :class:`InformerConfig` (read each time: env overrides apply)."""
+    base = InformerConfig()
+    resync = (
+        resync_interval_seconds
+        if resync_interval_seconds is not None
+        else _conf_float("resync_interval_seconds", 600.0)
+    )
+    return InformerConfig(
+        watch_timeout_seconds=_conf_float("watch_timeout_seconds", base.watch_timeout_seconds),
+        stall_timeout_seconds=_conf_float("watch_stall_timeout_seconds", base.stall_timeout_seconds),
+        connect_timeout_seconds=_conf_float("api_connect_timeout_seconds", base.connect_timeout_seconds),
+        backoff_initial_seconds=_conf_float("backoff_initial_seconds", base.backoff_initial_seconds),
+        backoff_max_seconds=_conf_float("backoff_max_seconds", base.backoff_max_seconds),
+        backoff_reset_after_seconds=_conf_float(
+            "backoff_reset_after_seconds", base.backoff_reset_after_seconds
+        ),
+        unhealthy_after_seconds=_conf_float("unhealthy_after_seconds", base.unhealthy_after_seconds),
+        resync_interval_seconds=resync if resync and resync > 0 else None,
+        page_size=base.page_size,
+    )
+
+
+def _parse_deadline(timeout: float | int | str | datetime.datetime | None) -> datetime.datetime | None:
+    """Turn ``timeout`` (seconds from now, an aware datetime, or its ISO string) into a UTC deadline."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool):
+        raise TypeError(f"timeout must be seconds, a datetime or an ISO 8601 string, got {timeout!r}")
+    if isinstance(timeout, int | float):
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+        return datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=float(timeout))
+    if isinstance(timeout, str):
+        try:
+            timeout = datetime.datetime.fromisoformat(timeout)
+        except ValueError:
+            raise ValueError(
+                f"timeout {timeout!r} is not an ISO 8601 datetime; expected e.g. '2026-12-02T16:00:00+00:00'"
+            ) from None
+    if isinstance(timeout, datetime.datetime):
+        if timeout.tzinfo is None:
+            raise ValueError(f"timeout {timeout.isoformat()} has no time zone; pass an aware datetime (UTC)")
+        return timeout.astimezone(datetime.UTC)
+    raise TypeError(
+        f"timeout must be seconds, a datetime or an ISO 8601 string, got {type(timeout).__name__}"
+    )
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("uid")
+
+
+class JobTrigger(BaseTrigger):
+    """
+    Wait for a Kubernetes Job to end, through the triggerer's shared watch of the Job's namespace.
+
+    Yields exactly one :class:`~airflow.triggers.base.TriggerEvent` whose payload is a dict with
+    ``status`` (``success``, ``failed``, ``deleted``, ``timeout`` or ``error``), ``reason`` (a short
+    word: ``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``, ``ErrImagePull``, ``Deleted``,
+    ``Timeout``, ``ApiUnreachable``...), ``message`` (a sentence for the task log), ``name``,
+    ``namespace``, ``uid`` and ``pods`` (one ``{"name", "phase", "exit_code", "reason"}`` per pod).
+
+    :param job_name: name of the Job.
+    :param namespace: namespace of the Job.
+    :param kubernetes_conn_id: an Airflow Kubernetes connection; None to use ``config_file`` /
+        ``cluster_context`` / ``in_cluster`` (or the default kubeconfig) directly.
+    :param config_file: path to a kubeconfig file.
+    :param cluster_context: kubeconfig context to use.
+    :param in_cluster: use the pod's service account.
+    :param timeout: seconds from now, or an absolute deadline (aware datetime or ISO 8601 string). The
+        trigger serializes it as the absolute deadline, so a trigger moved to another triggerer keeps
+        the same deadline. None waits without a deadline.
+    :param poll_interval: safety-net period in seconds: how often the trigger re-reads the shared cache
+        and, when its Job is missing from it, asks the API server directly. The first trigger of a
+        namespace also uses it as its informers' relist period if ``[jobwatch] resync_interval_seconds``
+        is 0. Defaults to 30.
+    :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
+        ``kube.states.DEFAULT_FATAL_WAITING_REASONS``: ErrImagePull, ImagePullBackOff, ...).
+    :param api_failure_tolerance: seconds the Kubernetes API may stay unreachable before the trigger
+        ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).
+    :param job_uid: uid of the Job the operator created. A different Job re-created under the same
+        name is then not mistaken for it.
+    :param delete_on_kill: delete the Job (Foreground propagation) when a user kills the deferred task.
+    """
+
+    def __init__(
+        self,
+        job_name: str,
+        namespace: str,
+        *,
+        kubernetes_conn_id: str | None = None,
+        config_file: str | None = None,
+        cluster_context: str | None = None,
+        in_cluster: bool | None = None,
+        timeout: float | str | datetime.datetime | None = None,
+        poll_interval: float | None = None,
+        fatal_waiting_reasons: Collection[str] | None = None,
+        api_failure_tolerance: float | None = None,
+        job_uid: str | None = None,
+        delete_on_kill: bool = False,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        if not job_name:
+            raise ValueError("JobTrigger needs the Job's name (job_name), got an empty value")
+        if not namespace:
+            raise ValueError(f"JobTrigger for Job {job_name!r} needs its namespace, got an empty value")
+        if poll_interval is not None and poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        if api_failure_tolerance is not None and api_failure_tolerance < 0:
+            raise ValueError(f"api_failure_tolerance must be >= 0 seconds, got {api_failure_tolerance!r}")
+        self.job_name = job_name
+        self.namespace = namespace
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.config_file = config_file
+        self.cluster_context = cluster_context
+        self.in_cluster = bool(in_cluster)
+        self.deadline = _parse_deadline(timeout)
+        self.poll_interval = float(poll_interval) if poll_interval is not None else None
+        self.fatal_waiting_reasons = (
+            sorted(fatal_waiting_reasons) if fatal_waiting_reasons is not None else None
+        )
+        self.api_failure_tolerance = api_failure_tolerance
+        self.job_uid = job_uid
+        self.delete_on_kill = delete_on_kill
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            CLASSPATH,
+            {
+                "job_name": self.job_name,
+                "namespace": self.namespace,
+                "kubernetes_conn_id": self.kubernetes_conn_id,
+                "config_file": self.config_file,
+                "cluster_context": self.cluster_context,
+                "in_cluster": self.in_cluster,
+                "timeout": self.deadline.isoformat() if self.deadline else None,
+                "poll_interval": self.poll_interval,
+                "fatal_waiting_reasons": self.fatal_waiting_reasons,
+                "api_failure_tolerance": self.api_failure_tolerance,
+                "job_uid": self.job_uid,
+                "delete_on_kill": self.delete_on_kill,
+            },
+        )
+
+    # -- configuration ---------------------------------------------------------------------------------
+    @property
+    def _fatal_reasons(self) -> Collection[str]:
+        if self.fatal_waiting_reasons is None:
+            return DEFAULT_FATAL_WAITING_REASONS
+        return frozenset(self.fatal_waiting_reasons)
+
+    def _tolerance(self) -> float:
+        if self.api_failure_tolerance is not None:
+            return float(self.api_failure_tolerance)
+        return _conf_float("api_failure_tolerance_seconds", 300.0)
+
+    def _cluster_config(self) -> kube_client.ClusterConfig:
+        return kube_client.ClusterConfig(
+            config_file=self.config_file, cluster_context=self.cluster_context, in_cluster=self.in_cluster
+        )
+
+    async def _connection_extras(self) -> dict[str, Any]:
+        """The Kubernetes-relevant extras of ``kubernetes_conn_id`` ({} if unset or absent default)."""
+        if not self.kubernetes_conn_id:
+            return {}
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+        hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
+        extras = await hook.get_conn_extras()
+        keys = ("in_cluster", "kube_config_path", "kube_config", "cluster_context", "namespace")
+        return {
+            k: v
+            for k, v in extras.items()
+            if v not in (None, "", False) and k.removeprefix("extra__kubernetes__") in keys
+        }
+
+    async def _watch_key_and_factory(self) -> tuple[WatchKey, Callable[[], Any]]:
+        """Which shared watch this trigger belongs to, and how to build its client if it starts it."""
+        cfg = self._cluster_config()
+        extras = await self._connection_extras()
+        if not extras:
+
+            async def factory() -> Any:
+                return await kube_client.async_api_client(cfg)
+
+            return WatchKey(cluster=cfg.identity(), namespace=self.namespace), factory
+
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        from kubernetes_asyncio.client import ApiClient
+
+        conn_id = self.kubernetes_conn_id
+
+        async def conn_factory() -> Any:
+            hook = AsyncKubernetesHook(
+                conn_id=conn_id,
+                in_cluster=self.in_cluster or None,
+                config_file=self.config_file,
+                cluster_context=self.cluster_context,
+            )
+            await hook._load_config()  # type: ignore[no-untyped-call] # the provider's own resolution of connection extras
+            return ApiClient(configuration=hook.client_configuration)
+
+        return WatchKey(cluster=f"conn={conn_id}|{cfg.identity()}", namespace=self.namespace), conn_factory
+
+    # -- deciding --------------------------------------------------------------------------------------
+    def _payload(
+        self,
+        status: str,
+        reason: str | None,
+        message: str,
+        *,
+        job: dict[str, Any] | None = None,
+        pods: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "name": self.job_name,
+            "namespace": self.namespace,
+            "uid": _uid(job) or self.job_uid,
+            "pods": [pod_summary(p) for p in sorted(pods or [], key=_pod_sort_key)],
+        }
+
+    def _ours(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``job`` if it is the Job this trigger waits for (same uid when the uid is known)."""
+        if job is None:
+            return None
+        if self.job_uid and _uid(job) != self.job_uid:
+            return None
+        return job
+
+    def _decide(self, watch: NamespaceWatch) -> dict[str, Any] | None | bool:
+        """The terminal payload the cache implies, None if still waiting, False if the Job is not cached."""
+        if not watch.synced:
+            return None
+        job = self._ours(watch.job(self.job_name))
+        if job is not None:
+            pods = watch.pods_of(_uid(job))
+            return self._payload_from_state(job, pods, deleted=False)
+        tomb = watch.tombstone(self.job_name)
+        if tomb is not None and self._ours(tomb[0]) is not None:
+            return self._payload_from_state(tomb[0], tomb[1], deleted=True)
+        return False
+
+    def _payload_from_state(
+        self, job: dict[str, Any], pods: list[dict[str, Any]], *, deleted: bool
+    ) -> dict[str, Any] | None:
+        state = classify_job(job, pods, deleted=deleted, fatal_waiting_reasons=self._fatal_reasons)
+        if not state.terminal:
+            return None
+        if state.phase == "succeeded":
+            status = STATUS_SUCCESS
+        elif state.reason == "Deleted":
+            status = STATUS_DELETED
+        else:
+            status = STATUS_FAILED
+        return self._payload(status, state.reason, state.message, job=job, pods=pods)
+
+    def _current_state_note(
+        self, watch: NamespaceWatch | None
+    ) -> tuple[str, dict[str, Any] | None, list[dict[str, Any]]]:
+        if watch is None or not watch.synced:
+            return "the Job's state was never read", None, []
+        job = self._ours(watch.job(self.job_name))
+        if job is None:
+            return "the Job is not in the cache", None, []
+        pods = watch.pods_of(_uid(job))
+        state = classify_job(job, pods, fatal_waiting_reasons=self._fatal_reasons)
+        return f"it was {state.phase}: {state.message}", job, pods
+
+    async def _read_job(self, watch: NamespaceWatch) -> tuple[bool, dict[str, Any] | None]:
+        """GET the Job: (True, job) / (True, None) on 404 / (False, None) when the API failed."""
+        from kubernetes_asyncio.client import BatchV1Api
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            job = await BatchV1Api(watch.api_client).read_namespaced_job(self.job_name, self.namespace)
+            return True, self._ours(to_dict(job))
+        except ApiException as e:
+            if e.status == 404:
+                return True, None
+            self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e.status)
+            return False, None
+        except Exception as e:
+            self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e)
+            return False, None
+
+    # -- running ---------------------------------------------------------------------------------------
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        payload = await self.wait()
+        yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
+
+    async def wait(self) -> dict[str, Any]:
+        """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[dict[str, Any]] = loop.create_future()
+        watch: NamespaceWatch | None = None
+
+        def settle(payload: dict[str, Any]) -> None:
+            # Set-once: whichever terminal result comes first is the one reported.
+            if not outcome.done():
+                outcome.set_result(payload)
+
+        def on_change() -> None:
+            if watch is None or outcome.done():
+                return
+            decision = self._decide(watch)
+            if isinstance(decision, dict):
+                settle(decision)
+
+        def on_deadline() -> None:
+            if outcome.done():
+                return
+            on_change()  # a terminal state already in the cache wins over the deadline
+            note, job, pods = self._current_state_note(watch)
+            settle(
+                self._payload(
+                    STATUS_TIMEOUT,
+                    "Timeout",
+                    f"Job {self.namespace}/{self.job_name} did not finish before its deadline "
+                    f"{self.deadline.isoformat() if self.deadline else '?'}; {note}",
+                    job=job,
+                    pods=pods,
+                )
+            )
+
+        deadline_handle: asyncio.TimerHandle | None = None
+        if self.deadline is not None:
+            delay = (self.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
+            deadline_handle = loop.call_later(max(0.0, delay), on_deadline)
+
+        subscription: Subscription | None = None
+        try:
+            try:
+                key, factory = await self._watch_key_and_factory()
+                config = informer_config_from_airflow()
+                if config.resync_interval_seconds is None:
+                    config = informer_config_from_airflow(
+                        resync_interval_seconds=self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
+                    )
+                subscription = await get_registry().subscribe(
+                    key, factory, job_name=self.job_name, on_change=on_change, config=config
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                settle(
+                    self._payload(
+                        STATUS_ERROR,
+                        "ConfigError",
+                        f"Cannot watch Job {self.namespace}/{self.job_name}: {type(e).__name__}: {e}",
+                    )
+                )
+            else:
+                watch = subscription.watch
+                await self._wait_loop(watch, outcome, settle, on_change)
+            return await outcome
+        finally:
+            if deadline_handle is not None:
+                deadline_handle.cancel()
+            if subscription is not None:
+                # Only leave the shared watch; the Job itself is never touched here.
+                await asyncio.shield(subscription.close())
+
+    async def _wait_loop(
+        self,
+        watch: NamespaceWatch,
+        outcome: asyncio.Future[dict[str, Any]],
+        settle: Callable[[dict[str, Any]], None],
+        on_change: Callable[[], None],
+    ) -> None:
+        poll = self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
+        tolerance = self._tolerance()
+        while not outcome.done():
+            decision = self._decide(watch)
+            if isinstance(decision, dict):
+                settle(decision)
+                break
+            if decision is False:
+                # Synced, yet the Job is neither cached nor tombstoned: either it was deleted before
+                # we started watching (triggerer restart, TTL) or the watch has not delivered it yet.
+                # One GET tells which (and may even carry its final state).
+                answered, job = await self._read_job(watch)
+                if outcome.done():
+                    break
+                if answered and job is None:
+                    on_change()  # the watch may have delivered it (or its DELETED) meanwhile
+                    if outcome.done():
+                        break
+                    if self._decide(watch) is False:
+                        settle(
+                            self._payload(
+                                STATUS_DELETED,
+                                "Deleted",
+                                f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted "
+                                "before its result could be read.",
+                            )
+                        )
+                        break
+                elif job is not None:
+                    result = self._payload_from_state(job, [], deleted=False)
+                    if result is not None:
+                        settle(result)
+                        break
+            failing_for = watch.api_failing_for()
+            if failing_for is not None and failing_for >= tolerance:
+                settle(
+                    self._payload(
+                        STATUS_ERROR,
+                        "ApiUnreachable",
+                        f"The Kubernetes API failed for {failing_for:.0f} s (tolerance {tolerance:g} s) "
+                        f"while waiting for Job {self.namespace}/{self.job_name}; last error: "
+                        f"{watch.last_error or 'unknown'}",
+                    )
+                )
+                break
+            wait_for = poll
+            if failing_for is not None or not watch.synced:
+                wait_for = min(wait_for, _HEALTH_CHECK_SECONDS)
+                if failing_for is not None:
+                    wait_for = min(wait_for, max(0.05, tolerance - failing_for))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(outcome), timeout=wait_for)
+
+    async def on_kill(self) -> None:
+        """Delete the Job with Foreground propagation, when the operator asked for it.
+
+        Airflow calls this only when a user acts on the deferred task (mark failed / clear / mark
+        success), never on triggerer shutdown, hand-over or timeout, so an in-flight Job survives a
+        triggerer restart.
+        """
+        if not self.delete_on_kill:
+            return
+        from kubernetes_asyncio.client import BatchV1Api, V1DeleteOptions, V1Preconditions
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        _, factory = await self._watch_key_and_factory()
+        client = await factory()
+        try:
+            self.log.info("Task killed by a user: deleting Job %s/%s", self.namespace, self.job_name)
+            await BatchV1Api(client).delete_namespaced_job(
+                self.job_name,
+                self.namespace,
+                body=V1DeleteOptions(
+                    propagation_policy="Foreground",
+                    preconditions=V1Preconditions(uid=self.job_uid) if self.job_uid else None,
+                ),
+            )
+        except ApiException as e:
+            if e.status not in (404, 409):  # already gone / a different Job now has this name
+                raise
+        finally:
+            await client.close()
+
+
+def _pod_sort_key(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))

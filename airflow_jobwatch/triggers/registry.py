@@ -1,0 +1,392 @@
+"""A per-process registry of shared Job and pod informers, one pair per (cluster, namespace).
+
+Upstream's ``KubernetesJobTrigger`` sends one GET per Job every ``poll_interval`` seconds: 500 deferred
+Jobs cost 50 requests a second and see a finished Job up to ten seconds late. A triggerer does not need
+that: everything it wants to know about the Jobs of a namespace is in two watch streams, one of Jobs and
+one of the pods those Jobs own. This module keeps exactly one such pair per (cluster identity,
+namespace) in each event loop, however many :class:`~airflow_jobwatch.triggers.job.JobTrigger` wait
+there, and hands each trigger a :class:`Subscription` that
+
+* reads the informers' current state (the trigger's first decision needs no event: a Job that ended
+  before the trigger started is seen in the first list),
+* calls the trigger back, synchronously and only for events about *its* Job or that Job's pods, so that
+  300 triggers cost one dictionary lookup per event, not 300 evaluations,
+* remembers the last state of a Job that was deleted (a Job whose ``ttlSecondsAfterFinished`` is 0 is
+  gone a moment after it completed; its DELETED event still says how it ended).
+
+The informers start with the first subscriber and stop after the last one leaves. Nothing here knows
+what a Job's state *means* (that is ``kube/states.py``) or opens a watch itself (that is
+``kube/informer.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "POD_LABEL_SELECTOR",
+    "InformerRegistry",
+    "NamespaceWatch",
+    "Subscription",
+    "WatchKey",
+    "get_registry",
+]
+
+#: Selects every pod a Job controller created, and nothing else. ``controller-uid`` is set by the Job
+#: controller on every Kubernetes version we support (the ``batch.kubernetes.io/`` prefixed copy only
+#: exists since 1.27), and a pod is matched to its Job by this uid, not by name, so a Job deleted and
+#: re-created under the same name never inherits the old Job's pods.
+POD_LABEL_SELECTOR = "controller-uid"
+_POD_OWNER_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+#: How many deleted Jobs' last states are kept, and for how long. A trigger normally reads a tombstone
+#: within milliseconds of the DELETED event (it is called back from it); the bound only matters for a
+#: trigger that subscribes after its Job is already gone, e.g. a trigger moved to this triggerer just
+#: after a TTL deletion. Ten minutes outlasts any triggerer hand-over; 10,000 entries of a few KiB each
+#: cap the memory at tens of MiB even in a namespace that churns through Jobs.
+TOMBSTONE_MAX_ENTRIES = 10_000
+TOMBSTONE_MAX_AGE_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class WatchKey:
+    """Identifies one shared watch: a cluster (``ClusterConfig.identity()``, never a secret) and a namespace."""
+
+    cluster: str
+    namespace: str
+
+
+ClientFactory = Callable[[], Awaitable[Any]]
+"""Coroutine function returning a ``kubernetes_asyncio.client.ApiClient`` for the watch's cluster."""
+
+
+@dataclass
+class _Tombstone:
+    job: dict[str, Any]
+    pods: list[dict[str, Any]]
+    at: float
+
+
+def _uid(obj: dict[str, Any]) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else None
+
+
+def _name(obj: dict[str, Any]) -> str | None:
+    name = (obj.get("metadata") or {}).get("name")
+    return name if isinstance(name, str) else None
+
+
+def _owner_uid(pod: dict[str, Any]) -> str | None:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    for key in _POD_OWNER_LABELS:
+        if labels.get(key):
+            return str(labels[key])
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return str(ref.get("uid"))
+    return None
+
+
+class NamespaceWatch:
+    """One Job informer and one pod informer for one namespace of one cluster, shared by its triggers.
+
+    All methods run in the event loop that owns the registry; informer callbacks are synchronous, so
+    the index below is always consistent with what the informers have delivered.
+    """
+
+    def __init__(self, key: WatchKey, client_factory: ClientFactory, *, config: InformerConfig) -> None:
+        self.key = key
+        self._client_factory = client_factory
+        self._config = config
+        self._api_client: Any = None
+        self.jobs: Informer | None = None
+        self.pods: Informer | None = None
+        self.refcount = 0
+        # job name -> callbacks of the triggers waiting for that Job
+        self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
+        self._next_listener_id = 0
+        # controller uid -> pod uid -> pod; fed only by the pod informer's events
+        self._pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
+        self._tombstones: OrderedDict[str, _Tombstone] = OrderedDict()
+        self._created_at = time.monotonic()
+        self._last_error: str | None = None
+        self._ready: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def ensure_started(self) -> asyncio.Task[None]:
+        if self._ready is None:
+            self._ready = asyncio.get_running_loop().create_task(
+                self._start(), name=f"jobwatch-namespace-watch-{self.key.namespace}"
+            )
+        return self._ready
+
+    async def _start(self) -> None:
+        self._api_client = await self._client_factory()
+        ns = self.key.namespace
+        self.jobs = Informer(
+            self._api_client, kind="jobs", namespace=ns, config=self._config, name=f"jobs/{ns}"
+        )
+        self.pods = Informer(
+            self._api_client,
+            kind="pods",
+            namespace=ns,
+            label_selector=POD_LABEL_SELECTOR,
+            config=self._config,
+            name=f"job-pods/{ns}",
+        )
+        # Subscribe before start(): the initial list's ADDED events then build the pod index, and
+        # every later relist's reconciliation (MODIFIED / DELETED_UNKNOWN) keeps it right.
+        self.jobs.subscribe(self._on_job_event, self._on_health)
+        self.pods.subscribe(self._on_pod_event, self._on_health)
+        await self.jobs.start()
+        await self.pods.start()
+
+    async def stop(self) -> None:
+        """Stop both informers and close the client. Prompt; safe to call more than once."""
+        self._stopping = True
+        if self._ready is not None and not self._ready.done():
+            self._ready.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ready
+        for informer in (self.jobs, self.pods):
+            if informer is not None:
+                with contextlib.suppress(Exception):
+                    await informer.stop()
+        if self._api_client is not None:
+            with contextlib.suppress(Exception):
+                await self._api_client.close()
+            self._api_client = None
+
+    @property
+    def api_client(self) -> Any:
+        """The shared ``kubernetes_asyncio`` ApiClient (None until started)."""
+        return self._api_client
+
+    @property
+    def synced(self) -> bool:
+        """Both informers have completed their first list: the cache can answer "does the Job exist"."""
+        return bool(self.jobs and self.pods and self.jobs.health.synced and self.pods.health.synced)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def job(self, name: str) -> dict[str, Any] | None:
+        """The Job's current state in the cache, or None if the cache has no Job of that name."""
+        if self.jobs is None:
+            return None
+        return self.jobs.by_name(self.key.namespace, name)
+
+    def pods_of(self, job_uid: str | None) -> list[dict[str, Any]]:
+        """The cached pods the Job controller created for the Job with this uid."""
+        if not job_uid:
+            return []
+        return list(self._pods_by_job.get(job_uid, {}).values())
+
+    def tombstone(self, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The last Job (and its pods at that moment) seen in a DELETED event for this name, if recent."""
+        self._expire_tombstones()
+        tomb = self._tombstones.get(name)
+        return (tomb.job, tomb.pods) if tomb else None
+
+    def api_failing_for(self) -> float | None:
+        """Seconds the API has been failing without a success in between, or None if it is fine.
+
+        Measured per informer from the end of its last working list/watch (``seconds_since_sync``), or
+        from the start of this watch when it never got a first list through; the worse one counts.
+        """
+        now = time.monotonic()
+        worst: float | None = None
+        for informer in (self.jobs, self.pods):
+            if informer is None:
+                continue
+            health = informer.health
+            if health.consecutive_failures == 0:
+                continue
+            if health.last_error:
+                self._last_error = health.last_error
+            if health.seconds_since_sync is not None and not health.connected:
+                failing = health.seconds_since_sync
+            elif health.seconds_since_sync is None:
+                failing = now - self._created_at
+            else:
+                continue
+            worst = failing if worst is None else max(worst, failing)
+        return worst
+
+    @property
+    def last_error(self) -> str | None:
+        """The last list/watch error either informer saw (for the trigger's ``error`` message)."""
+        return self._last_error
+
+    # -- subscriptions -----------------------------------------------------------------------------
+    def listen(self, job_name: str, callback: Callable[[], None]) -> Callable[[], None]:
+        lid = self._next_listener_id
+        self._next_listener_id += 1
+        self._listeners.setdefault(job_name, {})[lid] = callback
+
+        def remove() -> None:
+            callbacks = self._listeners.get(job_name)
+            if callbacks is not None:
+                callbacks.pop(lid, None)
+                if not callbacks:
+                    self._listeners.pop(job_name, None)
+
+        return remove
+
+    def _notify(self, job_name: str | None) -> None:
+        if job_name is None:
+            return
+        for callback in list(self._listeners.get(job_name, {}).values()):
+            try:
+                callback()
+            except Exception:  # a broken trigger must not take the shared watch down with it
+                log.exception("JobTrigger callback for Job %s/%s failed", self.key.namespace, job_name)
+
+    def _notify_all(self) -> None:
+        for name in list(self._listeners):
+            self._notify(name)
+
+    # -- informer callbacks ------------------------------------------------------------------------
+    def _on_job_event(self, event: InformerEvent) -> None:
+        name = _name(event.obj)
+        if name is None:
+            return
+        if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
+            self._tombstones[name] = _Tombstone(
+                job=event.obj, pods=self.pods_of(_uid(event.obj)), at=time.monotonic()
+            )
+            self._tombstones.move_to_end(name)
+            self._expire_tombstones()
+        elif event.type is EventType.ADDED:
+            # A new Job under this name: any tombstone is of an older incarnation; keep it only if
+            # the uid differs so a trigger waiting for the old uid still learns it was deleted.
+            tomb = self._tombstones.get(name)
+            if tomb is not None and _uid(tomb.job) == _uid(event.obj):
+                del self._tombstones[name]
+        self._notify(name)
+
+    def _on_pod_event(self, event: InformerEvent) -> None:
+        owner = _owner_uid(event.obj)
+        pod_uid = _uid(event.obj)
+        if owner is None or pod_uid is None:
+            return
+        if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
+            pods = self._pods_by_job.get(owner)
+            if pods is not None:
+                pods.pop(pod_uid, None)
+                if not pods:
+                    del self._pods_by_job[owner]
+        else:
+            self._pods_by_job.setdefault(owner, {})[pod_uid] = event.obj
+        job_name = ((event.obj.get("metadata") or {}).get("labels") or {}).get(
+            "batch.kubernetes.io/job-name"
+        ) or ((event.obj.get("metadata") or {}).get("labels") or {}).get("job-name")
+        self._notify(job_name)
+
+    def _on_health(self, health: InformerHealth) -> None:
+        if health.last_error:
+            self._last_error = health.last_error
+        self._notify_all()  # triggers re-check their API failure tolerance
+
+    def _expire_tombstones(self) -> None:
+        cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS
+        while self._tombstones:
+            oldest = next(iter(self._tombstones.values()))
+            if len(self._tombstones) > TOMBSTONE_MAX_ENTRIES or oldest.at < cutoff:
+                self._tombstones.popitem(last=False)
+            else:
+                break
+
+
+class Subscription:
+    """A trigger's handle on a shared :class:`NamespaceWatch`; ``close()`` gives it back (idempotent)."""
+
+    def __init__(self, registry: InformerRegistry, watch: NamespaceWatch, remove: Callable[[], None]):
+        self._registry = registry
+        self.watch = watch
+        self._remove: Callable[[], None] | None = remove
+
+    async def close(self) -> None:
+        if self._remove is None:
+            return
+        remove, self._remove = self._remove, None
+        remove()
+        await self._registry._release(self.watch)
+
+
+class InformerRegistry:
+    """The shared watches of one event loop (a triggerer runs all its triggers in one loop)."""
+
+    def __init__(self) -> None:
+        self._watches: dict[WatchKey, NamespaceWatch] = {}
+
+    def active(self) -> dict[WatchKey, int]:
+        """Subscriber count per shared watch (for tests, logs and the benchmark)."""
+        return {key: watch.refcount for key, watch in self._watches.items()}
+
+    async def subscribe(
+        self,
+        key: WatchKey,
+        client_factory: ClientFactory,
+        *,
+        job_name: str,
+        on_change: Callable[[], None],
+        config: InformerConfig,
+    ) -> Subscription:
+        """Join (or start) the shared watch for ``key`` and be called back on changes to ``job_name``.
+
+        ``config`` is only used by the subscriber that starts the watch. Raises what starting the watch
+        raised (e.g. an unreadable kubeconfig); the failed watch is discarded so a later subscriber
+        retries from scratch.
+        """
+        watch = self._watches.get(key)
+        if watch is None:
+            # Created and registered with no await in between, so concurrent subscribers share it.
+            watch = NamespaceWatch(key, client_factory, config=config)
+            self._watches[key] = watch
+        watch.refcount += 1
+        remove = watch.listen(job_name, on_change)
+        try:
+            await asyncio.shield(watch.ensure_started())
+        except BaseException:
+            remove()
+            await self._release(watch)
+            raise
+        return Subscription(self, watch, remove)
+
+    async def _release(self, watch: NamespaceWatch) -> None:
+        watch.refcount -= 1
+        if watch.refcount > 0:
+            return
+        # Unregister before awaiting the stop, so a subscriber arriving meanwhile starts a fresh watch
+        # instead of joining one that is shutting down.
+        if self._watches.get(watch.key) is watch:
+            del self._watches[watch.key]
+        log.debug("Last JobTrigger left %s; stopping its informers", watch.key)
+        await watch.stop()
+
+
+_REGISTRIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, InformerRegistry] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_registry() -> InformerRegistry:
+    """The registry of the running event loop (the triggerer has one loop; each test has its own)."""
+    loop = asyncio.get_running_loop()
+    registry = _REGISTRIES.get(loop)
+    if registry is None:
+        registry = _REGISTRIES[loop] = InformerRegistry()
+    return registry

@@ -1,0 +1,279 @@
+"""KubernetesJobOperator.execute()/execute_complete() against the sandbox, with a minimal task context.
+
+The context is a small stand-in for what the task runner passes (ti with xcom_push, run_id, dag); the
+Kubernetes side is the real ``kubernetes`` client talking HTTP to the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import structlog.testing
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
+
+from airflow_jobwatch.operators.job import XCOM_RETURN_PATH, KubernetesJobOperator
+from airflow_jobwatch.triggers.job import JobTrigger
+
+from .conftest import NS, wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@dataclass
+class FakeTI:
+    """The parts of a RuntimeTaskInstance the operator reads."""
+
+    dag_id: str = "dag"
+    task_id: str = "task"
+    map_index: int = -1
+    try_number: int = 1
+    start_date: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
+    xcoms: dict[str, Any] = field(default_factory=dict)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+class FakeDag:
+    dag_id = "dag"
+
+
+def make_context(ti: FakeTI | None = None) -> dict[str, Any]:
+    return {"ti": ti or FakeTI(), "run_id": "manual__2026-12-02T00:00:00", "dag": FakeDag()}
+
+
+def make_operator(kubeconfig, **kwargs: Any) -> KubernetesJobOperator:
+    kwargs.setdefault("task_id", "task")
+    kwargs.setdefault("image", "busybox:1.36")
+    kwargs.setdefault("namespace", NS)
+    kwargs.setdefault("backoff_limit", 0)
+    kwargs.setdefault("job_poll_interval", 5)
+    return KubernetesJobOperator(kubernetes_conn_id=None, config_file=str(kubeconfig), **kwargs)
+
+
+def _rendered(entries: list[dict[str, Any]]) -> str:
+    """structlog's captured entries (the operator logs through structlog) as text."""
+    lines = []
+    for entry in entries:
+        event, args = str(entry.get("event")), entry.get("positional_args")
+        lines.append(event % tuple(args) if args else event)
+    return "\n".join(lines)
+
+
+def test_waits_in_worker_logs_and_deletes_job(sandbox, kubeconfig):
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "echo hello-from-the-job"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        get_logs=True,
+    )
+    context = make_context()
+    with structlog.testing.capture_logs() as logs:
+        op.execute(context)
+    assert "hello-from-the-job" in _rendered(logs)
+    assert context["ti"].xcoms["job_namespace"] == NS
+    name = context["ti"].xcoms["job_name"]
+    # on_finish_action=delete_pod (default): the Job goes, with its pods
+    wait_until_sync(lambda: sandbox.get_object("jobs", NS, name) is None, "Job deletion")
+
+
+def test_failed_job_raises_with_reason(sandbox, kubeconfig):
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "exit 4"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        get_logs=False,
+    )
+    with pytest.raises(AirflowException, match="BackoffLimitExceeded") as info:
+        op.execute(make_context())
+    assert "failed" in str(info.value)
+
+
+def test_get_logs_is_best_effort(sandbox, kubeconfig):
+    """The Job is TTL-deleted (with its pods) as soon as it completes: its logs may be gone by the
+    time they are read, yet the task succeeds."""
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "sleep 1"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        get_logs=True,
+        ttl_seconds_after_finished=0,
+        on_finish_action="keep_pod",
+    )
+    op.execute(make_context())
+
+
+def test_create_only_returns_at_once(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["sleep", "30"], wait_until_job_complete=False, deferrable=False)
+    context = make_context()
+    assert op.execute(context) is None
+    job = sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"])
+    assert job is not None
+    # the Job carries this try's labels, so a retried worker can find it
+    assert job["metadata"]["labels"]["try_number"] == "1"
+    assert job["metadata"]["labels"]["task_id"] == "task"
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_invalid_spec_fails_with_the_servers_422_message(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, name="x-", random_name_suffix=False, cmds=["true"], deferrable=False)
+    with pytest.raises(AirflowException, match="422") as info:
+        op.execute(make_context())
+    assert "job-x-" in str(info.value)
+    assert "RFC 1123" in str(info.value) or "DNS" in str(info.value) or "Invalid" in str(info.value)
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_deferrable_defers_with_deadline_and_uid(sandbox, kubeconfig):
+    op = make_operator(
+        kubeconfig,
+        cmds=["true"],
+        deferrable=True,
+        execution_timeout=datetime.timedelta(minutes=10),
+        fatal_waiting_reasons=["ErrImagePull"],
+    )
+    ti = FakeTI()
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(make_context(ti))
+    trigger = info.value.trigger
+    assert isinstance(trigger, JobTrigger)
+    assert info.value.method_name == "execute_complete"
+    job = sandbox.get_object("jobs", NS, ti.xcoms["job_name"])
+    assert trigger.job_uid == job["metadata"]["uid"]
+    assert trigger.deadline == ti.start_date + datetime.timedelta(minutes=10)
+    assert trigger.delete_on_kill is True
+    assert trigger.fatal_waiting_reasons == ["ErrImagePull"]
+
+
+def test_deferred_end_to_end_through_the_trigger(sandbox, kubeconfig):
+    op = make_operator(
+        kubeconfig, cmds=["sh", "-c", "echo deferred-log"], deferrable=True, on_finish_action="keep_pod"
+    )
+    context = make_context()
+    with pytest.raises(TaskDeferred) as info:
+        op.execute(context)
+    classpath, kwargs = info.value.trigger.serialize()
+    trigger = JobTrigger(**kwargs)  # what the triggerer does
+    event = asyncio.run(trigger.wait())
+    assert event["status"] == "success"
+    assert op.execute_complete(context, event) is None
+    assert sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is not None  # kept
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_adopts_job_of_the_same_try_instead_of_409(sandbox, kubeconfig):
+    first = make_operator(kubeconfig, name="fixed", random_name_suffix=False, cmds=["true"])
+    first.execute(make_context())
+    uid = sandbox.get_object("jobs", NS, "job-fixed")["metadata"]["uid"]
+    # a retried worker of the same try, with the label search off: 409 -> same try -> adopt
+    again = make_operator(
+        kubeconfig, name="fixed", random_name_suffix=False, cmds=["true"], reattach_on_restart=False
+    )
+    again.execute(make_context())
+    assert again.job.metadata.uid == uid
+    # the label search finds it too
+    third = make_operator(kubeconfig, name="other-name", cmds=["true"])
+    third.execute(make_context())
+    assert third.job.metadata.uid == uid
+    assert len(sandbox.objects("jobs", NS)) == 1
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_name_taken_by_another_try_fails_clearly(sandbox, kubeconfig):
+    make_operator(kubeconfig, name="taken", random_name_suffix=False, cmds=["true"]).execute(make_context())
+    op = make_operator(kubeconfig, name="taken", random_name_suffix=False, cmds=["true"])
+    with pytest.raises(AirflowException, match="already exists"):
+        op.execute(make_context(FakeTI(try_number=2)))
+
+
+def test_on_kill_deletes_job_foreground(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=False)
+    context = make_context()
+    op.execute(context)
+    name = context["ti"].xcoms["job_name"]
+    wait_until_sync(lambda: bool(sandbox.objects("pods", NS)), "the Job's pod")
+    op.on_kill()
+    wait_until_sync(lambda: sandbox.get_object("jobs", NS, name) is None, "Job deletion")
+    wait_until_sync(lambda: not sandbox.objects("pods", NS), "pod deletion")
+
+
+def test_on_kill_keep_pod_keeps_job(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=False, on_kill_action="keep_pod")
+    context = make_context()
+    op.execute(context)
+    op.on_kill()
+    assert sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is not None
+
+
+async def test_trigger_cancel_keeps_job_but_on_kill_deletes_it(sandbox, kubeconfig):
+    """Triggerer restart / hand-over cancels run(): the Job must survive. A user's kill deletes it."""
+    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=True)
+    context = make_context()
+    with pytest.raises(TaskDeferred) as info:
+        await asyncio.to_thread(op.execute, context)
+    name = context["ti"].xcoms["job_name"]
+    trigger = JobTrigger(**info.value.trigger.serialize()[1])
+    task = asyncio.create_task(trigger.wait())
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await trigger.cleanup()
+    assert sandbox.get_object("jobs", NS, name) is not None
+    await trigger.on_kill()
+    await wait_until(lambda: sandbox.get_object("jobs", NS, name) is None, what="Job deletion")
+
+
+def test_xcom_default_path_and_no_sidecar(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["true"], do_xcom_push=True)
+    job = op.build_job_request_obj(make_context())
+    base = job.spec.template.spec.containers[0]
+    assert base.termination_message_path == XCOM_RETURN_PATH
+    assert [c.name for c in job.spec.template.spec.containers] == ["base"]  # no sidecar
+
+
+def test_xcom_result_travels_as_termination_message(sandbox, kubeconfig, tmp_path):
+    """The sandbox's kubelet runs containers on the host, so the path is a host path here."""
+    path = tmp_path / "return.json"
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '{{\"answer\": 42}}' > {path}"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        do_xcom_push=True,
+        xcom_path=str(path),
+    )
+    assert op.execute(make_context()) == {"answer": 42}
+
+
+def test_xcom_with_parallelism_above_completions(sandbox, kubeconfig, tmp_path):
+    """Upstream hangs here (apache/airflow#64867): it waits for pods that never come."""
+    path = tmp_path / "return.json"
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '[1, 2]' > {path}"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        do_xcom_push=True,
+        xcom_path=str(path),
+        parallelism=3,
+        completions=1,
+    )
+    assert op.execute(make_context()) == [1, 2]
+
+
+def wait_until_sync(predicate, what: str, limit: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {limit} s waiting for {what}")
+        time.sleep(0.05)
