@@ -5,6 +5,7 @@ Error tests write kubeconfigs holding a recognisable token and check that no mes
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import shutil
@@ -450,3 +451,76 @@ async def test_failing_exec_plugin_error_is_scrubbed_of_credentials(tmp_path: Pa
     message = await _async_error(ClusterConfig(config_file=path))
     assert path in message and "context 'x'" in message
     assert "login failed for key <redacted>" in message
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole path: client built here -> model objects from the sandbox's kubelet and Job controller
+# -> objects.to_dict -> states.classify_job. Each Job ends the way the classification must say.
+
+
+def _job(name: str, command: str, *, image: str = "busybox:1.36", **spec: Any) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": image,
+        "command": ["sh", "-c", command],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            **spec,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [container],
+                }
+            },
+        },
+    }
+
+
+async def test_sandbox_jobs_read_through_built_clients_classify_as_what_happened(
+    sandbox: Any, kubeconfig: Path, closing: list[Any]
+) -> None:
+    from airflow_jobwatch.kube.states import ObjectState, classify_job
+
+    sandbox.set_image_pull_failure(r"^registry\.invalid/")
+    client = await async_api_client(ClusterConfig(config_file=str(kubeconfig)))
+    closing.append(client)
+    batch = kubernetes_asyncio.client.BatchV1Api(client)
+    core = kubernetes_asyncio.client.CoreV1Api(client)
+    await batch.create_namespaced_job("default", _job("ok", "echo done"))
+    await batch.create_namespaced_job(
+        "default", _job("bad", "echo warehouse is down; exit 3", backoffLimit=0)
+    )
+    await batch.create_namespaced_job("default", _job("pull", "true", image="registry.invalid/etl:1"))
+
+    async def state_of(name: str) -> ObjectState:
+        job = await batch.read_namespaced_job(name, "default")  # a V1Job model, not a dict
+        pods = await core.list_namespaced_pod("default", label_selector=f"job-name={name}")
+        return classify_job(job, pods.items)
+
+    states: dict[str, ObjectState] = {}
+    deadline = asyncio.get_running_loop().time() + 30
+    while len(states) < 3 and asyncio.get_running_loop().time() < deadline:
+        for name in ("ok", "bad", "pull"):
+            if name not in states and (state := await state_of(name)).terminal:
+                states[name] = state
+        await asyncio.sleep(0.1)
+    assert set(states) == {"ok", "bad", "pull"}, (
+        f"not terminal in 30 s: {set(states) ^ {'ok', 'bad', 'pull'}}"
+    )
+
+    assert (states["ok"].phase, states["ok"].reason) == ("succeeded", "CompletionsReached")
+    assert (states["bad"].phase, states["bad"].reason, states["bad"].exit_code) == (
+        "failed",
+        "BackoffLimitExceeded",
+        3,
+    )
+    assert "container 'main' exited with code 3: warehouse is down" in states["bad"].message
+    # the Job controller never fails a Job whose pod cannot pull its image; fail-fast does
+    assert (states["pull"].phase, states["pull"].reason) == ("failed", "ErrImagePull")
+    assert "registry.invalid/etl:1" in states["pull"].message
