@@ -89,6 +89,7 @@ _HINTS: Mapping[str, str] = {
     "ContainerCannotRun": "the container's command could not be started; check command, args and the image's entrypoint",
     "OOMKilled": "the container ran out of memory; raise its memory limit or lower its usage",
     "Evicted": "the node evicted the pod under resource pressure; set resource requests or retry",
+    "PreemptionByScheduler": "a higher-priority pod took its place; give the task a higher priorityClassName or retry",
     "DeadlineExceeded": "activeDeadlineSeconds was reached; raise it or make the work faster",
     "BackoffLimitExceeded": "every allowed retry failed; see the failing pod's exit code and logs",
 }
@@ -384,11 +385,19 @@ def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection
     if phase == "Failed":
         problem = _first_failed_container(pod)
         pod_reason = _str(status.get("reason"))  # Evicted, DeadlineExceeded, NodeLost, Shutdown, ...
+        pod_message = _quote(_str(status.get("message")))
+        if pod_reason is None:
+            # Since 1.26 a pod killed by a disruption (preemption, taint eviction, the eviction API,
+            # kubelet shutdown) carries a DisruptionTarget condition saying so; its container only
+            # shows the resulting 137.
+            disruption = _true_condition(status, ("DisruptionTarget",))
+            if disruption is not None:
+                pod_reason = _str(disruption.get("reason")) or "DisruptionTarget"
+                pod_message = pod_message or _quote(_str(disruption.get("message")))
         reason = pod_reason or (problem.reason if problem else None) or "Failed"
         text = f"Pod '{name}' failed"
         if pod_reason:
             text += f" ({pod_reason})"
-        pod_message = _quote(_str(status.get("message")))
         if pod_message:
             text += f": {pod_message}"
         if problem:

@@ -76,6 +76,18 @@ POD_CASES = [
     # the sidecar's 143 is a consequence of the main container ending, never the cause
     ("failed-with-sidecar", False, "failed", "Error", 1, ["container 'main' exited with code 1: Traceback"]),
     (
+        "preempted",
+        False,
+        "failed",
+        "PreemptionByScheduler",
+        137,
+        [
+            "(PreemptionByScheduler): default-scheduler: preempting",
+            "exited with code 137",
+            "priorityClassName",
+        ],
+    ),
+    (
         "start-error",
         False,
         "failed",
