@@ -55,6 +55,8 @@ IMAGE_PULL_BACKOFF_SECONDS = 1.0
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
 EVICTION_MESSAGE = "The node was low on resource: memory."
+# How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
+REAP_TIMEOUT_SECONDS = 5.0
 
 
 class LogBuffer:
@@ -548,12 +550,22 @@ class Kubelet:
         c.state = {"running": {"startedAt": started_at}}
         self._launched(rt, c)
         assert proc.stdout is not None
-        while True:
-            chunk = await proc.stdout.read(65536)
-            if not chunk:
-                break
-            c.logs.feed(chunk)
-        exit_code = await proc.wait()
+        try:
+            while True:
+                chunk = await proc.stdout.read(65536)
+                if not chunk:
+                    break
+                c.logs.feed(chunk)
+            exit_code = await proc.wait()
+        except asyncio.CancelledError:
+            # Pod gone from the API (force delete, node loss) or sandbox stopping: kill and reap the
+            # process so that no child outlives the sandbox and its transport is closed in this loop.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), REAP_TIMEOUT_SECONDS)
+            c.proc = None
+            raise
         c.logs.close()
         c.proc = None
         c.started = False
