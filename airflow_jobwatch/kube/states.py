@@ -214,6 +214,15 @@ def _sentence(text: str) -> str:
     return text.rstrip(" .") + "."
 
 
+def _check_reasons(fatal_waiting_reasons: Collection[str]) -> None:
+    # A str is a Collection[str] too, and "Err" in "ErrImagePull" would then match by substring.
+    if isinstance(fatal_waiting_reasons, str):
+        raise TypeError(
+            f"fatal_waiting_reasons must be a collection of reason names, e.g. {{'ErrImagePull'}}, "
+            f"not the string {fatal_waiting_reasons!r} (split a comma-separated setting first)"
+        )
+
+
 def _with_hint(message: str, reason: str | None) -> str:
     hint = _HINTS.get(reason or "")
     return _sentence(message) + (f" Hint: {hint}." if hint else "")
@@ -366,6 +375,7 @@ def classify_pod(
     :param fatal_waiting_reasons: container waiting reasons that fail the pod at once.
     :raises TypeError: when ``pod`` is neither a mapping nor a client model.
     """
+    _check_reasons(fatal_waiting_reasons)
     obj = to_dict(pod)
     state = _classify_live_pod(obj, fatal_waiting_reasons)
     if deleted and not state.terminal:
@@ -506,6 +516,7 @@ def classify_job(
     :param fatal_waiting_reasons: container waiting reasons that fail a pod (and so the Job) at once.
     :raises TypeError: when ``job`` or a pod is neither a mapping nor a client model.
     """
+    _check_reasons(fatal_waiting_reasons)
     obj = to_dict(job)
     pod_dicts = _own_pods(obj, pods)
     name = _display_name(obj)

@@ -147,6 +147,13 @@ def test_fatal_waiting_reasons_are_configurable() -> None:
     assert classify_pod(pod("err-image-pull"), fatal_waiting_reasons=()).phase == "pending"
 
 
+def test_fatal_waiting_reasons_as_a_string_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match="split a comma-separated setting"):
+        classify_pod(pod("err-image-pull"), fatal_waiting_reasons="ErrImagePull,ImagePullBackOff")
+    with pytest.raises(TypeError, match="collection of reason names"):
+        classify_job(job("started-active"), fatal_waiting_reasons="ErrImagePull")
+
+
 def test_default_fatal_waiting_reasons() -> None:
     assert DEFAULT_FATAL_WAITING_REASONS == {
         "ErrImagePull",
