@@ -1,0 +1,235 @@
+"""JobWatchExecutor driven directly (as the scheduler's loop drives it) against the sandbox.
+
+No scheduler, no database: synthetic ExecuteTask workloads whose pods run ``sh -c ...``
+(airflow_jobwatch.devtools.workloads), ``heartbeat()`` in a loop, and the event buffer checked.
+Covers what the e2e tests cannot force: API errors on pod creation, upstream-compatible labels.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.devtools.workloads import make_workload
+
+pytestmark = pytest.mark.timeout(120)
+
+POD_TEMPLATE = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: placeholder
+spec:
+  restartPolicy: Never
+  containers:
+    - name: base
+      image: jobwatch-sandbox/airflow:local
+"""
+
+
+@pytest.fixture
+def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    _, kubeconfig = kube_sandbox
+    template = tmp_path / "pod_template.yaml"
+    template.write_text(POD_TEMPLATE)
+    env = {
+        "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": kubeconfig,
+        "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
+        "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": "default",
+        "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
+        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS": "True",
+        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE": "False",
+        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE": "8",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
+        "AIRFLOW__JOBWATCH__BACKOFF_INITIAL_SECONDS": "0.1",
+        "AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS": "1",
+        "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "5",
+        "AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS": "3",
+        "AIRFLOW__JOBWATCH__WATCHER_UNRESPONSIVE_AFTER_SECONDS": "5",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
+
+    # Pod creation retries start at 1 s in production; 0.1 s keeps this test short.
+    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_INITIAL_SECONDS", 0.1)
+    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_MAX_SECONDS", 0.5)
+    created: list[JobWatchExecutor] = []
+
+    def make(job_id: str = "42") -> JobWatchExecutor:
+        ex = JobWatchExecutor(parallelism=16)
+        ex.job_id = job_id
+        ex.start()
+        created.append(ex)
+        return ex
+
+    yield make
+    for ex in created:
+        ex.end()
+
+
+def _submit(executor: Any, *workloads: Any) -> None:
+    from unittest import mock
+
+    for w in workloads:
+        executor.queue_workload(w, session=mock.sentinel.unused_session)
+
+
+def _heartbeat_until(
+    executor: Any, cond: Callable[[dict[Any, Any]], bool], *, timeout: float
+) -> dict[Any, Any]:
+    events: dict[Any, Any] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        executor.heartbeat()
+        events.update(executor.get_event_buffer())
+        if cond(events):
+            return events
+        assert time.monotonic() < deadline, f"timed out; events so far: {events}"
+        time.sleep(0.1)
+
+
+def _terminal(events: dict[Any, Any]) -> dict[str, tuple[str, Any]]:
+    return {k.task_id: (str(s), info) for k, (s, info) in events.items() if str(s) in ("success", "failed")}
+
+
+def test_success_and_failure_reported_with_upstream_labels(executor_factory, kube_sandbox):
+    sandbox, _ = kube_sandbox
+    ex = executor_factory(job_id="42")
+    ok = make_workload(task_id="ok", command="sleep 0.3; exit 0")
+    bad = make_workload(task_id="bad", command="echo oops >&2; exit 3")
+    _submit(ex, ok, bad)
+    events = _heartbeat_until(ex, lambda e: len(_terminal(e)) == 2, timeout=60)
+    terminal = _terminal(events)
+    assert terminal["ok"][0] == "success"
+    assert terminal["bad"][0] == "failed"
+    assert "exited with code 3" in terminal["bad"][1]
+    assert ex.running == set()
+    # The failed pod is kept (delete_worker_pods_on_failure=False) and labelled done, as upstream does.
+    from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+    def bad_pod_done() -> dict[str, Any] | None:
+        ex.sync()
+        pods = [
+            p
+            for p in sandbox.objects("pods", "default")
+            if p["metadata"]["annotations"].get("task_id") == "bad"
+        ]
+        if pods and pods[0]["metadata"]["labels"].get("airflow_executor_done") == "True":
+            return pods[0]
+        return None
+
+    deadline = time.monotonic() + 20
+    while (pod := bad_pod_done()) is None:
+        assert time.monotonic() < deadline, "the failed pod was not labelled airflow_executor_done=True"
+        time.sleep(0.1)
+    expected = PodGenerator.build_labels_for_k8s_executor_pod(
+        dag_id=bad.ti.dag_id,
+        task_id="bad",
+        try_number=1,
+        airflow_worker="42",
+        run_id=bad.ti.run_id,
+    )
+    labels = pod["metadata"]["labels"]
+    assert {k: labels.get(k) for k in expected} == expected
+    assert pod["metadata"]["annotations"]["run_id"] == bad.ti.run_id
+    assert pod["metadata"]["annotations"]["try_number"] == "1"
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[:3] == ["python", "-m", "airflow.sdk.execution_time.execute_workload"]
+    # The successful pod is deleted.
+    assert not [
+        p for p in sandbox.objects("pods", "default") if p["metadata"]["annotations"].get("task_id") == "ok"
+    ]
+
+
+def test_transient_create_errors_keep_the_task_queued_then_it_runs(executor_factory, kube_sandbox):
+    sandbox, _ = kube_sandbox
+    ex = executor_factory()
+    sandbox.set_error_rate(1.0, status=503, verbs={"create"})
+    _submit(ex, make_workload(task_id="patient", command="exit 0"))
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        ex.heartbeat()
+        assert not _terminal(ex.get_event_buffer())
+        time.sleep(0.1)
+    status = ex.status()
+    assert status["create_retries"] >= 2
+    assert status["pending_creation"] == 1 and status["running"] == 1  # still queued, slot held
+    sandbox.set_error_rate(0.0)
+    events = _heartbeat_until(ex, lambda e: "patient" in _terminal(e), timeout=60)
+    assert _terminal(events)["patient"][0] == "success"
+
+
+def test_429_with_retry_after_pauses_creation(executor_factory, kube_sandbox):
+    sandbox, _ = kube_sandbox
+    ex = executor_factory()
+    sandbox.set_error_rate(1.0, status=429, retry_after=2.0, verbs={"create"})
+    _submit(ex, *(make_workload(task_id=f"t{i}", command="exit 0") for i in range(3)))
+    ex.heartbeat()
+    sandbox.reset_counters()
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        ex.heartbeat()
+        time.sleep(0.05)
+    # One 429 with Retry-After: 2 pauses all creation: no further create requests within 1.5 s.
+    assert sandbox.counters().get("create pods", 0) == 0
+    sandbox.set_error_rate(0.0)
+    events = _heartbeat_until(ex, lambda e: len(_terminal(e)) == 3, timeout=60)
+    assert {s for s, _ in _terminal(events).values()} == {"success"}
+
+
+def test_permanent_create_error_fails_the_task_with_the_servers_message(executor_factory, tmp_path):
+    ex = executor_factory()
+    w = make_workload(task_id="nowhere", command="exit 0", namespace="no-such-namespace")
+    _submit(ex, w)
+    events = _heartbeat_until(ex, lambda e: "nowhere" in _terminal(e), timeout=30)
+    state, info = _terminal(events)["nowhere"]
+    assert state == "failed"
+    assert "404" in info and "no-such-namespace" in info
+    # The reason is in the task's log file too.
+    log = (tmp_path / "logs" / w.log_path).read_text()
+    assert "no-such-namespace" in log
+    assert ex.running == set()
+
+
+def test_revoke_deletes_the_pod_without_an_event(executor_factory, kube_sandbox):
+    from types import SimpleNamespace
+
+    sandbox, _ = kube_sandbox
+    ex = executor_factory()
+    w = make_workload(task_id="revoked", command="sleep 30")
+    _submit(ex, w)
+
+    def running() -> bool:
+        ex.heartbeat()
+        return any(
+            p["metadata"]["annotations"].get("task_id") == "revoked" and p["status"].get("phase") == "Running"
+            for p in sandbox.objects("pods", "default")
+        )
+
+    deadline = time.monotonic() + 30
+    while not running():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    ex.get_event_buffer()
+    ex.revoke_task(ti=SimpleNamespace(key=w.ti.key))
+    assert ex.running == set()
+    deadline = time.monotonic() + 20
+    while [
+        p
+        for p in sandbox.objects("pods", "default")
+        if p["metadata"]["annotations"].get("task_id") == "revoked"
+    ]:
+        assert time.monotonic() < deadline, "the revoked task's pod was not deleted"
+        ex.heartbeat()
+        time.sleep(0.1)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        ex.heartbeat()
+        assert not ex.get_event_buffer(), "revoke_task must not produce events"
+        time.sleep(0.1)
