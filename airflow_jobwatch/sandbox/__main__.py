@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-kubelet", action="store_true", help="do not run pods")
     p.add_argument("--no-job-controller", action="store_true", help="do not run the Job controller")
     p.add_argument("--token", default=None, help="bearer token (random by default)")
+    p.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed; needed for kubectl)")
     return p
 
 
@@ -44,6 +45,7 @@ async def _main(args: argparse.Namespace) -> None:
         kubelet=not args.no_kubelet,
         job_controller=not args.no_job_controller,
         token=args.token,
+        tls=args.tls,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -106,3 +106,44 @@ BATCH_V1: dict[str, Any] = {
         {"name": "jobs/status", "singularName": "", "namespaced": True, "kind": "Job", "verbs": _SUB_VERBS},
     ],
 }
+
+
+def _openapi_group(path_prefix: str, group: str, kinds: dict[str, str]) -> dict[str, Any]:
+    """A minimal OpenAPI v3 document: one PATCH operation per kind, declaring ``fieldValidation``.
+
+    kubectl (1.27+) reads it to decide whether the server validates fields itself
+    (``?fieldValidation=Strict``); when it does, kubectl needs no schemas, so none are served.
+    """
+    paths: dict[str, Any] = {}
+    for plural, kind in kinds.items():
+        paths[f"{path_prefix}/namespaces/{{namespace}}/{plural}/{{name}}"] = {
+            "patch": {
+                "x-kubernetes-group-version-kind": {"group": group, "kind": kind, "version": "v1"},
+                "parameters": [
+                    {
+                        "name": "fieldValidation",
+                        "in": "query",
+                        "schema": {"type": "string", "uniqueItems": True},
+                    },
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+        "paths": paths,
+    }
+
+
+OPENAPI_V3_INDEX: dict[str, Any] = {
+    "paths": {
+        "api/v1": {"serverRelativeURL": "/openapi/v3/api/v1?hash=sandbox-core-v1"},
+        "apis/batch/v1": {"serverRelativeURL": "/openapi/v3/apis/batch/v1?hash=sandbox-batch-v1"},
+    }
+}
+OPENAPI_V3: dict[str, dict[str, Any]] = {
+    "/openapi/v3/api/v1": _openapi_group("/api/v1", "", {"pods": "Pod"}),
+    "/openapi/v3/apis/batch/v1": _openapi_group("/apis/batch/v1", "batch", {"jobs": "Job"}),
+}

@@ -565,6 +565,7 @@ class Kubelet:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(proc.wait()), REAP_TIMEOUT_SECONDS)
             c.proc = None
+            c.logs.close()  # ends `follow` readers
             raise
         c.logs.close()
         c.proc = None
@@ -747,6 +748,22 @@ class Kubelet:
                 body = body[:limit]
             return web.Response(body=body, content_type="text/plain")
         resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
+        try:
+            await self._follow(resp, request, buffer, lines, render, limit, meta["uid"])
+        except ConnectionError:
+            pass  # the client stopped following
+        return resp
+
+    async def _follow(
+        self,
+        resp: web.StreamResponse,
+        request: web.BaseRequest,
+        buffer: LogBuffer,
+        lines: list[tuple[float, bytes]],
+        render: Any,
+        limit: int | None,
+        uid: str,
+    ) -> None:
         await resp.prepare(request)
         sent = buffer.appended  # lines of the buffer already covered by the first answer
         first = render(lines)
@@ -764,13 +781,11 @@ class Kubelet:
                 total += len(data)
                 await resp.write(data)
                 continue
-            if buffer.closed or self.pods.get(meta["uid"]) is None:
+            if buffer.closed or self.pods.get(uid) is None:
                 break
             buffer.changed.clear()
             await buffer.changed.wait()
-        with contextlib.suppress(ConnectionError):
-            await resp.write_eof()
-        return resp
+        await resp.write_eof()
 
 
 def _truthy(value: str | None) -> bool:

@@ -39,6 +39,8 @@ class Sandbox:
         container's ``env``, and ``PATH`` starting with the directory of ``sys.executable``.
     :param token: bearer token clients must send (random when None).
     :param namespaces: namespaces that exist at start.
+    :param tls: serve HTTPS with a throw-away self-signed certificate (its CA goes into the
+        kubeconfig). Needed for kubectl, which sends the bearer token only over TLS.
     """
 
     def __init__(
@@ -54,6 +56,7 @@ class Sandbox:
         token: str | None = None,
         namespaces: Iterable[str] = ("default",),
         host: str = "127.0.0.1",
+        tls: bool = False,
     ) -> None:
         if history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {history_window}")
@@ -63,6 +66,9 @@ class Sandbox:
             raise ValueError(f"pod_start_delay must be >= 0 seconds, got {pod_start_delay}")
         self.host = host
         self.port = port
+        self.tls = tls
+        self._ssl_context: Any = None
+        self.ca_pem: bytes | None = None
         self.bookmark_interval = bookmark_interval
         self.pod_start_delay = pod_start_delay
         self.inherit_env = inherit_env
@@ -87,9 +93,14 @@ class Sandbox:
     # ---- lifecycle -------------------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def start(self) -> Sandbox:
+        if self.tls and self._ssl_context is None:
+            from .tls import self_signed_context
+
+            self._ssl_context, self.ca_pem = self_signed_context(self.host)
         for ns in self._initial_namespaces:
             if self.store.get("namespaces", "", ns) is None:
                 self.api.create("namespaces", None, {"metadata": {"name": ns}})
@@ -113,7 +124,9 @@ class Sandbox:
 
     async def _open_site(self) -> None:
         assert self._runner is not None
-        self._site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        self._site = web.TCPSite(
+            self._runner, self.host, self.port, reuse_address=True, ssl_context=self._ssl_context
+        )
         await self._site.start()
         server = self._site._server
         if self.port == 0 and server is not None:
@@ -142,7 +155,7 @@ class Sandbox:
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
         """Write a kubeconfig (server = url, user = bearer token, current-context set), mode 0600."""
-        return write_kubeconfig_file(path, self.url, self.token)
+        return write_kubeconfig_file(path, self.url, self.token, ca_pem=self.ca_pem)
 
     # ---- inspection ------------------------------------------------------------------------------
     def current_resource_version(self) -> int:

@@ -10,6 +10,7 @@ rest of the API (RBAC, admission, other kinds) is not.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -26,7 +27,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from . import discovery
+from . import discovery, tables
 from .errors import (
     ApiError,
     already_exists,
@@ -141,6 +142,10 @@ class ApiServer:
             return discovery.BATCH
         if path == "/apis/batch/v1":
             return discovery.BATCH_V1
+        if path == "/openapi/v3":
+            return discovery.OPENAPI_V3_INDEX
+        if path in discovery.OPENAPI_V3:
+            return discovery.OPENAPI_V3[path]
         if path in ("/healthz", "/livez", "/readyz"):
             return {"status": "ok"}
         return None
@@ -181,11 +186,17 @@ class ApiServer:
             logs: web.StreamResponse = await self.sb.kubelet_logs(request, ns, name)
             return logs
         if verb == "list":
-            return self._list(resource, ns, query)
+            return self._list(
+                resource, ns, query, as_table=tables.wants_table(request.headers.get("Accept", ""))
+            )
         if verb == "watch":
             return await self._watch(request, resource, ns)
         if verb == "get":
-            return _json_response(self._get(resource, ns or "", name or "").full)
+            entry = self._get(resource, ns or "", name or "")
+            if tables.wants_table(request.headers.get("Accept", "")):
+                rv = entry.obj["metadata"]["resourceVersion"]
+                return _json_response(tables.table(resource, [entry.obj], rv, None))
+            return _json_response(entry.full)
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         if verb == "create":
             entry = self.create(resource, ns, body)
@@ -271,7 +282,7 @@ class ApiServer:
         return entry
 
     # ---- list ------------------------------------------------------------------------------------
-    def _list(self, resource: str, ns: str | None, query: Any) -> web.Response:
+    def _list(self, resource: str, ns: str | None, query: Any, *, as_table: bool = False) -> web.Response:
         store = self.store
         label_match = parse_label_selector(query.get("labelSelector"))
         field_match, equals = parse_field_selector(query.get("fieldSelector"), resource)
@@ -330,6 +341,7 @@ class ApiServer:
 
         selective = bool(query.get("labelSelector") or query.get("fieldSelector"))
         items: list[bytes] = []
+        matched: list[dict[str, Any]] = []
         next_token: str | None = None
         last_key: tuple[str, str] = ("", "")
         for k in keys:
@@ -344,7 +356,10 @@ class ApiServer:
                 next_token = encode_continue(list_rv, key_string(last_key))
                 break
             items.append(entry.item)
+            matched.append(entry.obj)
             last_key = k
+        if as_table:
+            return _json_response(tables.table(resource, matched, str(list_rv), next_token))
         api_version, _kind = API_VERSIONS[resource]
         meta = b'{"resourceVersion":"' + str(list_rv).encode() + b'"'
         if next_token:
@@ -425,10 +440,11 @@ class ApiServer:
             status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"}
         )
         if expired_status is not None:
-            await resp.prepare(request)
             line = json.dumps({"type": "ERROR", "object": expired_status}, separators=(",", ":")).encode()
-            await resp.write(line + b"\n")
-            await resp.write_eof()
+            with contextlib.suppress(ConnectionError):
+                await resp.prepare(request)
+                await resp.write(line + b"\n")
+                await resp.write_eof()
             return resp
 
         watcher.buffer.extend(initial)
@@ -438,9 +454,8 @@ class ApiServer:
         try:
             await resp.prepare(request)
             await self._pump(watcher, resp, resource, stream_seconds=timeout, bookmarks=bookmarks)
-        except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
-            store.remove_watcher(watcher)
-            raise
+        except ConnectionError:
+            return resp  # the client went away mid-stream: nothing left to do
         finally:
             store.remove_watcher(watcher)
         if watcher.closed and watcher.close_reason in ("dropped", "outage"):
@@ -859,12 +874,15 @@ class GarbageCollector:
         self.sb.api.commit_update("jobs", new, entry.obj)
 
 
-def kubeconfig_text(url: str, token: str, *, name: str = "sandbox") -> str:
+def kubeconfig_text(url: str, token: str, *, name: str = "sandbox", ca_pem: bytes | None = None) -> str:
     """A kubeconfig for the sandbox (YAML is a superset of JSON, so JSON keeps this stdlib-only)."""
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}],
         "current-context": name,
@@ -873,12 +891,14 @@ def kubeconfig_text(url: str, token: str, *, name: str = "sandbox") -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-def write_kubeconfig_file(path: str | os.PathLike[str], url: str, token: str) -> str:
+def write_kubeconfig_file(
+    path: str | os.PathLike[str], url: str, token: str, *, ca_pem: bytes | None = None
+) -> str:
     """Write the kubeconfig with mode 0600 from the start (it holds a bearer token)."""
     path_str = os.fspath(path)
     fd = os.open(path_str, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
-        fh.write(kubeconfig_text(url, token))
+        fh.write(kubeconfig_text(url, token, ca_pem=ca_pem))
     os.chmod(path_str, 0o600)
     return path_str
 

@@ -61,7 +61,7 @@ def test_drop_watches_breaks_open_streams(sandbox: SandboxThread, core: client.C
 
 @pytest.mark.sandbox(kubelet=False, job_controller=False)
 def test_stall_watches_sends_nothing(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
-    w = WatchThread(core, resource_version="0", timeout_seconds=1, _request_timeout=(5, 2))
+    w = WatchThread(core, resource_version="0", timeout_seconds=1, _request_timeout=(5, 0.5))
     sandbox.stall_watches(True)
     w.start()
     wait_for(lambda: sandbox.counters().get("watch pods", 0) >= 1, what="the watch request")
@@ -144,7 +144,7 @@ def test_outage_cuts_open_watches(sandbox: SandboxThread, core: client.CoreV1Api
     w = WatchThread(core, resource_version="0", timeout_seconds=60)
     w.start()
     wait_for(lambda: sandbox.counters().get("watch pods") == 1, what="the watch to be open")
-    time.sleep(0.1)  # let the response headers reach the client  # noqa: ASYNC251
+    time.sleep(0.1)  # let the response headers reach the client
     sandbox.start_outage()
     try:
         assert w.ended.wait(10)

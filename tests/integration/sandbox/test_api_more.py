@@ -1,0 +1,180 @@
+"""Paging, patch types, status subresource, graceful/finalizer deletion, discovery."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+from airflow_jobwatch.sandbox import SandboxThread
+
+from .helpers import pod_body
+
+pytestmark = pytest.mark.sandbox(kubelet=False, job_controller=False)
+
+
+@pytest.fixture
+def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield client.CoreV1Api(api_client)
+    finally:
+        api_client.close()
+
+
+def test_paging_tokens_like_the_real_server(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    for i in range(4):
+        core.create_namespaced_pod("default", pod_body(f"pg-{i}", labels={"pg": "x"}))
+    page1 = core.list_namespaced_pod("default", label_selector="pg=x", limit=2)
+    assert [p.metadata.name for p in page1.items] == ["pg-0", "pg-1"]
+    token = json.loads(base64.urlsafe_b64decode(page1.metadata._continue + "=="))
+    assert token == {
+        "v": "meta.k8s.io/v1",
+        "rv": int(page1.metadata.resource_version),
+        "start": "/pg-1\u0000",
+    }
+    core.create_namespaced_pod("default", pod_body("pg-9", labels={"pg": "x"}))
+    page2 = core.list_namespaced_pod(
+        "default", label_selector="pg=x", limit=2, _continue=page1.metadata._continue
+    )
+    assert [p.metadata.name for p in page2.items] == ["pg-2", "pg-3"]
+    assert page2.metadata.resource_version == page1.metadata.resource_version  # the snapshot's RV
+    with pytest.raises(ApiException) as bad:
+        core.list_namespaced_pod("default", limit=2, _continue="garbage")
+    assert bad.value.status == 400 and "invalid continue token" in bad.value.body
+
+
+@pytest.mark.sandbox(kubelet=False, job_controller=False, history_window=1)
+def test_expired_continue_token_is_410(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    for i in range(3):
+        core.create_namespaced_pod("default", pod_body(f"e{i}"))
+    page1 = core.list_namespaced_pod("default", limit=1)
+    for i in range(3):
+        core.create_namespaced_pod("default", pod_body(f"f{i}"))
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod("default", limit=1, _continue=page1.metadata._continue)
+    assert err.value.status == 410 and '"reason":"Expired"' in err.value.body
+
+
+def test_patch_types(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    body = pod_body("pt")
+    body["spec"]["containers"].append({"name": "side", "image": "busybox:1", "command": ["true"]})
+    core.create_namespaced_pod("default", body)
+    api = core.api_client
+    # strategic merge: containers merge by name (the default content type of the python client)
+    core.patch_namespaced_pod(
+        "pt", "default", {"spec": {"containers": [{"name": "side", "image": "busybox:2"}]}}
+    )
+    pod = sandbox.get_object("pods", "default", "pt")
+    assert [c["image"] for c in pod["spec"]["containers"]] == ["busybox:1.36", "busybox:2"]  # type: ignore[index]
+    # JSON merge patch: lists are replaced, null deletes
+    api.call_api(
+        "/api/v1/namespaces/default/pods/pt",
+        "PATCH",
+        header_params={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
+        body={"metadata": {"labels": {"a": "1", "b": "2"}}},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    api.call_api(
+        "/api/v1/namespaces/default/pods/pt",
+        "PATCH",
+        header_params={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
+        body={"metadata": {"labels": {"a": None}}},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    assert sandbox.get_object("pods", "default", "pt")["metadata"]["labels"] == {"b": "2"}  # type: ignore[index]
+    # JSON patch
+    core.patch_namespaced_pod("pt", "default", [{"op": "add", "path": "/metadata/labels/c", "value": "3"}])
+    assert sandbox.get_object("pods", "default", "pt")["metadata"]["labels"] == {"b": "2", "c": "3"}  # type: ignore[index]
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_pod("pt", "default", [{"op": "remove", "path": "/metadata/nope"}])
+    assert err.value.status == 422
+
+
+def test_status_subresource_only_changes_status(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("st"))
+    core.patch_namespaced_pod_status(
+        "st", "default", {"metadata": {"labels": {"ignored": "1"}}, "status": {"phase": "Running"}}
+    )
+    pod = sandbox.get_object("pods", "default", "st")
+    assert pod["status"]["phase"] == "Running"  # type: ignore[index]
+    assert "ignored" not in (pod["metadata"].get("labels") or {})  # type: ignore[index]
+    core.patch_namespaced_pod(
+        "st", "default", {"status": {"phase": "Failed"}, "metadata": {"labels": {"k": "v"}}}
+    )
+    pod = sandbox.get_object("pods", "default", "st")
+    assert pod["status"]["phase"] == "Running" and pod["metadata"]["labels"] == {"k": "v"}  # type: ignore[index]
+    assert pod["metadata"]["generation"] == 1  # type: ignore[index]  # metadata is not spec
+
+
+def test_finalizers_block_deletion_until_removed(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    body = pod_body("fin")
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    core.create_namespaced_pod("default", body)
+    core.delete_namespaced_pod("fin", "default")
+    pod = sandbox.get_object("pods", "default", "fin")
+    assert pod is not None and pod["metadata"]["deletionTimestamp"]
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    core.patch_namespaced_pod("fin", "default", {"metadata": {"finalizers": None}})
+    assert sandbox.get_object("pods", "default", "fin") is None
+    events = [
+        e["type"]
+        for e in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=1
+        )
+    ]
+    assert events == ["DELETED"]
+
+
+def test_watch_selector_transitions(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("tr", labels={"team": "a"}))
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    core.patch_namespaced_pod("tr", "default", {"metadata": {"labels": {"team": "b"}}})
+    core.patch_namespaced_pod("tr", "default", {"metadata": {"labels": {"team": "a"}}})
+    events = [
+        e["type"]
+        for e in watch.Watch().stream(
+            core.list_namespaced_pod,
+            "default",
+            label_selector="team=a",
+            resource_version=rv,
+            timeout_seconds=1,
+        )
+    ]
+    assert events == ["DELETED", "ADDED"]  # leaving the selector is a DELETED, entering an ADDED
+
+
+def test_all_namespaces_and_namespaces(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespace({"metadata": {"name": "other"}})
+    core.create_namespaced_pod("other", pod_body("o1"))
+    core.create_namespaced_pod("default", pod_body("d1"))
+    names = sorted((p.metadata.namespace, p.metadata.name) for p in core.list_pod_for_all_namespaces().items)
+    assert names == [("default", "d1"), ("other", "o1")]
+    assert [
+        p.metadata.name
+        for p in core.list_pod_for_all_namespaces(field_selector="metadata.namespace=other").items
+    ] == ["o1"]
+
+
+def test_discovery_and_version(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    version = client.VersionApi(core.api_client).get_code()
+    assert version.major == "1"
+    resources = {r.name for r in core.get_api_resources().resources}
+    assert {"pods", "pods/status", "pods/log", "namespaces"} <= resources
+    batch = client.BatchV1Api(core.api_client).get_api_resources()
+    assert {r.name for r in batch.resources} == {"jobs", "jobs/status"}
+
+
+def test_generate_name(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    body = pod_body("")
+    body["metadata"] = {"generateName": "gen-"}
+    pod = core.create_namespaced_pod("default", body)
+    assert pod.metadata.name.startswith("gen-") and len(pod.metadata.name) == 9
+    assert pod.metadata.generate_name == "gen-"
