@@ -278,3 +278,44 @@ async def test_300_triggers_share_one_watch(sandbox, kubeconfig, k8s_async_clien
     assert trigger_requests.get("watch jobs", 0) <= 2, counters
     assert trigger_requests.get("list pods", 0) <= 2, counters
     assert trigger_requests.get("watch pods", 0) <= 2, counters
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False, namespaces=("default", "other"))
+async def test_watch_per_namespace_starts_with_first_and_stops_after_last(
+    sandbox, kubeconfig, k8s_async_client
+):
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    await create_job(k8s_async_client, job_manifest("a", ["true"]))
+    await BatchV1Api(k8s_async_client).create_namespaced_job("other", job_manifest("b", ["true"]))
+    registry = get_registry()
+    ta = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "a")))
+    tb = asyncio.create_task(collect(JobTrigger("b", "other", config_file=str(kubeconfig), poll_interval=5)))
+    await wait_until(lambda: sorted(k.namespace for k in registry.active()) == ["default", "other"])
+    ta.cancel()  # like a triggerer handing the trigger over: leaves the watch, touches nothing
+    with pytest.raises(asyncio.CancelledError):
+        await ta
+    assert sorted(k.namespace for k in registry.active()) == ["other"]
+    assert sandbox.get_object("jobs", NS, "a") is not None
+    tb.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await tb
+    assert registry.active() == {}
+    sandbox.reset_counters()
+    # a new subscriber starts a fresh watch
+    tc = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "a", timeout=0.5)))
+    [event] = await tc
+    assert event["status"] == "timeout"
+    assert "running" in event["message"] or "pending" in event["message"]
+    assert sandbox.counters().get("list jobs") == 1
+
+
+async def test_unreadable_kubeconfig_is_an_error_event(tmp_path):
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: [a kubeconfig")
+    [event] = await collect(JobTrigger("x", NS, config_file=str(bad)))
+    assert event["status"] == "error"
+    assert event["reason"] == "ConfigError"
+    assert str(bad) in event["message"]
