@@ -232,12 +232,26 @@ class ApiServer:
         if verb == "deletecollection":
             label_match = parse_label_selector(query.get("labelSelector"))
             field_match, _eq = parse_field_selector(query.get("fieldSelector"), resource)
+            deleted: list[bytes] = []
             for entry in list(self.store.iter(resource, ns)):
                 if label_match(entry.obj["metadata"].get("labels") or {}) and field_match(entry.obj):
                     meta = entry.obj["metadata"]
                     with contextlib.suppress(ApiError):
                         self.delete(resource, meta.get("namespace", ""), meta["name"])
-            return _json_response(status_object(200, "", reason="") | {"status": "Success"})
+                        deleted.append(entry.item)
+            # Like the real server: the list of what was deleted, as it was.
+            api_version, _kind = API_VERSIONS[resource]
+            return _json_response(
+                b'{"kind":"'
+                + LIST_KINDS[resource].encode()
+                + b'","apiVersion":"'
+                + api_version.encode()
+                + b'","metadata":{"resourceVersion":"'
+                + str(self.store.rv).encode()
+                + b'"},"items":['
+                + b",".join(deleted)
+                + b"]}"
+            )
         raise ApiError(405, "the server does not allow this method on the requested resource")
 
     def _maybe_inject_fault(self, verb: str) -> None:

@@ -178,3 +178,36 @@ def test_generate_name(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
     pod = core.create_namespaced_pod("default", body)
     assert pod.metadata.name.startswith("gen-") and len(pod.metadata.name) == 9
     assert pod.metadata.generate_name == "gen-"
+
+
+def test_send_initial_events_ends_with_annotated_bookmark(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    core.create_namespaced_pod("default", pod_body("ie"))
+    lines = core.list_namespaced_pod(
+        "default",
+        watch=True,
+        send_initial_events=True,
+        resource_version_match="NotOlderThan",
+        allow_watch_bookmarks=True,
+        timeout_seconds=1,
+        _preload_content=False,
+    ).data.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["type"] for e in events[:2]] == ["ADDED", "BOOKMARK"]
+    assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+def test_delete_collection(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("dc1", labels={"batch": "1"}))
+    core.create_namespaced_pod("default", pod_body("dc2", labels={"batch": "1"}))
+    core.create_namespaced_pod("default", pod_body("keep"))
+    core.delete_collection_namespaced_pod("default", label_selector="batch=1")
+    assert [p["metadata"]["name"] for p in sandbox.objects("pods")] == ["keep"]
+
+
+def test_list_future_resource_version_is_504(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    future = str(sandbox.current_resource_version() + 1000)
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_pod("default", resource_version=future)
+    assert err.value.status == 504 and "Too large resource version" in err.value.body

@@ -83,3 +83,23 @@ async def test_async_paging(sandbox: SandboxThread, k8s_async_client: Any) -> No
             break
     assert names == [f"p{i}" for i in range(5)]
     assert pages == 3
+
+
+async def test_sandbox_in_the_callers_event_loop(tmp_path: Any) -> None:
+    from kubernetes_asyncio import config
+
+    from airflow_jobwatch.sandbox import Sandbox
+
+    async with Sandbox(kubelet=False, job_controller=False, bookmark_interval=None) as sb:
+        path = sb.write_kubeconfig(tmp_path / "kubeconfig")
+        configuration = client.Configuration()
+        await config.load_kube_config(config_file=path, client_configuration=configuration)
+        async with client.ApiClient(configuration) as api_client:
+            core = client.CoreV1Api(api_client)
+            await core.create_namespaced_pod("default", pod_body("inloop"))
+            sb.start_outage()
+            await sb.end_outage()
+            names = [p.metadata.name for p in (await core.list_namespaced_pod("default")).items]
+            assert names == ["inloop"]
+            assert sb.counters()["create pods"] == 1
+            assert sb.get_object("pods", "default", "inloop")["metadata"]["name"] == "inloop"  # type: ignore[index]
