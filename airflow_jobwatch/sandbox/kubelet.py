@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -792,4 +791,4 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
-__all__ = ["Kubelet", "LogBuffer", "NODE_NAME", "json"]
+__all__ = ["NODE_NAME", "Kubelet", "LogBuffer"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -13,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .errors import ApiError
+from .errors import ApiError, not_found
 from .server import ApiServer, GarbageCollector, write_kubeconfig_file
 from .store import Store, clone
 
@@ -173,14 +174,10 @@ class Sandbox:
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Deep copies (with kind/apiVersion, as GET returns them) of the stored objects of ``kind``."""
         self._check_kind(kind)
-        import json
-
         return [json.loads(e.full) for e in self.store.iter(kind, namespace)]
 
     def get_object(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         self._check_kind(kind)
-        import json
-
         entry = self.store.get(kind, namespace or "", name)
         return json.loads(entry.full) if entry is not None else None
 
@@ -315,8 +312,6 @@ class Sandbox:
     async def kubelet_logs(self, request: web.BaseRequest, ns: str, name: str) -> web.StreamResponse:
         entry = self.store.get("pods", ns, name)
         if entry is None:
-            from .errors import not_found
-
             raise not_found("pods", name)
         if self.kubelet is None:
             raise ApiError(400, f'container "{name}" in pod "{name}" is waiting to start: ContainerCreating')

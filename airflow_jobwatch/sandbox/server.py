@@ -21,9 +21,7 @@ import re
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
 
 from aiohttp import web
 
@@ -34,6 +32,7 @@ from .errors import (
     bad_request,
     conflict,
     expired,
+    invalid,
     not_found,
     status_object,
     too_old_resource_version,
@@ -45,7 +44,6 @@ from .store import (
     API_VERSIONS,
     LIST_KINDS,
     Entry,
-    Event,
     Store,
     Watcher,
     clone,
@@ -545,11 +543,10 @@ class ApiServer:
         if not isinstance(body, dict):
             raise bad_request("the object provided is unrecognized or invalid JSON: expected an object")
         api_version, kind = API_VERSIONS[resource]
-        if body.get("kind") not in (None, kind):
+        if body.get("kind") not in (None, kind) or body.get("apiVersion") not in (None, api_version):
             raise bad_request(
-                f"the API version in the data ({body.get('apiVersion')}) does not match the expected API version ({api_version})"
-                if body.get("apiVersion") != api_version
-                else f'the kind in the data ("{body.get("kind")}") does not match the expected kind ("{kind}")'
+                f"the object provided is a {body.get('apiVersion')}/{body.get('kind')}: "
+                f"expected {api_version}/{kind} on this path"
             )
         obj = clone(body)
         obj.pop("kind", None)
@@ -677,8 +674,6 @@ class ApiServer:
                     if isinstance(c, dict):
                         c.pop("image", None)
             if o != n:
-                from .errors import invalid
-
                 raise invalid(
                     "pods",
                     name,
@@ -692,8 +687,6 @@ class ApiServer:
                 )
         elif resource == "jobs":
             if new["spec"].get("template") != old["spec"].get("template") and not old["spec"].get("suspend"):
-                from .errors import invalid
-
                 raise invalid(
                     "jobs",
                     name,
@@ -917,13 +910,4 @@ def write_kubeconfig_file(
     return path_str
 
 
-__all__ = [
-    "ApiServer",
-    "GarbageCollector",
-    "kubeconfig_text",
-    "write_kubeconfig_file",
-    "quote",
-    "Event",
-    "Awaitable",
-    "Callable",
-]
+__all__ = ["ApiServer", "GarbageCollector", "kubeconfig_text", "write_kubeconfig_file"]
