@@ -307,7 +307,19 @@ class JobController:
         if not failure and not success:
             start = _parse_time(fields.get("startTime"))
             deadline = spec.get("activeDeadlineSeconds")
-            if failed_total > backoff_limit:
+            # restartPolicy OnFailure: container restarts count against the limit (the real
+            # controller's pastBackoffLimitOnFailure: restarts >= backoffLimit fails the Job).
+            on_failure = (spec.get("template") or {}).get("spec", {}).get("restartPolicy") == "OnFailure"
+            restarts = (
+                sum(
+                    int(cs.get("restartCount", 0))
+                    for p in active
+                    for cs in p.get("status", {}).get("containerStatuses") or []
+                )
+                if on_failure
+                else 0
+            )
+            if failed_total > backoff_limit or (on_failure and restarts and restarts >= backoff_limit):
                 failure = _condition(
                     "FailureTarget",
                     "True",

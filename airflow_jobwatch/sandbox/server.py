@@ -510,14 +510,14 @@ class ApiServer:
                 return
             if watcher.closed:
                 return
+            now = loop.time()
+            if now >= deadline:
+                return  # timeoutSeconds ends the stream even while events keep coming
             if watcher.buffer:
                 chunk = b"".join(watcher.buffer)
                 watcher.buffer.clear()
                 await resp.write(chunk)
                 continue
-            now = loop.time()
-            if now >= deadline:
-                return
             if next_bookmark is not None and now >= next_bookmark:
                 await resp.write(self._bookmark_line(resource))
                 next_bookmark = now + (self.sb.bookmark_interval or interval)

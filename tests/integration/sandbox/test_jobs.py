@@ -163,3 +163,13 @@ def test_delete_job_background_and_orphan(sandbox: SandboxThread, apis: Any) -> 
     (orphan,) = sandbox.objects("pods")
     assert orphan["metadata"]["labels"]["job-name"] == "orph"
     assert "ownerReferences" not in orphan["metadata"]
+
+
+def test_on_failure_restarts_count_against_backoff_limit(sandbox: SandboxThread, apis: Any) -> None:
+    batch, _core = apis
+    batch.create_namespaced_job(
+        "default", job_body("crash", "exit 1", backoffLimit=1, restart_policy="OnFailure")
+    )
+    job = wait_for(lambda: finished(sandbox, "crash"), what="the OnFailure job to fail")
+    failed = condition(job, "Failed")
+    assert failed and failed["reason"] == "BackoffLimitExceeded"

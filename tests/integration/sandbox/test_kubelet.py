@@ -162,3 +162,36 @@ def test_log_follow_and_tail(sandbox: SandboxThread, core: client.CoreV1Api) -> 
     assert followed == b"line1\nline2\nline3\nline4\n"
     tail = core.read_namespaced_pod_log("chatty", "default", tail_lines=2, _preload_content=False).data
     assert tail == b"line3\nline4\n"
+
+
+@pytest.mark.sandbox(pod_start_delay=0.5)
+def test_pod_start_delay_shows_container_creating(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    core.create_namespaced_pod("default", pod_body("slowstart", "true"))
+
+    def waiting_reason() -> str | None:
+        pod = sandbox.get_object("pods", "default", "slowstart") or {}
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            return cs["state"].get("waiting", {}).get("reason")
+        return None
+
+    assert wait_for(waiting_reason, what="a waiting container") == "ContainerCreating"
+    assert phase_of(sandbox, "slowstart") == "Pending"
+    wait_for(lambda: terminal(sandbox, "slowstart"), what="the pod to finish after the delay")
+
+
+def test_termination_message_from_host_path(
+    sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    message_file = tmp_path / "termination-log"
+    containers = [
+        {
+            "name": "main",
+            "image": "x",
+            "command": ["sh", "-c", f"echo 'result: 42' > {message_file}; exit 5"],
+            "terminationMessagePath": str(message_file),
+        }
+    ]
+    core.create_namespaced_pod("default", pod_body("msg", containers=containers))
+    pod = wait_for(lambda: terminal(sandbox, "msg"), what="pod msg to finish")
+    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["message"] == "result: 42\n" and term["exitCode"] == 5
