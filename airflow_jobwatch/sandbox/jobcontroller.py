@@ -278,6 +278,11 @@ class JobController:
             if phase == "Succeeded" and puid not in unc_succeeded:
                 unc_succeeded.append(puid)
             elif phase == "Failed" and puid not in unc_failed:
+                if suspended and pod["metadata"].get("deletionTimestamp"):
+                    # Stopped because the Job was suspended: not a failure (the real controller
+                    # does not count pods it removed for suspension against backoffLimit).
+                    self._remove_finalizer(pod)
+                    continue
                 unc_failed.append(puid)
         for puid in sorted(self._lost.pop(uid, set())):
             if puid not in unc_failed and puid not in unc_succeeded:

@@ -173,3 +173,17 @@ def test_on_failure_restarts_count_against_backoff_limit(sandbox: SandboxThread,
     job = wait_for(lambda: finished(sandbox, "crash"), what="the OnFailure job to fail")
     failed = condition(job, "Failed")
     assert failed and failed["reason"] == "BackoffLimitExceeded"
+
+
+def test_suspending_a_running_job_stops_its_pods_without_failures(sandbox: SandboxThread, apis: Any) -> None:
+    batch, _core = apis
+    batch.create_namespaced_job("default", job_body("pause", "sleep 60", backoffLimit=0))
+    wait_for(
+        lambda: (sandbox.get_object("jobs", "default", "pause") or {}).get("status", {}).get("active") == 1,
+        what="an active pod",
+    )
+    batch.patch_namespaced_job("pause", "default", {"spec": {"suspend": True}})
+    wait_for(lambda: not sandbox.objects("pods"), what="the pod stopped and removed")
+    job = sandbox.get_object("jobs", "default", "pause")
+    assert condition(job, "Suspended") and not condition(job, "Failed")
+    assert not job["status"].get("failed")  # type: ignore[index]
