@@ -338,7 +338,9 @@ class ApiServer:
         limit_raw = query.get("limit")
         limit = int(limit_raw) if limit_raw and limit_raw.isdigit() and int(limit_raw) > 0 else 0
 
-        objects = store.objects[resource]
+        # A continued list shows the state at the first page's revision, like etcd (pages of one
+        # list never mix states); the first page and unpaged lists show the current state.
+        objects = store.objects[resource] if list_rv >= store.rv else store.snapshot(resource, list_rv)
         name_eq = equals.get("metadata.name")
         if name_eq is not None and ns is not None:
             one = objects.get((ns, name_eq))

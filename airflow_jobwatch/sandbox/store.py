@@ -194,6 +194,24 @@ class Store:
         out.reverse()
         return out
 
+    def snapshot(self, resource: str, rv: int) -> dict[tuple[str, str], Entry]:
+        """The objects of ``resource`` as they were at revision ``rv`` (which must not be compacted),
+        rebuilt by undoing the retained history: what etcd gives a paged list that continues at the
+        first page's revision, so all pages show one consistent state."""
+        objects = dict(self.objects[resource])
+        for ev in reversed(self.history):
+            if ev.rv <= rv:
+                break
+            if ev.resource != resource:
+                continue
+            key = (ev.namespace, ev.obj["metadata"]["name"])
+            if ev.type == "ADDED":
+                objects.pop(key, None)
+            else:
+                before = ev.prev if ev.prev is not None else ev.obj
+                objects[key] = self.encode(resource, before)
+        return objects
+
     # ---- writes --------------------------------------------------------------------------------
     def commit(
         self, resource: str, type_: str, obj: dict[str, Any], prev: dict[str, Any] | None = None

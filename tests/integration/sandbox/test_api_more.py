@@ -38,12 +38,19 @@ def test_paging_tokens_like_the_real_server(sandbox: SandboxThread, core: client
         "rv": int(page1.metadata.resource_version),
         "start": "/pg-1\u0000",
     }
+    # Changes after the first page do not show in later pages: they are the state at its revision.
     core.create_namespaced_pod("default", pod_body("pg-9", labels={"pg": "x"}))
+    before = core.read_namespaced_pod("pg-2", "default")
+    core.patch_namespaced_pod("pg-2", "default", {"metadata": {"labels": {"late": "yes"}}})
+    core.delete_namespaced_pod("pg-3", "default")
     page2 = core.list_namespaced_pod(
         "default", label_selector="pg=x", limit=2, _continue=page1.metadata._continue
     )
     assert [p.metadata.name for p in page2.items] == ["pg-2", "pg-3"]
+    assert page2.items[0].metadata.resource_version == before.metadata.resource_version
+    assert "late" not in page2.items[0].metadata.labels
     assert page2.metadata.resource_version == page1.metadata.resource_version  # the snapshot's RV
+    assert not page2.metadata._continue
     with pytest.raises(ApiException) as bad:
         core.list_namespaced_pod("default", limit=2, _continue="garbage")
     assert bad.value.status == 400 and "invalid continue token" in bad.value.body
