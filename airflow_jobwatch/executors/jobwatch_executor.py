@@ -14,6 +14,7 @@ import json
 import os
 import random
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -59,6 +60,8 @@ API_REQUEST_TIMEOUT = (10.0, 30.0)
 RUNNING_POD_LOG_LINES = 100
 # The status file is rewritten at most this often.
 STATUS_FILE_INTERVAL_SECONDS = 1.0
+# Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
+STATUS_REPORTS_KEPT = 500
 
 
 def _getfloat(section: str, key: str, default: float) -> float:
@@ -148,6 +151,7 @@ class JobWatchExecutor(BaseExecutor):
             "failed": 0,
             "adopted": 0,
         }
+        self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = conf.get(SECTION, "executor_status_file", fallback="") or ""
         self._status_written_at = 0.0
 
@@ -369,6 +373,19 @@ class JobWatchExecutor(BaseExecutor):
         self._append_task_log(key, reason)
         self.fail(key, reason)
         self._workloads.pop(key, None)
+        self._reports.append(
+            {
+                "dag_id": key.dag_id,
+                "task_id": key.task_id,
+                "run_id": key.run_id,
+                "map_index": key.map_index,
+                "try_number": key.try_number,
+                "pod": None,
+                "state": "failed",
+                "reason": "PodCreationFailed",
+                "found_after_watcher_gap": False,
+            }
+        )
 
     # ------------------------------------------------------------------------------------------
     # Results
@@ -401,6 +418,19 @@ class JobWatchExecutor(BaseExecutor):
             self.fail(key, info)
             failed = True
         self._workloads.pop(key, None)
+        self._reports.append(
+            {
+                "dag_id": key.dag_id,
+                "task_id": key.task_id,
+                "run_id": key.run_id,
+                "map_index": key.map_index,
+                "try_number": key.try_number,
+                "pod": f"{result.namespace}/{result.name}",
+                "state": "failed" if failed else "success",
+                "reason": result.reason,
+                "found_after_watcher_gap": result.gap,
+            }
+        )
         if result.gap or result.reason == "Deleted":
             return  # nothing left to clean up
         kc = self.kube_config
@@ -627,6 +657,7 @@ class JobWatchExecutor(BaseExecutor):
             "watcher_healthy": c.healthy if c else False,
             "watcher_last_error": c.last_error if c else None,
             "watchers": c.per_namespace if c else {},
+            "reports": list(self._reports),
         }
 
     def _write_status(self, *, force: bool = False) -> None:

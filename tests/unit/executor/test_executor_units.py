@@ -1,0 +1,138 @@
+"""Pure parts of JobWatchExecutor: pod identity, pod building, configuration, API error parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from airflow_jobwatch.devtools.workloads import make_workload
+from airflow_jobwatch.executors.jobwatch_executor import _api_message, _retry_after, informer_config_from_conf
+from airflow_jobwatch.executors.pods import build_worker_pod, key_from_annotations, worker_label_selector
+
+TEMPLATE = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: from-template
+  labels: {team: data}
+spec:
+  restartPolicy: Never
+  serviceAccountName: airflow-worker
+  containers:
+    - name: base
+      image: template/image:1
+"""
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        (
+            {"dag_id": "d", "task_id": "t", "run_id": "r", "try_number": "2"},
+            ("d", "t", "r", 2, -1),
+        ),
+        (
+            {"dag_id": "d", "task_id": "t", "run_id": "r", "try_number": "1", "map_index": "4"},
+            ("d", "t", "r", 1, 4),
+        ),
+        ({"dag_id": "d", "task_id": "t", "try_number": "1"}, None),  # no run_id: not an Airflow 3 pod
+        ({"dag_id": "d", "task_id": "t", "run_id": "r", "try_number": "x"}, None),
+        ({}, None),
+    ],
+)
+def test_key_from_annotations(annotations, expected):
+    key = key_from_annotations(annotations)
+    assert (tuple(key) if key is not None else None) == expected
+
+
+def test_worker_label_selector_is_upstreams():
+    assert (
+        worker_label_selector("12")
+        == "kubernetes_executor=True,airflow-worker=12,airflow_executor_done!=True"
+    )
+
+
+@pytest.fixture
+def kube_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    template = tmp_path / "template.yaml"
+    template.write_text(TEMPLATE)
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE", str(template))
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE", "airflow-workers")
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY", "repo/airflow")
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG", "3.3.2")
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+
+    return KubeConfig()
+
+
+def test_pod_is_template_then_dynamic_pod_then_override(kube_config):
+    w = make_workload(task_id="t", run_id="manual__1", try_number=3, map_index=2)
+    pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="d-t-abc")
+    assert pod.metadata.name == "d-t-abc"
+    assert pod.metadata.namespace == "airflow-workers"
+    assert pod.metadata.labels["team"] == "data"  # from the template
+    assert pod.metadata.labels["airflow-worker"] == "9"
+    assert pod.metadata.labels["kubernetes_executor"] == "True"
+    assert pod.metadata.labels["map_index"] == "2"
+    assert pod.metadata.annotations == {
+        "dag_id": w.ti.dag_id,
+        "task_id": "t",
+        "try_number": "3",
+        "map_index": "2",
+        "run_id": "manual__1",
+    }
+    assert pod.spec.service_account_name == "airflow-worker"  # from the template
+    container = pod.spec.containers[0]
+    assert container.image == "repo/airflow:3.3.2"  # worker_container_repository:tag beats the template
+    assert container.args[:4] == [
+        "python",
+        "-m",
+        "airflow.sdk.execution_time.execute_workload",
+        "--json-string",
+    ]
+
+
+def test_pod_override_image_and_namespace_win(kube_config):
+    w = make_workload(task_id="t", image="custom/image:7", namespace="special")
+    pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p")
+    assert pod.spec.containers[0].image == "custom/image:7"
+    assert pod.metadata.namespace == "special"
+
+
+def test_missing_template_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE", "")
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+
+    with pytest.raises(ValueError, match="pod_template_file"):
+        build_worker_pod(
+            make_workload(task_id="t"), kube_config=KubeConfig(), scheduler_job_id="1", pod_name="p"
+        )
+
+
+def test_informer_config_from_jobwatch_section(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "42")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS", "7")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS", "9")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESYNC_INTERVAL_SECONDS", "0")
+    cfg = informer_config_from_conf()
+    assert cfg.watch_timeout_seconds == 42
+    assert cfg.stall_timeout_seconds == 7
+    assert cfg.backoff_max_seconds == 9
+    assert cfg.resync_interval_seconds is None  # 0 disables the safety-net relist
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESYNC_INTERVAL_SECONDS", "120")
+    assert informer_config_from_conf().resync_interval_seconds == 120
+
+
+def test_api_error_parsing():
+    err = ApiException(status=429, reason="Too Many Requests")
+    err.body = '{"kind":"Status","message":"too many requests, please try again later","code":429}'
+    err.headers = {"Retry-After": "3"}
+    assert _api_message(err) == "too many requests, please try again later"
+    assert _retry_after(err) == 3.0
+    plain = ApiException(status=503, reason="Service Unavailable")
+    plain.body = "upstream connect error"
+    plain.headers = {"Retry-After": "soon"}
+    assert _api_message(plain) == "upstream connect error"
+    assert _retry_after(plain) is None
