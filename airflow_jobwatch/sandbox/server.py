@@ -86,6 +86,25 @@ def _bool_param(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1", "yes")
 
 
+def _verb(method: str, name: str | None, sub: str | None, query: Any) -> str:
+    """The Kubernetes verb of a request (what RBAC and the request counters call it)."""
+    if method == "GET":
+        if name is None:
+            return "watch" if _bool_param(query.get("watch")) else "list"
+        return "get"
+    if name is None:
+        verb = {"POST": "create", "DELETE": "deletecollection"}.get(method)
+    elif sub == "log":
+        verb = None  # logs are read-only
+    else:
+        verb = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+        if verb == "delete" and sub is not None:
+            verb = None
+    if verb is None:
+        raise ApiError(405, "the server does not allow this method on the requested resource")
+    return verb
+
+
 class ApiServer:
     """HTTP handlers. Owns no state of its own beyond faults and counters: objects live in the store."""
 
@@ -162,19 +181,7 @@ class ApiServer:
         if resource == "namespaces" and sub == "log" or (sub == "log" and resource != "pods"):
             raise ApiError(404, "the server could not find the requested resource", details={})
         query = request.query
-        method = request.method
-        if method == "GET":
-            if name is None:
-                verb = "watch" if _bool_param(query.get("watch")) else "list"
-            else:
-                verb = "get"
-        else:
-            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, "")
-            if not verb or (verb == "create" and name is not None) or (verb != "create" and name is None):
-                if verb == "delete" and name is None:
-                    verb = "deletecollection"
-                else:
-                    raise ApiError(405, "the server does not allow this method on the requested resource")
+        verb = _verb(request.method, name, sub, query)
         counted = f"{resource}/{sub}" if sub else resource
         self.counters[f"{verb} {counted}"] += 1
         self._maybe_inject_fault(verb)
