@@ -273,3 +273,38 @@ def test_api_outage_then_reported_when_it_returns(make_supervisor, core_v1, kube
     poll_until(sup, lambda rs: "through-outage" in _terminal(rs), timeout=30, results=results)
     assert _terminal(results)["through-outage"].phase == "succeeded"
     assert sup.counters.restarts == 0
+
+
+@pytest.mark.sandbox_opts(namespaces=("default", "team-b"))
+@pytest.mark.parametrize("scopes", [["default", "team-b"], [None]], ids=["per-namespace", "all-namespaces"])
+def test_multi_namespace_watchers_and_scoped_gap_check(make_supervisor, core_v1, scopes):
+    sup = make_supervisor(namespaces=scopes)
+    results = _wait_synced(sup)
+    assert set(sup.child_pids()) == set(scopes)
+    for ns in ("default", "team-b"):
+        core_v1.create_namespaced_pod(ns, pod_body(f"long-{ns}", "sleep 60"))
+        sup.track(ns, f"long-{ns}", f"long-{ns}")
+        core_v1.create_namespaced_pod(ns, pod_body(f"short-{ns}", "sleep 0.5; exit 0"))
+        sup.track(ns, f"short-{ns}", f"short-{ns}")
+    poll_until(
+        sup,
+        lambda rs: (
+            {"short-default", "short-team-b"} <= set(_terminal(rs))
+            and {"long-default", "long-team-b"} <= {r.key for r in rs if r.phase == "running"}
+        ),
+        timeout=30,
+        results=results,
+    )
+    # Kill the watcher that covers team-b, delete its long pod while it is down.
+    victim_scope = "team-b" if "team-b" in scopes else None
+    pid = sup.child_pids()[victim_scope]
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    core_v1.delete_namespaced_pod("long-team-b", "team-b", grace_period_seconds=0)
+    poll_until(sup, lambda rs: "long-team-b" in _terminal(rs), timeout=30, results=results)
+    terminal = _terminal(results)
+    assert terminal["long-team-b"].reason == "Deleted"
+    assert "long-default" not in terminal  # untouched, still running, still tracked
+    assert sup.counters.restarts == 1
+    assert sup.counters.gap_deleted == 1
+    assert {"default", "team-b"} & {ref[0] for ref in sup.tracked()} == {"default"}
