@@ -1,0 +1,59 @@
+"""Deferrable KubernetesJobOperator tasks: waits handed to JobTrigger in the triggerer.
+
+Every task creates a Kubernetes Job and defers; one shared watch per namespace in the triggerer ends the
+waits. On the sandbox (``make demo``, the e2e tests) the Jobs' containers are local processes, so the
+commands are plain ``sh``; on a real cluster the image is pulled and the same commands run in it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from airflow.sdk import DAG
+
+from airflow_jobwatch.operators.job import KubernetesJobOperator
+
+# The demo stack points the executor at the sandbox; the Jobs go to the same cluster. Unset on a real
+# installation, where the default kubeconfig (or in-cluster config) is used.
+KUBECONFIG = os.environ.get("AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE") or None
+
+common = dict(
+    namespace="default",
+    image="busybox:1.36",
+    kubernetes_conn_id=None,
+    config_file=KUBECONFIG,
+    in_cluster=False,
+    deferrable=True,
+    backoff_limit=0,
+    get_logs=True,
+    job_poll_interval=30,
+    execution_timeout=datetime.timedelta(minutes=10),
+)
+
+with DAG(
+    dag_id="deferrable_jobs",
+    schedule=None,
+    start_date=datetime.datetime(2026, 1, 1),
+    catchup=False,
+    tags=["jobwatch", "deferrable"],
+) as dag:
+    KubernetesJobOperator(task_id="quick", cmds=["sh", "-c", "echo quick job done"], **common)
+    KubernetesJobOperator(
+        task_id="long",
+        cmds=["sh", "-c", "echo long job starts; sleep 25; echo long job done"],
+        **common,
+    )
+    KubernetesJobOperator(
+        task_id="fan_out",
+        cmds=["sh", "-c", "sleep 3; echo one of three"],
+        parallelism=3,
+        completions=3,
+        **common,
+    )
+    KubernetesJobOperator(task_id="fails", cmds=["sh", "-c", "echo about to fail; exit 3"], **common)
+    KubernetesJobOperator(
+        task_id="bad_image",
+        cmds=["true"],
+        **{**common, "image": "registry.invalid/no-such-image:1"},
+    )

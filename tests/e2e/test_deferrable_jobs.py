@@ -1,0 +1,66 @@
+"""Deferrable KubernetesJobOperator end to end: a real scheduler, api-server, dag-processor and triggerer
+on SQLite; Jobs run by the sandbox. The triggerer is SIGKILLed while the waits are in flight and started
+again; the new one picks the waits up from the database and they end correctly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_jobwatch.devtools.stack import AirflowStack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+DAG_ID = "deferrable_jobs"
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[AirflowStack]:
+    with AirflowStack(
+        triggerer=True,
+        dag_ids=[DAG_ID],
+        sandbox_args=["--fail-images", r"^registry\.invalid/", "--bookmark-interval", "1"],
+    ) as s:
+        yield s
+
+
+def _wait(condition, *, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
+    run_id = stack.trigger_dag(DAG_ID)
+    _wait(
+        lambda: stack.task_states(DAG_ID, run_id).get("long", {}).get("state") == "deferred",
+        timeout=150,
+        what=f"task 'long' to defer; states {stack.task_states(DAG_ID, run_id)}",
+    )
+    stack.kill("triggerer")
+    time.sleep(2)  # the Jobs go on without anyone watching them
+    stack.start("triggerer")
+    stack.wait_for_run(DAG_ID, run_id, timeout=200)
+    states = {task: s["state"] for task, s in stack.task_states(DAG_ID, run_id).items()}
+    assert states == {
+        "quick": "success",
+        "long": "success",
+        "fan_out": "success",
+        "fails": "failed",
+        "bad_image": "failed",
+    }, states
+    assert "long job done" in stack.task_log(DAG_ID, run_id, "long", 1)
+    fails_log = stack.task_log(DAG_ID, run_id, "fails", 1)
+    assert "BackoffLimitExceeded" in fails_log
+    assert "ErrImagePull" in stack.task_log(DAG_ID, run_id, "bad_image", 1) or "ImagePullBackOff" in (
+        stack.task_log(DAG_ID, run_id, "bad_image", 1)
+    )
+    # on_finish_action="delete_pod": every Job of the run is gone
+    _wait(lambda: not stack.admin.objects("jobs", "default"), timeout=30, what="the Jobs' deletion")
