@@ -81,3 +81,12 @@ def test_informer_config_reads_jobwatch_section(monkeypatch):
     assert cfg.stall_timeout_seconds == 7
     assert cfg.resync_interval_seconds is None
     assert informer_config_from_airflow(resync_interval_seconds=15).resync_interval_seconds == 15
+
+
+def test_package_level_imports():
+    from airflow_jobwatch.operators import KubernetesJobOperator
+    from airflow_jobwatch.operators.job import KubernetesJobOperator as direct_op
+    from airflow_jobwatch.triggers import JobTrigger as from_package
+
+    assert from_package is JobTrigger
+    assert KubernetesJobOperator is direct_op
