@@ -545,9 +545,17 @@ class JobWatchExecutor(BaseExecutor):
             for pod in pods:
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
-                if key is None or key not in by_key:
-                    continue
                 ns, name = meta["namespace"], meta["name"]
+                if key is None or key not in by_key:
+                    # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
+                    # already recorded): nobody else will ever clean it up.
+                    finished = classify_pod(pod) if key is not None else None
+                    if finished is not None and finished.terminal:
+                        failed = finished.phase == "failed"
+                        kc = self.kube_config
+                        delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+                        self._cleanup.append((ns, name, delete))
+                    continue
                 try:
                     self.core_v1.patch_namespaced_pod(
                         name,
@@ -581,6 +589,7 @@ class JobWatchExecutor(BaseExecutor):
                             observed_at=time.time(),
                         )
                     )
+        self._retry_cleanup()
         # Already adopted by a previous (retried) call: do not hand them back for reset.
         not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
         return not_adopted

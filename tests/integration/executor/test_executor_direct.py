@@ -233,3 +233,47 @@ def test_revoke_deletes_the_pod_without_an_event(executor_factory, kube_sandbox)
         ex.heartbeat()
         assert not ex.get_event_buffer(), "revoke_task must not produce events"
         time.sleep(0.1)
+
+
+def test_adoption_after_scheduler_death(executor_factory, kube_sandbox):
+    from types import SimpleNamespace
+
+    sandbox, _ = kube_sandbox
+    old = executor_factory(job_id="42")
+    runs_on = make_workload(task_id="runs_on", command="sleep 2; exit 0")
+    ends_meanwhile = make_workload(task_id="ends_meanwhile", command="exit 0")
+    already_recorded = make_workload(task_id="already_recorded", command="exit 0")
+    _submit(old, runs_on, ends_meanwhile, already_recorded)
+
+    def pods_by_task() -> dict[str, dict[str, Any]]:
+        return {p["metadata"]["annotations"]["task_id"]: p for p in sandbox.objects("pods", "default")}
+
+    deadline = time.monotonic() + 30
+    while len(pods_by_task()) < 3:
+        old.heartbeat()
+        assert time.monotonic() < deadline, "pods were not created"
+        time.sleep(0.1)
+    old.terminate()  # the scheduler dies: its watcher stops, its pods live on
+    deadline = time.monotonic() + 30
+    while {t: p["status"].get("phase") for t, p in pods_by_task().items()}.get(
+        "ends_meanwhile"
+    ) != "Succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    new = executor_factory(job_id="43")
+    no_pod = make_workload(task_id="no_pod")
+    orphans = [SimpleNamespace(key=w.ti.key, queued_by_job_id=42) for w in (runs_on, ends_meanwhile, no_pod)]
+    not_adopted = new.try_adopt_task_instances(orphans)
+    assert [ti.key.task_id for ti in not_adopted] == ["no_pod"]
+    assert pods_by_task()["runs_on"]["metadata"]["labels"]["airflow-worker"] == "43"
+    events = _heartbeat_until(new, lambda e: {"runs_on", "ends_meanwhile"} <= set(_terminal(e)), timeout=30)
+    assert _terminal(events)["runs_on"][0] == "success"
+    assert _terminal(events)["ends_meanwhile"][0] == "success"
+    assert "already_recorded" not in _terminal(events)
+    # The finished pod whose task was not orphaned is cleaned up by the adopter.
+    deadline = time.monotonic() + 20
+    while "already_recorded" in pods_by_task():
+        new.heartbeat()
+        assert time.monotonic() < deadline, "the dead scheduler's finished pod was not cleaned up"
+        time.sleep(0.1)
