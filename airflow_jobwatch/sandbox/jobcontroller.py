@@ -40,6 +40,8 @@ TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
 # Back-off before re-creating a pod after failures: BACKOFF_INITIAL * 2^(failures-1), capped.
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
+# Sync rounds per event-loop turn (a round syncs every Job marked dirty by the previous one).
+MAX_SYNC_ROUNDS = 20
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -154,9 +156,11 @@ class JobController:
             asyncio.get_running_loop().call_soon(self._drain)
 
     def _drain(self) -> None:
+        """Sync every dirty Job; a sync's own writes mark Jobs dirty again, so loop until quiet, but
+        yield to the event loop after :data:`MAX_SYNC_ROUNDS` rounds so HTTP requests keep flowing."""
         self._scheduled = False
         rounds = 0
-        while self._dirty and rounds < 100:
+        while self._dirty and rounds < MAX_SYNC_ROUNDS:
             rounds += 1
             batch = list(self._dirty)
             self._dirty.clear()
@@ -165,6 +169,9 @@ class JobController:
                     self._sync(ns, name)
                 except Exception:  # a controller bug must not stop the sandbox; the Job stays as is
                     log.exception("sandbox job controller: sync of %s/%s failed", ns, name)
+        if self._dirty and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
 
     def _timer(self, kind: str, ns: str, name: str, delay: float) -> None:
         key = (kind, ns, name)
