@@ -26,6 +26,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -387,6 +388,13 @@ class Kubelet:
             await self._image_pull_failure(rt, failing_image)
             await self._finish(rt)
             return
+        if self._config_errors(rt):
+            # A container that cannot be configured never starts; the pod stays Pending (the
+            # kubelet keeps retrying) until it is deleted.
+            self._publish(rt)
+            await self._wait_stopping(rt, None)
+            await self._finish(rt)
+            return
 
         deadline = spec.get("activeDeadlineSeconds")
         if isinstance(deadline, int) and deadline >= 0:
@@ -436,6 +444,32 @@ class Kubelet:
             return
         with contextlib.suppress(ApiError):
             self.sb.api.delete("pods", namespace, name, grace=0, preconditions={"uid": uid})
+
+    def _config_errors(self, rt: PodRuntime) -> bool:
+        """Set the waiting state of containers the kubelet could not create, as it reports them:
+
+        * an image name that is not a valid reference -> ``InvalidImageName``;
+        * ``env[].valueFrom`` / ``envFrom`` referring to a Secret or ConfigMap -> the sandbox has
+          none, so ``CreateContainerConfigError`` (unless the reference is ``optional``).
+        """
+        found = False
+        for c in rt.containers:
+            image = str(c.spec.get("image", ""))
+            if not _IMAGE_REFERENCE.match(image):
+                c.state = {
+                    "waiting": {
+                        "reason": "InvalidImageName",
+                        "message": f'Failed to apply default image tag "{image}": couldn\'t parse image name '
+                        f'"{image}": invalid reference format',
+                    }
+                }
+                found = True
+                continue
+            missing = _missing_reference(c.spec)
+            if missing is not None:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": missing}}
+                found = True
+        return found
 
     async def _wait_stopping(self, rt: PodRuntime, seconds: float | None) -> bool:
         """Wait ``seconds`` (None = forever) unless the pod is told to stop; True if it was."""
@@ -785,6 +819,29 @@ class Kubelet:
             buffer.changed.clear()
             await buffer.changed.wait()
         await resp.write_eof()
+
+
+# Docker/OCI image references: lowercase repository path, optional registry port, tag, digest.
+_IMAGE_REFERENCE = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@[a-z0-9]+:[a-fA-F0-9]{32,})?$"
+)
+
+
+def _missing_reference(container: dict[str, Any]) -> str | None:
+    """The kubelet's message for the first Secret/ConfigMap a container needs (none exist here)."""
+    for item in container.get("env") or []:
+        source = (item or {}).get("valueFrom") or {}
+        for key, kind in (("secretKeyRef", "secret"), ("configMapKeyRef", "configmap")):
+            ref = source.get(key)
+            if isinstance(ref, dict) and not ref.get("optional"):
+                return f'{kind} "{ref.get("name", "")}" not found'
+    for item in container.get("envFrom") or []:
+        for key, kind in (("secretRef", "secret"), ("configMapRef", "configmap")):
+            ref = (item or {}).get(key)
+            if isinstance(ref, dict) and not ref.get("optional"):
+                return f'{kind} "{ref.get("name", "")}" not found'
+    return None
 
 
 def _truthy(value: str | None) -> bool:

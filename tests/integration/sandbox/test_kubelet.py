@@ -195,3 +195,41 @@ def test_termination_message_from_host_path(
     pod = wait_for(lambda: terminal(sandbox, "msg"), what="pod msg to finish")
     term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert term["message"] == "result: 42\n" and term["exitCode"] == 5
+
+
+@pytest.mark.parametrize(
+    ("container", "reason", "message"),
+    [
+        ({"image": "Not A Valid/Image"}, "InvalidImageName", "invalid reference format"),
+        (
+            {
+                "image": "busybox:1.36",
+                "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}],
+            },
+            "CreateContainerConfigError",
+            'secret "db" not found',
+        ),
+        (
+            {"image": "busybox:1.36", "envFrom": [{"configMapRef": {"name": "settings"}}]},
+            "CreateContainerConfigError",
+            'configmap "settings" not found',
+        ),
+    ],
+)
+def test_containers_that_cannot_be_created_stay_waiting(
+    sandbox: SandboxThread, core: client.CoreV1Api, container: dict[str, Any], reason: str, message: str
+) -> None:
+    containers = [{"name": "main", "command": ["true"], **container}]
+    core.create_namespaced_pod("default", pod_body("cfg", containers=containers))
+
+    def waiting() -> dict[str, Any] | None:
+        pod = sandbox.get_object("pods", "default", "cfg") or {}
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            return cs["state"].get("waiting")
+        return None
+
+    state = wait_for(waiting, what=f"the container to wait with {reason}")
+    assert state["reason"] == reason and message in state["message"]
+    assert phase_of(sandbox, "cfg") == "Pending"
+    core.delete_namespaced_pod("cfg", "default")
+    wait_for(lambda: sandbox.get_object("pods", "default", "cfg") is None, what="the pod to be deleted")
