@@ -672,14 +672,24 @@ class WatcherSupervisor:
 
     def _update_counters(self) -> None:
         c = self.counters
+        was_healthy = c.healthy
         c.restarts = sum(s.restarts for s in self._slots.values())
         c.relists = sum(s.relists_done + (s.stats.relists if s.stats else 0) for s in self._slots.values())
         c.watches = sum(s.watches_done + (s.stats.watches if s.stats else 0) for s in self._slots.values())
-        c.healthy = all(
-            s.child is not None and (s.stats is None or s.stats.healthy) for s in self._slots.values()
-        )
+        # The informer's own verdict (failing for unhealthy_after_seconds); a child being restarted is
+        # counted in ``restarts``, not here.
+        c.healthy = all(s.stats is None or s.stats.healthy for s in self._slots.values())
         errors = [s.stats.last_error for s in self._slots.values() if s.stats and s.stats.last_error]
         c.last_error = errors[0] if errors else None
+        if was_healthy and not c.healthy:
+            # Tasks keep running and are reported once the API answers again; nothing is failed for this.
+            log.error(
+                "KubernetesJobWatcher cannot reach the Kubernetes API (last error: %s); running tasks are "
+                "kept and will be reported when it answers again",
+                c.last_error,
+            )
+        elif c.healthy and not was_healthy:
+            log.info("KubernetesJobWatcher is healthy again")
         c.per_namespace = {
             (ns or "*"): {
                 "generation": s.generation,
