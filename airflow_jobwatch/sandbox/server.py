@@ -419,6 +419,8 @@ class ApiServer:
         else:
             timeout = random.uniform(*DEFAULT_WATCH_TIMEOUT_RANGE)
         watcher = Watcher(resource, ns, label_match, field_match, bool(label_text or field_text))
+        if tables.wants_table(request.headers.get("Accept", "")):
+            watcher.render = functools.partial(self._table_event, resource)
 
         # Decide what the stream starts with, synchronously (no await) so no event can slip between
         # the snapshot/replay and registering the watcher.
@@ -428,7 +430,10 @@ class ApiServer:
         if rv_param in ("", "0") or send_initial:
             for entry in store.iter(resource, ns):
                 if watcher.matches(entry.obj):
-                    initial.append(b'{"type":"ADDED","object":' + entry.full + b"}\n")
+                    if watcher.render is not None:
+                        initial.append(watcher.render("ADDED", entry.obj))
+                    else:
+                        initial.append(b'{"type":"ADDED","object":' + entry.full + b"}\n")
             initial_end_bookmark = send_initial and bookmarks
         else:
             try:
@@ -439,7 +444,9 @@ class ApiServer:
             if replay is None:
                 expired_status = too_old_resource_version(requested, store.rv)
             else:
-                probe = Watcher(resource, ns, label_match, field_match, watcher.selective)
+                probe = Watcher(
+                    resource, ns, label_match, field_match, watcher.selective, render=watcher.render
+                )
                 for ev in replay:
                     probe.offer(ev)
                 initial.extend(probe.buffer)
@@ -484,6 +491,12 @@ class ApiServer:
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
         return resp
+
+    @staticmethod
+    def _table_event(resource: str, type_: str, obj: dict[str, Any]) -> bytes:
+        """A watch event whose object is a one-row Table (what kubectl get --watch asks for)."""
+        rendered = tables.table(resource, [obj], obj["metadata"].get("resourceVersion", ""), None)
+        return json.dumps({"type": type_, "object": rendered}, separators=(",", ":")).encode() + b"\n"
 
     def _bookmark_line(self, resource: str, *, initial_events_end: bool = False) -> bytes:
         api_version, kind = API_VERSIONS[resource]

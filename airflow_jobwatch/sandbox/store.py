@@ -95,6 +95,8 @@ class Watcher:
     closed: bool = False
     stalled: bool = False
     close_reason: str = ""
+    # Renders an event line itself (kubectl's Table watches) instead of sharing the cached bytes.
+    render: Callable[[str, dict[str, Any]], bytes] | None = None
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         if not self.selective:
@@ -110,22 +112,26 @@ class Watcher:
         if self.namespace is not None and event.namespace != self.namespace:
             return
         if not self.selective:
-            line = event.line()
+            type_ = event.type
         elif event.type == "MODIFIED":
             now_match = self.matches(event.obj)
             was_match = event.prev is not None and self.matches(event.prev)
             if now_match and was_match:
-                line = event.line()
+                type_ = "MODIFIED"
             elif now_match:
-                line = event.line("ADDED")
+                type_ = "ADDED"
             elif was_match:
-                line = event.line("DELETED")
+                type_ = "DELETED"
             else:
                 return
         elif self.matches(event.obj):
-            line = event.line()
+            type_ = event.type
         else:
             return
+        if self.render is not None:
+            line = self.render(type_, event.obj)
+        else:
+            line = event.line(type_ if type_ != event.type else None)
         self.buffer.append(line)
         if len(self.buffer) > WATCHER_MAX_BUFFER:
             self.close("too slow")

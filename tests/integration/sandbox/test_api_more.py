@@ -218,3 +218,28 @@ def test_list_future_resource_version_is_504(sandbox: SandboxThread, core: clien
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod("default", resource_version=future)
     assert err.value.status == 504 and "Too large resource version" in err.value.body
+
+
+def test_table_printing_for_kubectl(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    import urllib.request
+
+    core.create_namespaced_pod("default", pod_body("tbl"))
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    headers = {"Authorization": f"Bearer {sandbox.token}", "Accept": accept}
+    url = f"{sandbox.url}/api/v1/namespaces/default/pods"
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as resp:
+        listed = json.loads(resp.read())
+    assert listed["kind"] == "Table"
+    assert [c["name"] for c in listed["columnDefinitions"]][:5] == [
+        "Name",
+        "Ready",
+        "Status",
+        "Restarts",
+        "Age",
+    ]
+    assert listed["rows"][0]["cells"][:3] == ["tbl", "0/1", "Pending"]
+    watch_url = url + "?watch=true&resourceVersion=0&timeoutSeconds=1"
+    with urllib.request.urlopen(urllib.request.Request(watch_url, headers=headers), timeout=5) as resp:
+        event = json.loads(resp.readline())
+    assert event["type"] == "ADDED" and event["object"]["kind"] == "Table"
+    assert event["object"]["rows"][0]["object"]["metadata"]["name"] == "tbl"
