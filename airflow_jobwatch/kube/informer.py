@@ -567,9 +567,9 @@ class Informer:
 
     # ------------------------------------------------------------------------------------ list/reconcile
 
-    async def _list_pages(self) -> tuple[dict[str, dict[str, Any]], str]:
-        """A full paged LIST: (uid -> object, the list's resourceVersion)."""
-        items: dict[str, dict[str, Any]] = {}
+    async def _list_pages(self) -> AsyncGenerator[tuple[list[dict[str, Any]], str], None]:
+        """A full paged LIST, page by page: (items, the list's resourceVersion). Pages of one list all belong
+        to the snapshot of its first page (the continue token pins it)."""
         list_rv: str | None = None
         continue_token: str | None = None
         while True:
@@ -590,19 +590,20 @@ class Informer:
             finally:
                 resp.release()
             page = json.loads(body)
+            del body
             metadata = page.get("metadata") or {}
             if list_rv is None:
                 list_rv = str(metadata.get("resourceVersion") or "")
-            for item in page.get("items") or ():
+                if not list_rv:
+                    raise ValueError(f"LIST {self._path} returned no metadata.resourceVersion")
+            items: list[dict[str, Any]] = page.get("items") or []
+            for item in items:
                 item.setdefault("kind", self._kind_name)
                 item.setdefault("apiVersion", self._api_version)
-                items[item["metadata"]["uid"]] = item
+            yield items, list_rv
             continue_token = metadata.get("continue") or None
             if not continue_token:
-                break
-        if not list_rv:
-            raise ValueError(f"LIST {self._path} returned no metadata.resourceVersion")
-        return items, list_rv
+                return
 
     async def _relist(self) -> None:
         """LIST and reconcile the store with what the server has now.
@@ -610,43 +611,60 @@ class Informer:
         Emits ADDED for objects new to the store, MODIFIED for objects whose resourceVersion changed, and
         DELETED_UNKNOWN (with the last state we saw) for objects no longer listed; unchanged objects emit
         nothing. On the first list every object is new, so subscribers get ADDED for all of them.
+
+        Pages are applied as they arrive, replacing stored objects one by one, so the peak memory is one
+        store plus one page rather than two full copies of the collection. Every event is still true when
+        it is delivered (a listed object is at least as new as what we had). Disappearances are decided only
+        once the list is complete; if it fails half-way, the next list finishes the job.
         """
         started = time.monotonic()
-        fresh, list_rv = await self._list_pages()
-        old = self._store
         first = not self._synced
-        self._store = fresh
-        self._by_name = {
-            (o["metadata"].get("namespace"), o["metadata"]["name"]): uid for uid, o in fresh.items()
-        }
+        seen: set[str] = set()
+        added = modified = 0
+        list_rv = ""
+        pages = self._list_pages()
+        async with contextlib.aclosing(pages):
+            async for items, page_rv in pages:
+                list_rv = page_rv
+                for obj in items:
+                    metadata = obj["metadata"]
+                    uid = metadata["uid"]
+                    seen.add(uid)
+                    prev = self._store.get(uid)
+                    if prev is not None and prev["metadata"].get("resourceVersion") == metadata.get(
+                        "resourceVersion"
+                    ):
+                        continue
+                    self._store[uid] = obj
+                    self._by_name[(metadata.get("namespace"), metadata["name"])] = uid
+                    if prev is None:
+                        added += 1
+                        self._emit(EventType.ADDED, obj)
+                    else:
+                        modified += 1
+                        self._emit(EventType.MODIFIED, obj)
+        vanished = [uid for uid in self._store if uid not in seen]
+        for uid in vanished:
+            prev = self._store.pop(uid)
+            key = (prev["metadata"].get("namespace"), prev["metadata"]["name"])
+            if self._by_name.get(key) == uid:
+                del self._by_name[key]
+            self._emit(EventType.DELETED_UNKNOWN, prev)
         self._rv = list_rv
         self._lists += 1
         self._last_sync = time.monotonic()
         self._synced = True
         self._record_success()
-        added = modified = vanished = 0
-        for uid, obj in fresh.items():
-            prev = old.get(uid)
-            if prev is None:
-                added += 1
-                self._emit(EventType.ADDED, obj)
-            elif prev["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-                modified += 1
-                self._emit(EventType.MODIFIED, obj)
-        for uid, prev in old.items():
-            if uid not in fresh:
-                vanished += 1
-                self._emit(EventType.DELETED_UNKNOWN, prev)
         log.info(
             "informer %s: %s %d objects at resourceVersion %s in %.2f s (%d added, %d modified, %d vanished)",
             self.name,
             "listed" if first else "relisted",
-            len(fresh),
+            len(seen),
             list_rv,
             time.monotonic() - started,
             added,
             modified,
-            vanished,
+            len(vanished),
         )
         if first:
             self._synced_event.set()
@@ -684,13 +702,23 @@ class Informer:
             lines = _read_lines(
                 resp.content, stall_timeout=self.config.stall_timeout_seconds, deadline=deadline
             )
-            async with contextlib.aclosing(lines):
-                async for line in lines:
-                    event = json.loads(line)
-                    events += 1
-                    if events == 1:
-                        self._record_success()
-                    self._apply_watch_event(event)
+            try:
+                async with contextlib.aclosing(lines):
+                    async for line in lines:
+                        event = json.loads(line)
+                        events += 1
+                        if events == 1:
+                            self._record_success()
+                        self._apply_watch_event(event)
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
+                # The connection broke mid-stream (apiserver restart, load balancer idle cut, dropped
+                # connection). After a watch that worked, that is the end of a stream like any other:
+                # resume at once from the last resourceVersion (which makes any gap visible as a 410).
+                # A watch broken before it delivered anything or proved itself is a failure (backoff).
+                if events == 0 and loop.time() - opened < MIN_HEALTHY_WATCH_SECONDS:
+                    raise
+                log.info("informer %s: watch connection broken (%s); resuming", self.name, type(exc).__name__)
+                return
         finally:
             if proved is not None:
                 proved.cancel()
