@@ -57,6 +57,11 @@ CHILD_STOP_GRACE_SECONDS = 5.0
 # A replacement child that stayed healthy this long resets the restart backoff, so one crash an
 # hour restarts at once while a crash loop backs off up to the maximum.
 RESTART_BACKOFF_RESET_AFTER_SECONDS = 120.0
+# A child that had synced and lived at least this long before it died or wedged is replaced at once
+# (no backoff): that is an incident, not a crash loop, and events wait until a watcher runs again.
+# A crash loop (children dying before their first sync, or within seconds) still backs off; the
+# floor keeps immediate restarts to at most one per 5 s, i.e. one LIST per 5 s at worst.
+HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS = 5.0
 # Upper bound of messages read from one child per poll(), so that a burst of events (thousands of
 # pods relisted at once) cannot hold the scheduler loop for long; the rest is read next poll.
 MAX_MESSAGES_PER_POLL = 20_000
@@ -503,11 +508,18 @@ class WatcherSupervisor:
             slot.relists_done += slot.stats.relists
             slot.watches_done += slot.stats.watches
             slot.stats = None
-        ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** min(slot.failures_in_a_row, 30))
-        slot.failures_in_a_row += 1
-        # Equal jitter: between half the ceiling and the ceiling, so many schedulers restarting after
-        # one API outage do not reconnect in step, and the delay still grows for a crash loop.
-        delay = random.uniform(ceiling / 2.0, ceiling)
+        if child.synced and now - child.started_at >= HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS:
+            # It worked (listed, watched) for a while and then died or wedged: an incident, not a crash
+            # loop. Every second without a watcher delays events, so replace it at once.
+            slot.failures_in_a_row = 0
+            delay = 0.0
+        else:
+            # It died while starting or soon after: likely to fail again the same way. Back off.
+            ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** min(slot.failures_in_a_row, 30))
+            slot.failures_in_a_row += 1
+            # Equal jitter: between half the ceiling and the ceiling, so many schedulers restarting
+            # after one API outage do not reconnect in step, and the delay still grows for a crash loop.
+            delay = random.uniform(ceiling / 2.0, ceiling)
         slot.next_start_at = now + delay
         log.info("Restarting KubernetesJobWatcher in %.2f s", delay)
 
