@@ -240,6 +240,8 @@ def table(r: dict[str, Any]) -> str:
             f"{r['fanout_first_watcher_s']:.2f} s / {r['fanout_elapsed_s']:.2f} s",
         ),
         ("sandbox CPU during fan-out", f"{r['server_cpu_s']:.2f} s"),
+        # CPU-normalized: robust to other load on a shared machine (wall-clock figures are not).
+        ("changes fanned out per sandbox CPU-second", f"{r['changes'] / max(r['server_cpu_s'], 1e-9):,.0f}"),
         ("sandbox process peak RSS", f"{r['peak_rss_mb']:.0f} MB"),
     ]
     width = max(len(k) for k, _ in rows)

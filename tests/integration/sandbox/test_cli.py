@@ -35,6 +35,8 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
             "50",
             "--bookmark-interval",
             "1",
+            "--fail-images",
+            r"^registry\.invalid/",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -53,6 +55,17 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
         admin = AdminClient(url, token)
         wait_for(lambda: admin.objects("pods")[0]["status"].get("phase") == "Running", what="the pod to run")
         assert admin.counters()["create pods"] == 1
+        containers = [{"name": "main", "image": "registry.invalid/app:1", "command": ["true"]}]
+        core.create_namespaced_pod("default", pod_body("nopull", containers=containers))
+        wait_for(
+            lambda: any(
+                cs["state"].get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff")
+                for p in admin.objects("pods")
+                if p["metadata"]["name"] == "nopull"
+                for cs in p["status"].get("containerStatuses") or []
+            ),
+            what="--fail-images to stop the pod's image pull",
+        )
         child = int(
             json.loads(json.dumps(admin.objects("pods")))[0]["status"]["containerStatuses"][0]["ready"]
         )

@@ -244,3 +244,26 @@ def test_admin_endpoints_and_client(sandbox: SandboxThread, core: client.CoreV1A
     with pytest.raises(RuntimeError, match="unknown action"):
         admin.fault("rm_rf")
     assert admin.counters() == {"list pods": 1}  # admin calls are never counted
+
+
+@pytest.mark.sandbox(kubelet=False, job_controller=False)
+def test_set_history_window_at_run_time(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    start = sandbox.current_resource_version()
+    core.create_namespaced_pod("default", pod_body("h1"))
+    core.create_namespaced_pod("default", pod_body("h2"))
+    assert sandbox.current_resource_version() == start + 2
+    # Still in history: the watch replays both creations.
+    replay = [
+        e["object"].metadata.name
+        for e in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=str(start), timeout_seconds=1
+        )
+    ]
+    assert replay == ["h1", "h2"]
+    sandbox.set_history_window(1)
+    with pytest.raises(ApiException) as err:
+        for _ in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=str(start), timeout_seconds=1
+        ):
+            pass
+    assert err.value.status == 410
