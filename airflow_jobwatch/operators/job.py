@@ -215,11 +215,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         start = getattr(context.get("ti"), "start_date", None) or datetime.datetime.now(datetime.UTC)
         return start + self.execution_timeout
 
-    def _trigger(self, context: Context) -> JobTrigger:
-        assert self.job is not None
+    def _trigger(self, context: Context, name: str, namespace: str, uid: str | None) -> JobTrigger:
         return JobTrigger(
-            self.job.metadata.name,
-            self.job.metadata.namespace,
+            name,
+            namespace,
             kubernetes_conn_id=self.kubernetes_conn_id,
             config_file=self.config_file,
             cluster_context=self.cluster_context,
@@ -228,14 +227,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             poll_interval=self.job_poll_interval,
             fatal_waiting_reasons=self.fatal_waiting_reasons,
             api_failure_tolerance=self.api_failure_tolerance,
-            job_uid=self.job.metadata.uid,
+            job_uid=uid,
             delete_on_kill=self.on_kill_action == OnKillAction.DELETE_POD,
         )
 
-    def execute(self, context: Context) -> Any:
-        self.name = self._set_name(self.name)
-        job_request = self.build_job_request_obj(context)
-        self.job_request_obj = job_request
+    def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
+        """Adopt this try's Job if a previous run of the try created one, else create it."""
         ns = job_request.metadata.namespace
         adopted = self._find_job_of_this_try(ns, context) if self.reattach_on_restart else None
         if adopted is not None:
@@ -247,12 +244,31 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ti = context["ti"]
         ti.xcom_push(key="job_name", value=self.job.metadata.name)
         ti.xcom_push(key="job_namespace", value=self.job.metadata.namespace)
+        return self.job
 
-        if self.deferrable:
-            self.defer(trigger=self._trigger(context), method_name="execute_complete")
-        if self.wait_until_job_complete:
-            event = asyncio.run(self._trigger(context).wait())
+    async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
+        """The in-worker wait: open the namespace's watch, create the Job, wait for it."""
+        meta = job_request.metadata
+        trigger = self._trigger(context, meta.name, meta.namespace, None)
+        async with trigger.watching():
+            # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
+            job = self._create_job(job_request, context)
+            trigger = self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
+            return await trigger.wait()
+
+    def execute(self, context: Context) -> Any:
+        self.name = self._set_name(self.name)
+        job_request = self.build_job_request_obj(context)
+        self.job_request_obj = job_request
+        if self.wait_until_job_complete and not self.deferrable:
+            event = asyncio.run(self._create_and_wait(job_request, context))
             return self.execute_complete(context, event)
+        job = self._create_job(job_request, context)
+        if self.deferrable:
+            self.defer(
+                trigger=self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid),
+                method_name="execute_complete",
+            )
         return None
 
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:

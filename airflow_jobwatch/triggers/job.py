@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import time
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
@@ -52,6 +53,13 @@ DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 #: Upper bound of one wait of the run loop when the API is failing, so that the tolerance is checked
 #: close to its expiry even when the informers report nothing new.
 _HEALTH_CHECK_SECONDS = 1.0
+
+#: After a GET has answered 404 for a Job missing from the cache, how long the trigger still waits for
+#: the watch to deliver the Job's events before reporting it deleted. A Job that completes and is
+#: TTL-deleted within milliseconds can be gone from the server before its events have been read off the
+#: watch stream (which is then a few milliseconds behind); its DELETED event carries its final
+#: conditions. Two seconds covers a busy triggerer loop without delaying a real deletion noticeably.
+_MISSING_GRACE_SECONDS = 2.0
 
 STATUS_SUCCESS = "success"
 STATUS_FAILED = "failed"
@@ -271,6 +279,32 @@ class JobTrigger(BaseTrigger):
 
         return WatchKey(cluster=f"conn={conn_id}|{cfg.identity()}", namespace=self.namespace), conn_factory
 
+    def _informer_config(self) -> InformerConfig:
+        config = informer_config_from_airflow()
+        if config.resync_interval_seconds is None:
+            config = informer_config_from_airflow(
+                resync_interval_seconds=self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
+            )
+        return config
+
+    @contextlib.asynccontextmanager
+    async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[None]:
+        """Keep this trigger's namespace watch open (and synced, waiting up to ``sync_timeout`` s).
+
+        The operator's in-worker wait enters this *before* it creates the Job, so that a Job that ends
+        and is deleted at once (``ttlSecondsAfterFinished: 0``) is still seen: its DELETED event, which
+        carries the final conditions, arrives on a watch that is already open.
+        """
+        key, factory = await self._watch_key_and_factory()
+        subscription = await get_registry().subscribe(
+            key, factory, job_name=self.job_name, on_change=lambda: None, config=self._informer_config()
+        )
+        try:
+            await subscription.watch.wait_synced(sync_timeout)
+            yield
+        finally:
+            await asyncio.shield(subscription.close())
+
     # -- deciding --------------------------------------------------------------------------------------
     def _payload(
         self,
@@ -403,13 +437,8 @@ class JobTrigger(BaseTrigger):
         try:
             try:
                 key, factory = await self._watch_key_and_factory()
-                config = informer_config_from_airflow()
-                if config.resync_interval_seconds is None:
-                    config = informer_config_from_airflow(
-                        resync_interval_seconds=self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
-                    )
                 subscription = await get_registry().subscribe(
-                    key, factory, job_name=self.job_name, on_change=on_change, config=config
+                    key, factory, job_name=self.job_name, on_change=on_change, config=self._informer_config()
                 )
             except asyncio.CancelledError:
                 raise
@@ -441,12 +470,15 @@ class JobTrigger(BaseTrigger):
     ) -> None:
         poll = self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
         tolerance = self._tolerance()
+        missing_since: float | None = None
         while not outcome.done():
             decision = self._decide(watch)
             if isinstance(decision, dict):
                 settle(decision)
                 break
-            if decision is False:
+            if decision is not False:
+                missing_since = None
+            elif missing_since is None:
                 # Synced, yet the Job is neither cached nor tombstoned: either it was deleted before
                 # we started watching (triggerer restart, TTL) or the watch has not delivered it yet.
                 # One GET tells which (and may even carry its final state).
@@ -454,24 +486,24 @@ class JobTrigger(BaseTrigger):
                 if outcome.done():
                     break
                 if answered and job is None:
-                    on_change()  # the watch may have delivered it (or its DELETED) meanwhile
-                    if outcome.done():
-                        break
-                    if self._decide(watch) is False:
-                        settle(
-                            self._payload(
-                                STATUS_DELETED,
-                                "Deleted",
-                                f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted "
-                                "before its result could be read.",
-                            )
-                        )
-                        break
+                    # Gone from the server. Its DELETED event (which says how it ended) may still be
+                    # on its way down the watch: give the watch a moment before calling it deleted.
+                    missing_since = time.monotonic()
                 elif job is not None:
                     result = self._payload_from_state(job, [], deleted=False)
                     if result is not None:
                         settle(result)
                         break
+            elif time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
+                settle(
+                    self._payload(
+                        STATUS_DELETED,
+                        "Deleted",
+                        f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted before "
+                        "its result could be read.",
+                    )
+                )
+                break
             failing_for = watch.api_failing_for()
             if failing_for is not None and failing_for >= tolerance:
                 settle(
@@ -489,6 +521,10 @@ class JobTrigger(BaseTrigger):
                 wait_for = min(wait_for, _HEALTH_CHECK_SECONDS)
                 if failing_for is not None:
                     wait_for = min(wait_for, max(0.05, tolerance - failing_for))
+            if missing_since is not None:
+                wait_for = min(
+                    wait_for, max(0.01, _MISSING_GRACE_SECONDS - (time.monotonic() - missing_since))
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(outcome), timeout=wait_for)
 

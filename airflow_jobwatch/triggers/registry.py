@@ -181,6 +181,13 @@ class NamespaceWatch:
         """Both informers have completed their first list: the cache can answer "does the Job exist"."""
         return bool(self.jobs and self.pods and self.jobs.health.synced and self.pods.health.synced)
 
+    async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - mirrors Informer.wait_synced
+        """Wait (at most ``timeout`` s) until both informers have their first list; False if not yet."""
+        await asyncio.shield(self.ensure_started())
+        if self.jobs is None or self.pods is None:
+            return False
+        return await self.jobs.wait_synced(timeout) and await self.pods.wait_synced(timeout)
+
     # -- reading -----------------------------------------------------------------------------------
     def job(self, name: str) -> dict[str, Any] | None:
         """The Job's current state in the cache, or None if the cache has no Job of that name."""
