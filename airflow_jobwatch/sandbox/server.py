@@ -411,12 +411,14 @@ class ApiServer:
         send_initial = _bool_param(query.get("sendInitialEvents"))
         bookmarks = _bool_param(query.get("allowWatchBookmarks"))
         timeout_raw = query.get("timeoutSeconds")
+        timeout = 0.0
         if timeout_raw:
             try:
                 timeout = float(timeout_raw)
             except ValueError:
                 raise bad_request(f'invalid timeoutSeconds "{timeout_raw}"') from None
-        else:
+        if timeout <= 0:
+            # Unset or 0 means "the server's default", not "end at once" (as on a real server).
             timeout = random.uniform(*DEFAULT_WATCH_TIMEOUT_RANGE)
         watcher = Watcher(resource, ns, label_match, field_match, bool(label_text or field_text))
         if tables.wants_table(request.headers.get("Accept", "")):

@@ -157,3 +157,20 @@ def test_watch_replays_from_rv(core: client.CoreV1Api) -> None:
         for e in w.stream(core.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1)
     ]
     assert types == [("ADDED", "r1"), ("MODIFIED", "r1"), ("DELETED", "r1")]
+
+
+@pytest.mark.sandbox(kubelet=False, job_controller=False)
+def test_watch_timeout_zero_means_server_default(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
+    import urllib3
+
+    with pytest.raises(urllib3.exceptions.HTTPError, match="Read timed out"):
+        # A stream that ended at once would return normally; this one stays open past the read timeout.
+        list(
+            watch.Watch().stream(
+                core.list_namespaced_pod,
+                "default",
+                resource_version="0",
+                timeout_seconds=0,
+                _request_timeout=(5, 0.5),
+            )
+        )
