@@ -17,7 +17,7 @@ import pytest
 
 from airflow_jobwatch.devtools.stack import AirflowStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
 # The issue asks for "the API unreachable for a minute"; JOBWATCH_E2E_OUTAGE_SECONDS shortens it
 # on slow machines (the code path is the same whatever the length).
