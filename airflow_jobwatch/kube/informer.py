@@ -492,6 +492,8 @@ class Informer:
         log.info("informer %s: starting", self.name)
         while True:
             delay = 0.0
+            if next_resync is not None and loop.time() >= next_resync:
+                need_list = True  # the resync is due even if the last watch ended by an error
             try:
                 if need_list:
                     await self._relist()

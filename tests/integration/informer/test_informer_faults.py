@@ -20,6 +20,7 @@ from informer_helpers import (
     server_state,
 )
 
+from airflow_jobwatch.kube.backoff import Backoff
 from airflow_jobwatch.kube.informer import EventType, InformerConfig
 
 
@@ -279,11 +280,21 @@ async def test_sixty_second_outage(make_sandbox, tmp_path):
             await pods.create(f"p{i}")
         async with running_informer(client, config=config) as (informer, rec):
             await eventually(lambda: informer.health.connected)
-            sandbox.reset_counters()
+            loop = asyncio.get_running_loop()
             sandbox.start_outage()
+            started = loop.time()
             sandbox.force_delete_pod(NS, "p0")
-            await asyncio.sleep(60)
-            assert not informer.health.healthy
+            await eventually(lambda: not informer.health.healthy, within=config.unhealthy_after_seconds + 5)
+            # the outage lasts a minute: the wait is the scenario
+            await eventually(lambda: loop.time() - started >= 60, within=65)
+            assert not informer.health.healthy and not informer.health.connected
+            # every reconnect attempt was refused; the backoff allows at most this many in a minute
+            bound = Backoff(
+                initial_seconds=config.backoff_initial_seconds,
+                max_seconds=config.backoff_max_seconds,
+                reset_after_seconds=config.backoff_reset_after_seconds,
+            ).max_attempts_within(60, free_first=False)
+            assert 3 <= informer.health.consecutive_failures <= bound
             sandbox.end_outage()
             await pods.set_phase("p1", "Succeeded")
             # the longest backoff is 30 s, so the engine is back within ~35 s of the end of the outage
