@@ -511,7 +511,8 @@ class Informer:
                 delay = self._failure(f"410 Expired: {exc}", free=True)
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
             except _Stalled as exc:
-                log.warning("informer %s: watch stalled (%s); reconnecting", self.name, exc)
+                # INFO, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
+                log.info("informer %s: watch silent (%s); reconnecting", self.name, exc)
             except KubeApiError as exc:
                 delay = self._failure(str(exc), retry_after=exc.retry_after)
                 log.warning("informer %s: API error %s; retrying in %.1f s", self.name, exc, delay)
