@@ -201,8 +201,16 @@ def test_on_kill_deletes_job_foreground(sandbox, kubeconfig):
     name = context["ti"].xcoms["job_name"]
     wait_until_sync(lambda: bool(sandbox.objects("pods", NS)), "the Job's pod")
     op.on_kill()
-    wait_until_sync(lambda: sandbox.get_object("jobs", NS, name) is None, "Job deletion")
-    wait_until_sync(lambda: not sandbox.objects("pods", NS), "pod deletion")
+    job = sandbox.get_object("jobs", NS, name)
+    assert job is None or job["metadata"].get("deletionTimestamp"), job
+    # Foreground: the Job stays (with a deletionTimestamp) until its pods are gone, then goes itself.
+    wait_until_sync(
+        lambda: sandbox.get_object("jobs", NS, name) is None,
+        "Job deletion",
+        limit=45,
+        state=lambda: (sandbox.get_object("jobs", NS, name), sandbox.objects("pods", NS)),
+    )
+    assert not sandbox.objects("pods", NS)
 
 
 def test_on_kill_keep_pod_keeps_job(sandbox, kubeconfig):
@@ -270,11 +278,13 @@ def test_xcom_with_parallelism_above_completions(sandbox, kubeconfig, tmp_path):
     assert op.execute(make_context()) == [1, 2]
 
 
-def wait_until_sync(predicate, what: str, limit: float = 20.0) -> None:
+def wait_until_sync(predicate, what: str, limit: float = 20.0, state=None) -> None:
     import time
 
     deadline = time.monotonic() + limit
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {limit} s waiting for {what}")
+            raise AssertionError(
+                f"timed out after {limit} s waiting for {what}" + (f"; state: {state()}" if state else "")
+            )
         time.sleep(0.05)
