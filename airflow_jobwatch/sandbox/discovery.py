@@ -42,6 +42,14 @@ CORE_V1: dict[str, Any] = {
     "groupVersion": "v1",
     "resources": [
         {
+            "name": "events",
+            "singularName": "event",
+            "namespaced": True,
+            "kind": "Event",
+            "verbs": _VERBS,
+            "shortNames": ["ev"],
+        },
+        {
             "name": "namespaces",
             "singularName": "namespace",
             "namespaced": False,

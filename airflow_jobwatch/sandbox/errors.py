@@ -11,8 +11,8 @@ from typing import Any
 
 # Group and kind spelled the way the real server names a resource in NotFound/Conflict messages
 # (``pods "x" not found`` but ``jobs.batch "x" not found``).
-RESOURCE_GROUPS: dict[str, str] = {"pods": "", "namespaces": "", "jobs": "batch"}
-RESOURCE_KINDS: dict[str, str] = {"pods": "Pod", "namespaces": "Namespace", "jobs": "Job"}
+RESOURCE_GROUPS: dict[str, str] = {"pods": "", "namespaces": "", "jobs": "batch", "events": ""}
+RESOURCE_KINDS: dict[str, str] = {"pods": "Pod", "namespaces": "Namespace", "jobs": "Job", "events": "Event"}
 
 _REASONS: dict[int, str] = {
     400: "BadRequest",

@@ -30,6 +30,7 @@ import logging
 import time
 from typing import Any
 
+from . import events
 from .errors import ApiError
 from .resources import random_suffix
 from .store import Event, clone, now_rfc3339
@@ -222,12 +223,24 @@ class JobController:
             new["metadata"].pop("finalizers", None)
         self.sb.api.commit_update("pods", new, current.obj)
 
-    def _delete_pod(self, pod: dict[str, Any]) -> None:
+    def _delete_pod(self, pod: dict[str, Any], job: dict[str, Any]) -> None:
         meta = pod["metadata"]
         with contextlib.suppress(ApiError):
             self.sb.api.delete(
                 "pods", meta.get("namespace", ""), meta["name"], preconditions={"uid": meta["uid"]}
             )
+            self._event(job, "SuccessfulDelete", f"Deleted pod: {meta['name']}")
+
+    def _event(self, job: dict[str, Any], reason: str, message: str, *, warning: bool = False) -> None:
+        events.record(
+            self.sb,
+            "jobs",
+            job,
+            reason,
+            message,
+            type_="Warning" if warning else "Normal",
+            component="job-controller",
+        )
 
     def _sync(self, ns: str, name: str) -> None:
         entry = self.sb.store.get("jobs", ns, name)
@@ -262,15 +275,17 @@ class JobController:
                 if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and not pod[
                     "metadata"
                 ].get("deletionTimestamp"):
-                    self._delete_pod(pod)
+                    self._delete_pod(pod, job)
             if not _has_condition(status, "Suspended"):
                 conditions = [c for c in conditions if c.get("type") != "Suspended"]
                 conditions.append(_condition("Suspended", "True", "JobSuspended", "Job suspended"))
+                self._event(job, "Suspended", "Job suspended")
             fields["conditions"] = conditions
             pods = self._owned_pods(job)
         elif any(c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions):
             conditions = [c for c in conditions if c.get("type") != "Suspended"]
             conditions.append(_condition("Suspended", "False", "JobResumed", "Job resumed"))
+            self._event(job, "Resumed", "Job resumed")
             fields["conditions"] = conditions
             fields["startTime"] = now_rfc3339()
         suspended = bool(spec.get("suspend"))
@@ -361,6 +376,7 @@ class JobController:
                 )
             if failure is not None:
                 conditions.append(failure)
+                self._event(job, failure["reason"], failure["message"], warning=True)
             if success is not None:
                 conditions.append(success)
             fields["conditions"] = conditions
@@ -375,7 +391,7 @@ class JobController:
         if failure is not None or success is not None:
             # The Job is decided: no more pods; running ones are stopped (FailureTarget) or finish.
             for pod in active if failure is not None else []:
-                self._delete_pod(pod)
+                self._delete_pod(pod, job)
             if failure is not None:
                 pods = self._owned_pods(job)
                 active = [p for p in pods if is_active(p)]
@@ -456,6 +472,7 @@ class JobController:
                 final["lastProbeTime"] = final["lastTransitionTime"] = now_rfc3339()
                 fields["conditions"] = list(fields.get("conditions") or []) + [final]
                 fields["completionTime"] = now_rfc3339()
+                self._event(job, "Completed", "Job completed")
             job = self._commit_status(job, fields)
             if _has_condition(job.get("status", {}), "Complete") or _has_condition(
                 job.get("status", {}), "Failed"
@@ -486,7 +503,8 @@ class JobController:
         pod = {"metadata": pod_meta, "spec": template.get("spec") or {}}
         for _attempt in range(5):  # a generated name can collide; the real controller retries too
             try:
-                self.sb.api.create("pods", meta.get("namespace", ""), clone(pod))
+                created = self.sb.api.create("pods", meta.get("namespace", ""), clone(pod))
+                self._event(job, "SuccessfulCreate", f"Created pod: {created.obj['metadata']['name']}")
                 return True
             except ApiError as err:
                 if err.code != 409:

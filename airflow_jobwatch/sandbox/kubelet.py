@@ -35,6 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
+from . import events
 from .errors import ApiError
 from .store import Event, clone, now_rfc3339
 
@@ -241,6 +242,35 @@ class Kubelet:
         qos = status.pop("qosClass", "BestEffort")
         status["qosClass"] = qos
         self.sb.store.commit("pods", "MODIFIED", new, old)
+        events.record(
+            self.sb,
+            "pods",
+            new,
+            "Scheduled",
+            f"Successfully assigned {rt.namespace}/{rt.name} to {NODE_NAME}",
+            component="default-scheduler",
+        )
+
+    def _event(
+        self,
+        rt: PodRuntime,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        container: str | None = None,
+    ) -> None:
+        pod = self._current(rt)
+        if pod is not None:
+            events.record(
+                self.sb,
+                "pods",
+                pod,
+                reason,
+                message,
+                type_="Warning" if warning else "Normal",
+                field_path=f"spec.containers{{{container}}}" if container else None,
+            )
 
     @staticmethod
     def _condition(
@@ -391,6 +421,11 @@ class Kubelet:
         if self._config_errors(rt):
             # A container that cannot be configured never starts; the pod stays Pending (the
             # kubelet keeps retrying) until it is deleted.
+            for c in rt.containers:
+                waiting = c.state.get("waiting", {})
+                if waiting.get("reason") in ("InvalidImageName", "CreateContainerConfigError"):
+                    reason = "InspectFailed" if waiting["reason"] == "InvalidImageName" else "Failed"
+                    self._event(rt, reason, waiting.get("message", ""), warning=True, container=c.name)
             self._publish(rt)
             await self._wait_stopping(rt, None)
             await self._finish(rt)
@@ -490,6 +525,11 @@ class Kubelet:
                         f'"{image}": pull access denied, repository does not exist or may require authorization',
                     }
                 }
+                message = c.state["waiting"]["message"]
+                self._event(
+                    rt, "Failed", f'Failed to pull image "{image}": {message}', warning=True, container=c.name
+                )
+                self._event(rt, "Failed", "Error: ErrImagePull", warning=True, container=c.name)
         self._publish(rt)
         if await self._wait_stopping(rt, IMAGE_PULL_BACKOFF_SECONDS):
             return
@@ -498,6 +538,8 @@ class Kubelet:
                 c.state = {
                     "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{image}"'}
                 }
+                self._event(rt, "BackOff", f'Back-off pulling image "{image}"', container=c.name)
+                self._event(rt, "Failed", "Error: ImagePullBackOff", warning=True, container=c.name)
         self._publish(rt)
         await self._wait_stopping(rt, None)
 
@@ -537,6 +579,13 @@ class Kubelet:
             }
             c.restart_count += 1
             self._publish(rt)
+            self._event(
+                rt,
+                "BackOff",
+                f"Back-off restarting failed container {c.name} in pod {rt.name}_{rt.namespace}({rt.uid})",
+                warning=True,
+                container=c.name,
+            )
             if await self._wait_stopping(rt, backoff):
                 c.state = c.last_state
                 c.final = True
@@ -581,6 +630,10 @@ class Kubelet:
         c.proc = proc
         c.started = True
         c.state = {"running": {"startedAt": started_at}}
+        image = c.spec.get("image", "")
+        self._event(rt, "Pulled", f'Container image "{image}" already present on machine', container=c.name)
+        self._event(rt, "Created", f"Created container: {c.name}", container=c.name)
+        self._event(rt, "Started", f"Started container {c.name}", container=c.name)
         self._launched(rt, c)
         assert proc.stdout is not None
         try:
@@ -653,6 +706,7 @@ class Kubelet:
         }
         c.logs.close()
         c.final = not self._restarts(rt, 128)
+        self._event(rt, "Failed", f"Error: {message}", warning=True, container=c.name)
         self._launched(rt, c)
         return 128
 
@@ -685,6 +739,12 @@ class Kubelet:
             return
         rt.stop_reason = "deadline"
         rt.stopping.set()
+        self._event(
+            rt,
+            "DeadlineExceeded",
+            "Pod was active on the node longer than the specified deadline",
+            warning=True,
+        )
 
     def evict(self, namespace: str, name: str) -> None:
         entry = self.sb.store.get("pods", namespace, name)
@@ -696,6 +756,7 @@ class Kubelet:
         rt.stop_reason = "evicted"
         rt.stopping.set()
         self._kill(rt, signal.SIGKILL)
+        self._event(rt, "Evicted", EVICTION_MESSAGE, warning=True)
 
     def kill_silently(self, namespace: str, name: str) -> None:
         entry = self.sb.store.get("pods", namespace, name)
@@ -715,6 +776,9 @@ class Kubelet:
         if rt.stop_reason == "evicted":
             self._kill(rt, signal.SIGKILL)
             return
+        for c in rt.containers:
+            if c.proc is not None:
+                self._event(rt, "Killing", f"Stopping container {c.name}", container=c.name)
         self._kill(rt, signal.SIGTERM)
         pod = self._current(rt)
         grace = 30

@@ -98,7 +98,7 @@ def init_metadata(resource: str, obj: dict[str, Any], namespace: str | None) -> 
 
 def validate_name(resource: str, name: Any) -> None:
     if not name:
-        kind = {"pods": "Pod", "jobs": "Job.batch", "namespaces": "Namespace"}[resource]
+        kind = {"pods": "Pod", "jobs": "Job.batch", "namespaces": "Namespace", "events": "Event"}[resource]
         raise ApiError(
             422,
             f'{kind} "" is invalid: metadata.name: Required value: name or generateName is required',
@@ -267,4 +267,10 @@ def prepare_namespace(ns: dict[str, Any]) -> None:
     ns["status"] = {"phase": "Active"}
 
 
-PREPARE = {"pods": prepare_pod, "jobs": prepare_job, "namespaces": prepare_namespace}
+def prepare_event(event: dict[str, Any]) -> None:
+    """Events are stored as given (the kubelet and the Job controller write them, so can clients)."""
+    validate_name("events", event["metadata"].get("name"))
+    event.pop("status", None)
+
+
+PREPARE = {"pods": prepare_pod, "jobs": prepare_job, "namespaces": prepare_namespace, "events": prepare_event}

@@ -183,8 +183,8 @@ class Sandbox:
 
     @staticmethod
     def _check_kind(kind: str) -> None:
-        if kind not in ("pods", "jobs", "namespaces"):
-            raise ValueError(f"unknown kind {kind!r}: expected 'pods', 'jobs' or 'namespaces'")
+        if kind not in ("pods", "jobs", "namespaces", "events"):
+            raise ValueError(f"unknown kind {kind!r}: expected 'pods', 'jobs', 'namespaces' or 'events'")
 
     # ---- watch faults ----------------------------------------------------------------------------
     def drop_watches(self) -> int:

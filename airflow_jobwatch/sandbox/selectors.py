@@ -31,6 +31,23 @@ SUPPORTED_FIELDS: dict[str, frozenset[str]] = {
     ),
     "jobs": frozenset({"metadata.name", "metadata.namespace", "status.successful"}),
     "namespaces": frozenset({"metadata.name", "status.phase"}),
+    "events": frozenset(
+        {
+            "metadata.name",
+            "metadata.namespace",
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        }
+    ),
 }
 
 _TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|[^\s!=(),]+)")

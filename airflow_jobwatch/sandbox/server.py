@@ -66,8 +66,8 @@ _FAULT_MESSAGES = {
 }
 _PATH = re.compile(
     r"^/(?:api/v1|apis/batch/v1)"
-    r"(?:/namespaces/(?P<ns>[^/]+)(?=/(?:pods|jobs)(?:/|$)))?"
-    r"/(?P<resource>pods|jobs|namespaces)"
+    r"(?:/namespaces/(?P<ns>[^/]+)(?=/(?:pods|jobs|events)(?:/|$)))?"
+    r"/(?P<resource>pods|jobs|namespaces|events)"
     r"(?:/(?P<name>[^/]+))?"
     r"(?:/(?P<sub>status|log))?/?$"
 )
@@ -178,7 +178,7 @@ class ApiServer:
             raise ApiError(404, "the server could not find the requested resource", details={})
         if resource != "namespaces" and name is not None and ns is None:
             raise ApiError(404, "the server could not find the requested resource", details={})
-        if resource == "namespaces" and sub == "log" or (sub == "log" and resource != "pods"):
+        if (sub == "log" and resource != "pods") or (sub == "status" and resource == "events"):
             raise ApiError(404, "the server could not find the requested resource", details={})
         query = request.query
         verb = _verb(request.method, name, sub, query)
@@ -324,7 +324,7 @@ class ApiServer:
                         "retryAfterSeconds": 1,
                     },
                 )
-            if rv_match == "Exact" and requested < store.rv and requested < store.compacted_rv:
+            if rv_match == "Exact" and requested < store.rv and requested < store.compacted_for(resource):
                 raise expired("The resourceVersion for the provided list is too old.")
         list_rv = store.rv
         start = ""
@@ -334,7 +334,7 @@ class ApiServer:
                 list_rv, start = decode_continue(token)
             except ValueError as exc:
                 raise bad_request(f"invalid continue token: {exc}") from None
-            if list_rv < store.compacted_rv:
+            if list_rv < store.compacted_for(resource):
                 raise expired(
                     "The provided continue parameter is too old to display a consistent list result. You can "
                     "start a new list without the continue parameter, or use the continue token in this "
@@ -442,7 +442,7 @@ class ApiServer:
                 requested = int(rv_param)
             except ValueError:
                 raise bad_request(f'invalid resource version "{rv_param}"') from None
-            replay = None if self.watch_expired else store.replay_from(requested)
+            replay = None if self.watch_expired else store.replay_from(requested, resource)
             if replay is None:
                 expired_status = too_old_resource_version(requested, store.rv)
             else:
@@ -658,7 +658,10 @@ class ApiServer:
             merged["status"] = new.get("status", {})
         else:
             merged = new
-            merged["status"] = clone(old.get("status", {}))
+            if "status" in old:  # events have no status
+                merged["status"] = clone(old["status"])
+            else:
+                merged.pop("status", None)
             meta = merged.setdefault("metadata", {})
             if not isinstance(meta, dict):
                 raise bad_request("metadata must be an object")
@@ -885,7 +888,7 @@ class GarbageCollector:
                 loop.call_soon(self._maybe_finish_foreground, obj["metadata"].get("namespace", ""), ref)
         elif resource == "namespaces":
             name = obj["metadata"]["name"]
-            for kind in ("jobs", "pods"):
+            for kind in ("jobs", "pods", "events"):
                 for entry in list(self.sb.store.iter(kind, name)):
                     loop.call_soon(self.sb.api.remove_now, kind, name, entry.obj["metadata"]["name"])
 

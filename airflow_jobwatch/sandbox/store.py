@@ -27,10 +27,11 @@ from .selectors import FieldMatcher, LabelMatcher
 API_VERSIONS: dict[str, tuple[str, str]] = {
     # resource -> (apiVersion, kind)
     "pods": ("v1", "Pod"),
+    "events": ("v1", "Event"),
     "namespaces": ("v1", "Namespace"),
     "jobs": ("batch/v1", "Job"),
 }
-LIST_KINDS = {"pods": "PodList", "namespaces": "NamespaceList", "jobs": "JobList"}
+LIST_KINDS = {"pods": "PodList", "namespaces": "NamespaceList", "jobs": "JobList", "events": "EventList"}
 
 # How many undelivered events one watcher may have queued before it is closed. The real apiserver
 # gives each watcher a small buffered channel and terminates watchers that cannot keep up ("too slow"
@@ -149,10 +150,16 @@ class Store:
     def __init__(self, *, history_window: int) -> None:
         self.rv = 1
         self.objects: dict[str, dict[tuple[str, str], Entry]] = {r: {} for r in API_VERSIONS}
-        self.history: collections.deque[Event] = collections.deque()
+        # Two histories of ``history_window`` changes each: one for Events, one for everything else,
+        # so that the kubelet's and controller's Events (which etcd keeps like any object, but for a
+        # time, not a count) do not shorten how far back a pod or Job watch can resume.
+        self._histories: dict[str, collections.deque[Event]] = {
+            "main": collections.deque(),
+            "events": collections.deque(),
+        }
+        # Highest revision that fell out of each history: a watch can resume from N only if N >= it.
+        self._compacted: dict[str, int] = {"main": 0, "events": 0}
         self.history_window = history_window
-        # Highest revision that fell out of history: a watch can resume from N only if N >= this.
-        self.compacted_rv = 0
         self.watchers: dict[str, list[Watcher]] = {r: [] for r in API_VERSIONS}
         self.listeners: list[Callable[[Event], None]] = []
         self.stall_new_watches = False
@@ -176,24 +183,45 @@ class Store:
         return (e for (ns, _n), e in objs.items() if ns == namespace)
 
     # ---- history -------------------------------------------------------------------------------
+    @staticmethod
+    def _history_name(resource: str | None) -> str:
+        return "events" if resource == "events" else "main"
+
+    @property
+    def history(self) -> collections.deque[Event]:
+        """The retained changes of pods, jobs and namespaces."""
+        return self._histories["main"]
+
+    @property
+    def compacted_rv(self) -> int:
+        """Highest revision of a pod/job/namespace change that fell out of history."""
+        return self._compacted["main"]
+
+    def compacted_for(self, resource: str) -> int:
+        return self._compacted[self._history_name(resource)]
+
     def set_history_window(self, n: int) -> None:
         if n < 0:
             raise ValueError(f"history_window must be >= 0, got {n}")
         self.history_window = n
-        self._trim()
+        for name in self._histories:
+            self._trim(name)
 
-    def _trim(self) -> None:
-        while len(self.history) > self.history_window:
-            self.compacted_rv = self.history.popleft().rv
+    def _trim(self, name: str) -> None:
+        history = self._histories[name]
+        while len(history) > self.history_window:
+            self._compacted[name] = history.popleft().rv
 
-    def replay_from(self, rv: int) -> list[Event] | None:
-        """Events after ``rv`` from history, or None if some of them were compacted away (-> 410)."""
-        if rv < self.compacted_rv:
+    def replay_from(self, rv: int, resource: str | None = None) -> list[Event] | None:
+        """Changes after ``rv`` from the history ``resource`` lives in (pods, jobs and namespaces
+        share one), or None if some of them were compacted away (-> 410)."""
+        name = self._history_name(resource)
+        if rv < self._compacted[name]:
             return None
         if rv >= self.rv:
             return []
         out: list[Event] = []
-        for ev in reversed(self.history):
+        for ev in reversed(self._histories[name]):
             if ev.rv <= rv:
                 break
             out.append(ev)
@@ -205,7 +233,7 @@ class Store:
         rebuilt by undoing the retained history: what etcd gives a paged list that continues at the
         first page's revision, so all pages show one consistent state."""
         objects = dict(self.objects[resource])
-        for ev in reversed(self.history):
+        for ev in reversed(self._histories[self._history_name(resource)]):
             if ev.rv <= rv:
                 break
             if ev.resource != resource:
@@ -237,11 +265,12 @@ class Store:
         else:
             self.objects[resource][key] = entry
         event = Event(self.rv, resource, type_, namespace, obj, prev, entry.full)
+        name = self._history_name(resource)
         if self.history_window > 0:
-            self.history.append(event)
-            self._trim()
+            self._histories[name].append(event)
+            self._trim(name)
         else:
-            self.compacted_rv = self.rv
+            self._compacted[name] = self.rv
         for watcher in self.watchers[resource]:
             watcher.offer(event)
         for listener in list(self.listeners):

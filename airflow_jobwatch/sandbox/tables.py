@@ -194,6 +194,43 @@ COLUMNS: dict[str, list[dict[str, Any]]] = {
         },
         _AGE,
     ],
+    "events": [
+        {
+            "name": "Last Seen",
+            "type": "string",
+            "format": "",
+            "description": "Time since the event was last seen.",
+            "priority": 0,
+        },
+        {
+            "name": "Type",
+            "type": "string",
+            "format": "",
+            "description": "Type of this event (Normal, Warning).",
+            "priority": 0,
+        },
+        {
+            "name": "Reason",
+            "type": "string",
+            "format": "",
+            "description": "Why the action was taken.",
+            "priority": 0,
+        },
+        {
+            "name": "Object",
+            "type": "string",
+            "format": "",
+            "description": "The object this event is about.",
+            "priority": 0,
+        },
+        {
+            "name": "Message",
+            "type": "string",
+            "format": "",
+            "description": "A human-readable description.",
+            "priority": 0,
+        },
+    ],
     "namespaces": [
         _NAME,
         {
@@ -208,7 +245,21 @@ COLUMNS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+def _event_row(event: dict[str, Any]) -> list[Any]:
+    involved = event.get("involvedObject") or {}
+    last = event.get("lastTimestamp") or event.get("eventTime") or event["metadata"].get("creationTimestamp")
+    return [
+        _age(last if isinstance(last, str) else None),
+        event.get("type", ""),
+        event.get("reason", ""),
+        f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+        event.get("message", ""),
+    ]
+
+
 def _row(resource: str, obj: dict[str, Any]) -> list[Any]:
+    if resource == "events":
+        return _event_row(obj)
     if resource == "pods":
         return _pod_row(obj)
     if resource == "jobs":

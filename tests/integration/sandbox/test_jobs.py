@@ -187,3 +187,49 @@ def test_suspending_a_running_job_stops_its_pods_without_failures(sandbox: Sandb
     job = sandbox.get_object("jobs", "default", "pause")
     assert condition(job, "Suspended") and not condition(job, "Failed")
     assert not job["status"].get("failed")  # type: ignore[index]
+
+
+def test_events_of_a_job_and_its_pod(sandbox: SandboxThread, apis: Any) -> None:
+    batch, core = apis
+    batch.create_namespaced_job("default", job_body("ev", "echo hi"))
+    wait_for(lambda: finished(sandbox, "ev"), what="job ev to complete")
+    job_reasons = [
+        e.reason for e in core.list_namespaced_event("default", field_selector="involvedObject.name=ev").items
+    ]
+    assert job_reasons[0] == "SuccessfulCreate" and "Completed" in job_reasons
+    pod_name = core.list_namespaced_pod("default", label_selector="job-name=ev").items[0].metadata.name
+    pod_events = core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={pod_name},involvedObject.kind=Pod"
+    ).items
+    assert [e.reason for e in pod_events] == ["Scheduled", "Pulled", "Created", "Started"]
+    assert pod_events[0].source.component == "default-scheduler"
+    assert pod_events[3].involved_object.field_path == "spec.containers{main}"
+
+
+@pytest.mark.sandbox(history_window=3)
+def test_events_do_not_shorten_pod_watch_history(sandbox: SandboxThread, apis: Any) -> None:
+    batch, core = apis
+    rv = core.list_namespaced_pod("default").metadata.resource_version
+    batch.create_namespaced_job("default", job_body("quiet", "true"))
+    wait_for(lambda: finished(sandbox, "quiet"), what="job quiet to complete")
+    # Many events were recorded, but the pod's own changes (more than 3) are what count: the
+    # window of 3 is exceeded by pod changes alone, so this watch is refused...
+    with pytest.raises(ApiException) as err:
+        for _ in watch.Watch().stream(
+            core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=1
+        ):
+            pass
+    assert err.value.status == 410
+    # ...while a watch from the latest pod's revision replays without 410 despite later events.
+    pod = core.list_namespaced_pod("default").items[0]
+    events_before = len(core.list_namespaced_event("default").items)
+    assert events_before > 3
+    seen = list(
+        watch.Watch().stream(
+            core.list_namespaced_pod,
+            "default",
+            resource_version=pod.metadata.resource_version,
+            timeout_seconds=1,
+        )
+    )
+    assert all(e["type"] != "ERROR" for e in seen)
