@@ -228,6 +228,8 @@ async def bench_ours(sb: SandboxProcess, n_pods: int, n_events: int, upstream: U
         out["sync_rss_mb"] = rss_mb()
         out["sync_rss_growth_mb"] = out["sync_rss_mb"] - rss0
         assert counter.by_type[EventType.ADDED] == n_pods, counter.by_type
+        sample = informer.items()[:200]
+        out["pod_json_bytes"] = sum(len(json.dumps(o, separators=(",", ":"))) for o in sample) / len(sample)
         await settle(informer)
 
         # --- relist + reconcile with 10% changed, 1% vanished -----------------------------------------
@@ -376,7 +378,8 @@ def write_report(n_pods: int, n_events: int, ours: dict[str, Any], up: dict[str,
     lines = [
         "## Watch engine (kube/informer.py)",
         "",
-        f"`python bench/bench_informer.py{' --quick' if quick else ''}`: {n_pods:,} pods (~2.5 KB of JSON each), "
+        f"`python bench/bench_informer.py{' --quick' if quick else ''}`: {n_pods:,} pods "
+        f"({ours['pod_json_bytes'] / 1024:.1f} KiB of JSON each on average), "
         f"{n_events:,} watch events; sandbox in its own process (no kubelet), so CPU and memory are the engine's.",
         "Upstream = the `kubernetes` client as the cncf.kubernetes KubernetesJobWatcher uses it "
         "(`watch.Watch().stream(list_namespaced_pod)`, models deserialised), same data, same run.",
