@@ -143,6 +143,10 @@ class InformerConfig:
     # Items per LIST page. 500 is client-go's pager default: pages small enough not to time out or bloat a
     # response, few enough requests for 10,000 objects (20 pages).
     page_size: int = 500
+    # Drop metadata.managedFields from stored objects. Server-side-apply bookkeeping is often a third to a
+    # half of an object's JSON and nothing that consumes this engine reads it (client-go offers the same
+    # as TransformStripManagedFields); with 10,000 pods it is tens of MB of resident memory.
+    strip_managed_fields: bool = True
 
     def __post_init__(self) -> None:
         positive = {
@@ -603,6 +607,8 @@ class Informer:
             for item in items:
                 item.setdefault("kind", self._kind_name)
                 item.setdefault("apiVersion", self._api_version)
+                if self.config.strip_managed_fields:
+                    item["metadata"].pop("managedFields", None)
             yield items, list_rv
             continue_token = metadata.get("continue") or None
             if not continue_token:
@@ -753,6 +759,8 @@ class Informer:
             if rv:
                 self._rv = str(rv)
             return
+        if self.config.strip_managed_fields:
+            metadata.pop("managedFields", None)
         uid = metadata.get("uid")
         if not uid or etype not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("informer %s: ignoring unexpected watch event type=%r uid=%r", self.name, etype, uid)

@@ -323,3 +323,21 @@ async def test_429_retry_after_and_5xx_without_status_body(server: ScriptedServe
         assert len(server.list_queries()) == 3
     finally:
         await stop(informer, client)
+
+
+async def test_managed_fields_are_stripped_unless_asked_to_keep_them(server: ScriptedServer):
+    managed = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    listed = pod("a", 5)
+    listed["metadata"]["managedFields"] = managed
+    watched = pod("a", 6, "Running")
+    watched["metadata"]["managedFields"] = managed
+    server.lists = [list_of(listed, rv=5)]
+    server.watches = [stream(line("MODIFIED", watched))]
+    for strip in (True, False):
+        config = InformerConfig(**{**FAST.__dict__, "strip_managed_fields": strip})
+        informer, rec, client = await start(server, config)
+        try:
+            await eventually(lambda: phase_of(informer, "uid-a") == "Running")  # noqa: B023
+            assert [("managedFields" in e[3]["metadata"]) for e in rec.events] == [not strip, not strip]
+        finally:
+            await stop(informer, client)
