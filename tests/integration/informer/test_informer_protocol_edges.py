@@ -341,3 +341,29 @@ async def test_managed_fields_are_stripped_unless_asked_to_keep_them(server: Scr
             assert [("managedFields" in e[3]["metadata"]) for e in rec.events] == [not strip, not strip]
         finally:
             await stop(informer, client)
+
+
+async def test_unhealthy_is_reported_while_sleeping_in_backoff(server: ScriptedServer):
+    """Health changes on time even when the engine is asleep in a long backoff (a timer, not the next try)."""
+    server.lists = [http_error(503, "ServiceUnavailable")]
+    server.watches = [stream()]
+    config = InformerConfig(
+        **{
+            **FAST.__dict__,
+            "backoff_initial_seconds": 20,
+            "backoff_max_seconds": 30,
+            "unhealthy_after_seconds": 0.5,
+        }
+    )
+    informer, rec, client = await start(server, config)
+    try:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await eventually(lambda: any(not h.healthy for h in rec.health), within=5)
+        assert loop.time() - t0 < 3  # long before the first retry (>= 10 s away)
+        assert len(server.list_queries()) == 1
+        health = informer.health
+        assert (health.synced, health.connected, health.consecutive_failures) == (False, False, 1)
+        assert health.seconds_since_sync is None and "503" in (health.last_error or "")
+    finally:
+        await stop(informer, client)
