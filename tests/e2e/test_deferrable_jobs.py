@@ -44,6 +44,14 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
         timeout=150,
         what=f"task 'long' to defer; states {stack.task_states(DAG_ID, run_id)}",
     )
+    long_jobs = [
+        j
+        for j in stack.admin.objects("jobs", "default")
+        if j["metadata"].get("labels", {}).get("task_id") == "long"
+    ]
+    assert len(long_jobs) == 1
+    conditions = (long_jobs[0].get("status") or {}).get("conditions") or []
+    assert not any(c["type"] in ("Complete", "Failed") for c in conditions), "the kill must hit a running Job"
     stack.kill("triggerer")
     time.sleep(2)  # the Jobs go on without anyone watching them
     stack.start("triggerer")
