@@ -323,10 +323,10 @@ def render(rows: list[dict[str, Any]], *, n: int, lo: int, hi: int) -> str:
         f"Requests: {ratio:.0f}x fewer with the shared watch. "
         f"CPU: {up['cpu_seconds'] / max(ours['cpu_seconds'], 1e-9):.1f}x less.",
         "",
-        "Notes: the latency reference is a separate watch in the driver process, which receives the same "
+        f"Notes: the latency reference is a separate watch in the driver process, which receives the same "
         "watch event as our triggers, so our figures are our own processing delay (values below the "
         "observer's own delivery delay count as 0); upstream's are dominated by its 10 s GET period, and "
-        "stretch beyond it when 500 hooks (a new ApiClient and aiohttp session per poll) saturate its "
+        f"stretch beyond it when {n} hooks (a new ApiClient and aiohttp session per poll) saturate its "
         "event loop. RSS includes the Airflow imports both variants share. Upstream's trigger is built "
         "with `get_logs=False, do_xcom_push=False` (its XCom path waits pod by pod).",
         "",
