@@ -1,0 +1,103 @@
+"""NamespaceWatch's index, fed with informer events by hand (the informers themselves are not started).
+
+The events are our own InformerEvent objects carrying API JSON, as the informer delivers them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+from airflow_jobwatch.triggers import registry
+from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
+
+
+async def _no_client() -> Any:
+    raise AssertionError("not used: the informers are not started in these tests")
+
+
+def _job(name: str, uid: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid}, "status": status}
+
+
+def _pod(name: str, uid: str, job_name: str, job_uid: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "labels": {"batch.kubernetes.io/job-name": job_name, "controller-uid": job_uid},
+        },
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.fixture
+def watch() -> NamespaceWatch:
+    return NamespaceWatch(WatchKey("c", "ns"), _no_client, config=InformerConfig())
+
+
+def test_pods_are_indexed_by_their_jobs_uid_and_only_that_jobs_listeners_are_called(watch):
+    calls: list[str] = []
+    watch.listen("a", lambda: calls.append("a"))
+    watch.listen("b", lambda: calls.append("b"))
+    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-1", "p1", "a", "ua")))
+    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-2", "p2", "a", "ua")))
+    assert calls == ["a", "a"]
+    assert sorted(p["metadata"]["name"] for p in watch.pods_of("ua")) == ["a-1", "a-2"]
+    assert watch.pods_of("ub") == []
+    watch._on_pod_event(InformerEvent(EventType.DELETED_UNKNOWN, _pod("a-1", "p1", "a", "ua")))
+    assert [p["metadata"]["name"] for p in watch.pods_of("ua")] == ["a-2"]
+
+
+def test_a_removed_listener_is_not_called(watch):
+    calls: list[str] = []
+    remove = watch.listen("a", lambda: calls.append("a"))
+    remove()
+    watch._on_job_event(InformerEvent(EventType.MODIFIED, _job("a", "ua")))
+    assert calls == []
+
+
+def test_a_failing_listener_does_not_stop_the_others(watch):
+    calls: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    watch.listen("a", broken)
+    watch.listen("a", lambda: calls.append("ok"))
+    watch._on_job_event(InformerEvent(EventType.MODIFIED, _job("a", "ua")))
+    assert calls == ["ok"]
+
+
+def test_deleted_job_leaves_a_tombstone_with_its_pods(watch):
+    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-1", "p1", "a", "ua")))
+    final = _job("a", "ua", conditions=[{"type": "Complete", "status": "True"}])
+    watch._on_job_event(InformerEvent(EventType.DELETED, final))
+    job, pods = watch.tombstone("a")
+    assert job is final
+    assert [p["metadata"]["name"] for p in pods] == ["a-1"]
+    # a new Job under the same name keeps the old incarnation's tombstone (different uid) ...
+    watch._on_job_event(InformerEvent(EventType.ADDED, _job("a", "ua2")))
+    assert watch.tombstone("a") is not None
+    # ... but re-adding the same uid (a relist that finds it after all) clears it
+    watch._on_job_event(InformerEvent(EventType.DELETED, _job("a", "ua2")))
+    watch._on_job_event(InformerEvent(EventType.ADDED, _job("a", "ua2")))
+    assert watch.tombstone("a") is None
+
+
+def test_tombstones_are_bounded(watch, monkeypatch):
+    monkeypatch.setattr(registry, "TOMBSTONE_MAX_ENTRIES", 3)
+    for i in range(5):
+        watch._on_job_event(InformerEvent(EventType.DELETED, _job(f"j{i}", f"u{i}")))
+    assert [name for name in ("j0", "j1", "j2", "j3", "j4") if watch.tombstone(name)] == ["j2", "j3", "j4"]
+
+
+def test_tombstones_expire(watch, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(registry.time, "monotonic", lambda: now[0])
+    watch._on_job_event(InformerEvent(EventType.DELETED, _job("old", "u")))
+    now[0] += registry.TOMBSTONE_MAX_AGE_SECONDS + 1
+    assert watch.tombstone("old") is None
