@@ -38,7 +38,13 @@ with DAG(
     catchup=False,
     tags=["jobwatch", "deferrable"],
 ) as dag:
-    KubernetesJobOperator(task_id="quick", cmds=["sh", "-c", "echo quick job done"], **common)
+    # This one keeps the provider's default connection id ("kubernetes_default"): when that connection
+    # does not exist, worker and triggerer fall back to config_file, as the provider's hooks do.
+    KubernetesJobOperator(
+        task_id="quick",
+        cmds=["sh", "-c", "echo quick job done"],
+        **{k: v for k, v in common.items() if k != "kubernetes_conn_id"},
+    )
     KubernetesJobOperator(
         task_id="long",
         cmds=["sh", "-c", "echo long job starts; sleep 25; echo long job done"],
