@@ -112,6 +112,7 @@ class ContainerRuntime:
     started: bool = False
     final: bool = False  # terminated and will not be restarted
     launched: bool = False  # the first start attempt happened (spawned or StartError)
+    init: bool = False  # an init container: runs to completion before the main containers
     previous_logs: LogBuffer | None = None
 
     @property
@@ -131,9 +132,15 @@ class PodRuntime:
     stop_reason: str = ""  # "", "deleted", "deadline", "evicted", "killed"
     task: asyncio.Task[None] | None = None
     phase: str = "Pending"
+    init_containers: list[ContainerRuntime] = field(default_factory=list)
+    initialized: bool = True  # all init containers succeeded (or there are none)
+    init_failed: bool = False  # an init container failed and will not be restarted
 
     def container(self, name: str) -> ContainerRuntime | None:
-        return next((c for c in self.containers if c.name == name), None)
+        return next((c for c in [*self.init_containers, *self.containers] if c.name == name), None)
+
+    def all_containers(self) -> list[ContainerRuntime]:
+        return [*self.init_containers, *self.containers]
 
 
 class Kubelet:
@@ -213,7 +220,12 @@ class Kubelet:
             uid=uid,
             containers=[ContainerRuntime(clone(c)) for c in spec.get("containers") or []],
             restart_policy=spec.get("restartPolicy", "Always"),
+            init_containers=[ContainerRuntime(clone(c), init=True) for c in spec.get("initContainers") or []],
         )
+        if rt.init_containers:
+            rt.initialized = False
+            for c in rt.containers:
+                c.state = {"waiting": {"reason": "PodInitializing"}}
         self.pods[uid] = rt
         if not node:
             self._bind(rt)
@@ -310,7 +322,19 @@ class Kubelet:
                 return dict(prev)
             return self._condition(type_, value, why, msg)
 
-        conditions = [cond("PodScheduled", "True"), cond("Initialized", "True")]
+        if rt.initialized:
+            initialized = cond("Initialized", "True")
+        else:
+            pending = [
+                c.name for c in rt.init_containers if c.state.get("terminated", {}).get("exitCode") != 0
+            ]
+            initialized = cond(
+                "Initialized",
+                "False",
+                "ContainersNotInitialized",
+                f"containers with incomplete status: [{' '.join(pending)}]",
+            )
+        conditions = [cond("PodScheduled", "True"), initialized]
         if terminal:
             conditions += [
                 cond("ContainersReady", "False", "PodCompleted"),
@@ -344,6 +368,14 @@ class Kubelet:
                 "podIP": HOST_IP,
                 "podIPs": [{"ip": HOST_IP}],
                 "startTime": rt.start_time,
+            }
+        )
+        if rt.init_containers:
+            out["initContainerStatuses"] = [
+                self._container_status(rt, c, init=True) for c in rt.init_containers
+            ]
+        out.update(
+            {
                 "containerStatuses": [self._container_status(rt, c) for c in rt.containers],
                 "qosClass": status.get("qosClass", "BestEffort"),
             }
@@ -353,13 +385,15 @@ class Kubelet:
         new["status"] = out
         self.sb.store.commit("pods", "MODIFIED", new, old)
 
-    def _container_status(self, rt: PodRuntime, c: ContainerRuntime) -> dict[str, Any]:
+    def _container_status(self, rt: PodRuntime, c: ContainerRuntime, *, init: bool = False) -> dict[str, Any]:
         image = str(c.spec.get("image", ""))
+        succeeded = c.state.get("terminated", {}).get("exitCode") == 0
         out: dict[str, Any] = {
             "name": c.name,
             "state": clone(c.state),
             "lastState": clone(c.last_state),
-            "ready": "running" in c.state,
+            # An init container is "ready" once it completed successfully.
+            "ready": succeeded if init else "running" in c.state,
             "restartCount": c.restart_count,
             "image": image,
             "imageID": f"sandbox://{image}" if c.started or "terminated" in c.state else "",
@@ -371,6 +405,10 @@ class Kubelet:
 
     @staticmethod
     def _phase(rt: PodRuntime) -> str:
+        if rt.init_failed:
+            return "Failed"
+        if not rt.initialized:
+            return "Pending"
         if rt.containers and all(c.final for c in rt.containers):
             if rt.stop_reason in ("evicted", "deadline"):
                 return "Failed"
@@ -421,7 +459,7 @@ class Kubelet:
         if self._config_errors(rt):
             # A container that cannot be configured never starts; the pod stays Pending (the
             # kubelet keeps retrying) until it is deleted.
-            for c in rt.containers:
+            for c in rt.all_containers():
                 waiting = c.state.get("waiting", {})
                 if waiting.get("reason") in ("InvalidImageName", "CreateContainerConfigError"):
                     reason = "InspectFailed" if waiting["reason"] == "InvalidImageName" else "Failed"
@@ -435,18 +473,35 @@ class Kubelet:
         if isinstance(deadline, int) and deadline >= 0:
             asyncio.get_running_loop().call_later(deadline, self._deadline_exceeded, rt)
         stopper = asyncio.create_task(self._watch_stopping(rt))
-        runners = [asyncio.create_task(self._run_container(rt, c)) for c in rt.containers]
+        runners: list[asyncio.Task[None]] = []
         try:
-            await asyncio.gather(*runners)
+            if await self._run_init_containers(rt):
+                runners = [asyncio.create_task(self._run_container(rt, c)) for c in rt.containers]
+                await asyncio.gather(*runners)
         finally:
             stopper.cancel()
             for task in runners:
                 task.cancel()
         await self._finish(rt)
 
+    async def _run_init_containers(self, rt: PodRuntime) -> bool:
+        """Run the init containers one after the other, each until it succeeds (restarted with
+        back-off unless restartPolicy is Never). False if the pod must not go on."""
+        for c in rt.init_containers:
+            await self._run_container(rt, c)
+            if c.state.get("terminated", {}).get("exitCode") != 0:
+                if not rt.stopping.is_set():
+                    rt.init_failed = True  # restartPolicy Never: the pod fails
+                return False
+        if rt.init_containers:
+            rt.initialized = True
+            for c in rt.containers:
+                c.state = {"waiting": {"reason": "ContainerCreating"}}
+        return True
+
     async def _finish(self, rt: PodRuntime) -> None:
         """After all containers ended: the final status, then (if being deleted) the final delete."""
-        for c in rt.containers:
+        for c in rt.containers if rt.initialized else []:  # never-started ones stay PodInitializing
             if not c.final:
                 c.final = True
                 if "terminated" not in c.state:
@@ -488,7 +543,7 @@ class Kubelet:
           none, so ``CreateContainerConfigError`` (unless the reference is ``optional``).
         """
         found = False
-        for c in rt.containers:
+        for c in rt.all_containers():
             image = str(c.spec.get("image", ""))
             if not _IMAGE_REFERENCE.match(image):
                 c.state = {
@@ -673,16 +728,18 @@ class Kubelet:
             }
         )
         c.state = {"terminated": terminated}
-        c.final = not self._restarts(rt, exit_code)
+        c.final = not self._restarts(rt, c, exit_code)
         if not all(o.final for o in rt.containers):
             self._publish(rt)  # otherwise _finish publishes the pod's final status
         return exit_code
 
     @staticmethod
-    def _restarts(rt: PodRuntime, exit_code: int) -> bool:
-        return not rt.stopping.is_set() and (
-            rt.restart_policy == "Always" or (rt.restart_policy == "OnFailure" and exit_code != 0)
-        )
+    def _restarts(rt: PodRuntime, c: ContainerRuntime, exit_code: int) -> bool:
+        if rt.stopping.is_set():
+            return False
+        if c.init:  # init containers run until they succeed, unless the policy is Never
+            return exit_code != 0 and rt.restart_policy != "Never"
+        return rt.restart_policy == "Always" or (rt.restart_policy == "OnFailure" and exit_code != 0)
 
     def _launched(self, rt: PodRuntime, c: ContainerRuntime) -> None:
         """Publish once every container made its first start attempt (Running, or Failed when
@@ -690,7 +747,7 @@ class Kubelet:
         exits at once is still seen Running first, as the kubelet reports it."""
         first = not c.launched
         c.launched = True
-        if not first or all(o.launched for o in rt.containers):
+        if c.init or not first or all(o.launched for o in rt.containers):
             self._publish(rt)
 
     def _start_error(self, rt: PodRuntime, c: ContainerRuntime, started_at: str, message: str) -> int:
@@ -705,7 +762,7 @@ class Kubelet:
             }
         }
         c.logs.close()
-        c.final = not self._restarts(rt, 128)
+        c.final = not self._restarts(rt, c, 128)
         self._event(rt, "Failed", f"Error: {message}", warning=True, container=c.name)
         self._launched(rt, c)
         return 128
@@ -728,7 +785,7 @@ class Kubelet:
 
     # ---- stopping --------------------------------------------------------------------------------
     def _kill(self, rt: PodRuntime, sig: int) -> None:
-        for c in rt.containers:
+        for c in rt.all_containers():
             proc = c.proc
             if proc is not None and proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -776,7 +833,7 @@ class Kubelet:
         if rt.stop_reason == "evicted":
             self._kill(rt, signal.SIGKILL)
             return
-        for c in rt.containers:
+        for c in rt.all_containers():
             if c.proc is not None:
                 self._event(rt, "Killing", f"Stopping container {c.name}", container=c.name)
         self._kill(rt, signal.SIGTERM)
@@ -795,16 +852,17 @@ class Kubelet:
         meta = pod["metadata"]
         name = meta["name"]
         names = [c.get("name") for c in pod.get("spec", {}).get("containers") or []]
+        init_names = [c.get("name") for c in pod.get("spec", {}).get("initContainers") or []]
         query = request.query
         container = query.get("container")
         if not container:
-            if len(names) != 1:
-                raise ApiError(
-                    400,
-                    f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]",
-                )
+            if len(names) != 1:  # the real check counts regular containers only
+                choice = f"choose one of: [{' '.join(names)}]"
+                if init_names:
+                    choice += f" or one of the init containers: [{' '.join(init_names)}]"
+                raise ApiError(400, f"a container name must be specified for pod {name}, {choice}")
             container = names[0]
-        if container not in names:
+        if container not in names and container not in init_names:
             raise ApiError(400, f"container {container} is not valid for pod {name}")
         rt = self.pods.get(meta["uid"])
         c = rt.container(container) if rt is not None else None

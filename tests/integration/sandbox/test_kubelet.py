@@ -233,3 +233,38 @@ def test_containers_that_cannot_be_created_stay_waiting(
     assert phase_of(sandbox, "cfg") == "Pending"
     core.delete_namespaced_pod("cfg", "default")
     wait_for(lambda: sandbox.get_object("pods", "default", "cfg") is None, what="the pod to be deleted")
+
+
+def test_init_containers_run_first(sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path) -> None:
+    marker = tmp_path / "order"
+    body = pod_body("init", f"echo main >> {marker}")
+    body["spec"]["initContainers"] = [
+        {"name": "setup", "image": "busybox:1.36", "command": ["sh", "-c", f"echo setup >> {marker}"]}
+    ]
+    core.create_namespaced_pod("default", body)
+    pod = wait_for(lambda: terminal(sandbox, "init"), what="pod init to finish")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert marker.read_text() == "setup\nmain\n"
+    init_status = pod["status"]["initContainerStatuses"][0]
+    assert init_status["state"]["terminated"]["exitCode"] == 0 and init_status["ready"] is True
+    assert (
+        core.read_namespaced_pod_log("init", "default", container="setup", _preload_content=False).data == b""
+    )
+
+
+def test_failed_init_container_fails_the_pod(
+    sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    body = pod_body("badinit", f"touch {marker}")
+    body["spec"]["initContainers"] = [
+        {"name": "setup", "image": "busybox:1.36", "command": ["sh", "-c", "exit 4"]}
+    ]
+    core.create_namespaced_pod("default", body)
+    pod = wait_for(lambda: terminal(sandbox, "badinit"), what="pod badinit to fail")
+    assert pod["status"]["phase"] == "Failed"
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 4
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "PodInitializing"
+    initialized = next(c for c in pod["status"]["conditions"] if c["type"] == "Initialized")
+    assert initialized["status"] == "False" and initialized["reason"] == "ContainersNotInitialized"
+    assert not marker.exists()
