@@ -277,3 +277,35 @@ def test_adoption_after_scheduler_death(executor_factory, kube_sandbox):
         new.heartbeat()
         assert time.monotonic() < deadline, "the dead scheduler's finished pod was not cleaned up"
         time.sleep(0.1)
+
+
+def test_get_task_log_reads_the_running_pods_log(executor_factory, kube_sandbox):
+    from types import SimpleNamespace
+
+    sandbox, _ = kube_sandbox
+    ex = executor_factory(job_id="42")
+    w = make_workload(task_id="chatty", command="echo line-one; echo line-two; sleep 30")
+    _submit(ex, w)
+    ti = SimpleNamespace(
+        key=w.ti.key,
+        dag_id=w.ti.dag_id,
+        task_id="chatty",
+        run_id=w.ti.run_id,
+        map_index=-1,
+        try_number=1,
+        queued_by_job_id=42,
+        executor_config=None,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        ex.heartbeat()
+        messages, logs = ex.get_task_log(ti, 1)
+        if logs and "line-two" in logs[0]:
+            break
+        assert time.monotonic() < deadline, (messages, logs)
+        time.sleep(0.2)
+    assert "line-one" in logs[0]
+    assert any("Log of pod default/" in m for m in messages)
+    # A try without a pod says so instead of raising.
+    messages, logs = ex.get_task_log(ti, 2)
+    assert logs == [] and "No worker pod" in messages[0]

@@ -308,3 +308,22 @@ def test_multi_namespace_watchers_and_scoped_gap_check(make_supervisor, core_v1,
     assert sup.counters.restarts == 1
     assert sup.counters.gap_deleted == 1
     assert {"default", "team-b"} & {ref[0] for ref in sup.tracked()} == {"default"}
+
+
+def test_crash_loop_backs_off(make_supervisor, tmp_path):
+    # A child that cannot even build its client (here: a kubeconfig that does not exist) dies while
+    # starting. That is a crash loop, not an incident: the replacement waits for the backoff (10 s
+    # ceiling, equal jitter: at least 5 s) instead of being started at once.
+    sup = make_supervisor(
+        cluster=ClusterConfig(config_file=str(tmp_path / "missing-kubeconfig")),
+        restart_backoff_initial=10.0,
+        restart_backoff_max=10.0,
+    )
+    results: list[PodResult] = []
+    poll_until(sup, lambda _: sup.counters.restarts >= 1, timeout=30, results=results)
+    poll_for(sup, 2.0, results)
+    assert sup.counters.restarts == 1
+    assert sup.child_pids()["default"] is None  # waiting for the backoff, not respawning
+    assert sup.counters.per_namespace["default"]["last_restart_reason"].startswith(
+        "the watcher process exited"
+    )
