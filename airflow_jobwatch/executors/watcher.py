@@ -52,6 +52,9 @@ CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
 # The child reports its informer's counters (relists, watches, health) at most this often; they
 # feed logs, the status file and the benchmark, none of which needs sub-second freshness.
 CHILD_STATS_INTERVAL_SECONDS = 1.0
+# A new child that has not beaten yet gets at least this long (imports, client set-up) before it is
+# presumed wedged; a spawned interpreter importing kube/ takes ~0.5 s, much more on a loaded machine.
+CHILD_STARTUP_GRACE_SECONDS = 30.0
 # Grace given to a child asked to stop (SIGTERM) before it is SIGKILLed.
 CHILD_STOP_GRACE_SECONDS = 5.0
 # A replacement child that stayed healthy this long resets the restart backoff, so one crash an
@@ -206,6 +209,16 @@ async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent
             )
         )
 
+    async def beat() -> None:
+        while True:
+            heartbeat.value = time.monotonic()
+            if os.getppid() != parent_pid:
+                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan.
+                os._exit(0)
+            await asyncio.sleep(CHILD_HEARTBEAT_INTERVAL_SECONDS)
+
+    # Beat from the start, so that connecting to a slow API server is not mistaken for a wedge.
+    beat_task = asyncio.create_task(beat())
     api_client = await async_api_client(spec.cluster)
     informer = Informer(
         api_client,
@@ -217,15 +230,6 @@ async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent
     )
     informer.subscribe(on_event)
 
-    async def beat() -> None:
-        while True:
-            heartbeat.value = time.monotonic()
-            if os.getppid() != parent_pid:
-                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan.
-                os._exit(0)
-            await asyncio.sleep(CHILD_HEARTBEAT_INTERVAL_SECONDS)
-
-    beat_task = asyncio.create_task(beat())
     try:
         await informer.start()
         await informer.wait_synced()
@@ -452,7 +456,7 @@ class WatcherSupervisor:
 
     def _start_child(self, slot: _Slot) -> None:
         reader, writer = self._ctx.Pipe(duplex=False)
-        heartbeat = self._ctx.RawValue("d", time.monotonic())
+        heartbeat = self._ctx.RawValue("d", 0.0)  # 0.0 = has not beaten yet
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=_child_main,
             args=(slot.spec, writer, heartbeat, os.getpid()),
@@ -475,7 +479,15 @@ class WatcherSupervisor:
     def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
         if not child.process.is_alive():
             return f"the watcher process exited with code {child.process.exitcode}"
-        silent_for = now - child.heartbeat.value
+        last_beat = child.heartbeat.value
+        if last_beat == 0.0:
+            # Not beaten yet: still importing and connecting (a spawned interpreter on a busy machine
+            # can take seconds). Allow it a start-up grace before calling it wedged.
+            silent_for = now - child.started_at
+            if silent_for > max(self._unresponsive_after, CHILD_STARTUP_GRACE_SECONDS):
+                return f"the watcher process has not started beating after {silent_for:.1f} s"
+            return None
+        silent_for = now - last_beat
         if silent_for > self._unresponsive_after:
             return f"the watcher's event loop has not beaten for {silent_for:.1f} s"
         return None
@@ -489,13 +501,10 @@ class WatcherSupervisor:
             slot.spec.namespace or "all namespaces",
             reason,
         )
-        # Make sure it is gone, then read whatever it managed to send before dying.
+        # Make sure it is gone, then read whatever it managed to send before dying (up to EOF).
         self._stop_child(child, timeout=0.0, close=False)
-        while not child.closed:
-            before = len(results)
+        if not child.closed:
             self._drain(slot, child, results)
-            if len(results) == before and not child.closed:
-                break
         try:
             child.conn.close()
         except OSError:
