@@ -217,6 +217,11 @@ class JobWatchExecutor(BaseExecutor):
         self.supervisor.start()
 
     def _process_workloads(self, workload_items: Sequence[workloads.All]) -> None:
+        """Accept workloads: each takes an executor slot now; its pod is created in :meth:`sync`.
+
+        Creation is deferred so that API errors (quota, 429, 5xx, outage) only delay a pod, with backoff,
+        and never lose the workload or block the scheduler loop on a retry.
+        """
         from airflow.executors.workloads import ExecuteTask
 
         for w in workload_items:
@@ -229,6 +234,7 @@ class JobWatchExecutor(BaseExecutor):
             self._pending[key] = _PendingLaunch(workload=w)
 
     def sync(self) -> None:
+        """One scheduler heartbeat: watcher results first (they free slots), then cleanup, then creates."""
         if self.supervisor is None:
             return
         for result in self.supervisor.poll():
