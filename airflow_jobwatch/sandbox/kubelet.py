@@ -501,6 +501,8 @@ class Kubelet:
 
     async def _finish(self, rt: PodRuntime) -> None:
         """After all containers ended: the final status, then (if being deleted) the final delete."""
+        if not rt.initialized and rt.stop_reason in ("deadline", "evicted"):
+            rt.init_failed = True  # stopped while initializing: the pod failed
         for c in rt.containers if rt.initialized else []:  # never-started ones stay PodInitializing
             if not c.final:
                 c.final = True
