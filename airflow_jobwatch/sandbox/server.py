@@ -43,6 +43,7 @@ from .selectors import parse_field_selector, parse_label_selector
 from .store import (
     API_VERSIONS,
     LIST_KINDS,
+    WATCHER_MAX_BUFFER,
     Entry,
     Store,
     Watcher,
@@ -447,7 +448,13 @@ class ApiServer:
                 expired_status = too_old_resource_version(requested, store.rv)
             else:
                 probe = Watcher(
-                    resource, ns, label_match, field_match, watcher.selective, render=watcher.render
+                    resource,
+                    ns,
+                    label_match,
+                    field_match,
+                    watcher.selective,
+                    render=watcher.render,
+                    max_buffer=None,  # a replay is delivered whole, however long
                 )
                 for ev in replay:
                     probe.offer(ev)
@@ -477,6 +484,9 @@ class ApiServer:
                 await resp.write_eof()
             return resp
 
+        # The initial backlog does not count against the "too slow" limit: only live events the client
+        # fails to read do.
+        watcher.max_buffer = WATCHER_MAX_BUFFER + len(initial)
         watcher.buffer.extend(initial)
         if initial_end_bookmark:
             watcher.buffer.append(self._bookmark_line(resource, initial_events_end=True))

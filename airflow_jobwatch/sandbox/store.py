@@ -98,6 +98,10 @@ class Watcher:
     close_reason: str = ""
     # Renders an event line itself (kubectl's Table watches) instead of sharing the cached bytes.
     render: Callable[[str, dict[str, Any]], bytes] | None = None
+    # Undelivered events allowed before the watcher is closed as "too slow"; None = no limit (used to
+    # filter a replay, which must never be cut short). The handler raises it by the size of the initial
+    # backlog (synthetic ADDED or replayed events), which the client has not had a chance to read yet.
+    max_buffer: int | None = WATCHER_MAX_BUFFER
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         if not self.selective:
@@ -134,7 +138,7 @@ class Watcher:
         else:
             line = event.line(type_ if type_ != event.type else None)
         self.buffer.append(line)
-        if len(self.buffer) > WATCHER_MAX_BUFFER:
+        if self.max_buffer is not None and len(self.buffer) > self.max_buffer:
             self.close("too slow")
         self.wakeup.set()
 
