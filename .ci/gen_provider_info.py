@@ -33,7 +33,11 @@ def render() -> str:
     # ruff formats it the way the rest of the code base is formatted, so `ruff format --check` agrees.
     return subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--stdin-filename", "get_provider_info.py", "-"],
-        input=raw, capture_output=True, text=True, check=True, cwd=ROOT,
+        input=raw,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     ).stdout
 
 
@@ -41,5 +45,7 @@ if __name__ == "__main__":
     target = ROOT / "airflow_jobwatch" / "get_provider_info.py"
     text = render()
     if "--check" in sys.argv:
-        sys.exit(0 if target.read_text() == text else "get_provider_info.py is stale: run `make provider-info`")
+        sys.exit(
+            0 if target.read_text() == text else "get_provider_info.py is stale: run `make provider-info`"
+        )
     target.write_text(text)
