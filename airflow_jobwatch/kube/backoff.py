@@ -62,17 +62,25 @@ class Backoff:
 
         :param retry_after: the server's ``Retry-After`` in seconds (429 / 503); the delay is at least
             that (capped at :data:`RETRY_AFTER_CAP_SECONDS`).
-        :param free: retry at once if this is the first failure since the backoff was last reset. Used
-            for 410 Expired, whose answer (a relist) is the normal recovery path and should not be
-            delayed, while a *second* 410 soon after still backs off like any other error.
+        :param free: retry at once unless the previous failure was free too. Used for 410 Expired, whose
+            answer (a relist) is the normal recovery path and should not be delayed - in particular the
+            410 that almost always greets a client whose server was unreachable for a while: the server
+            has just answered, so the growing delay of the outage no longer applies. A *second* 410 in a
+            row still backs off like any other error, so a server answering 410 to every watch is not
+            hammered; the streak's exponent keeps growing across free retries.
         """
         if self.last_failure is not None and now - self.last_failure >= self.reset_after_seconds:
             self.reset()
         self.last_failure = now
-        if free and not self.free_used and self.attempts == 0 and retry_after is None:
-            # Remember it, so the next failure within the reset window is not free.
+        if free and not self.free_used and retry_after is None:
+            # Remember it, so the next failure in a row is not free.
             self.free_used = True
             return 0.0
+        if not free:
+            # A different kind of failure ends a run of 410s: the next 410 is again retried at once.
+            # Alternating errors and 410s therefore make at most twice the attempts of the bound below,
+            # each immediate retry following a full, growing backoff.
+            self.free_used = False
         ceiling = self.ceiling(self.attempts)
         self.attempts += 1
         delay = self.rand(ceiling / 2.0, ceiling)

@@ -376,6 +376,10 @@ class Informer:
         self._lists = 0
         self._watches = 0
         self._unhealthy_timer: asyncio.TimerHandle | None = None
+        # Set by the unhealthy timer (or a failure past the threshold), cleared by a success. The health
+        # property reads this flag rather than comparing clocks, so what `health` says and what on_health
+        # subscribers were told can never disagree, even for the instant before the timer fires.
+        self._unhealthy = False
         self._reported: tuple[bool, bool, bool] | None = None
 
     def __repr__(self) -> str:
@@ -454,9 +458,7 @@ class Informer:
     @property
     def health(self) -> InformerHealth:
         now = time.monotonic()
-        healthy = (
-            self._failing_since is None or now - self._failing_since < self.config.unhealthy_after_seconds
-        )
+        healthy = not self._unhealthy
         if self._last_sync is None:
             since: float | None = None
         elif self._connected:
@@ -480,9 +482,10 @@ class Informer:
         """List, then watch; on every failure decide what to do next and back off.
 
         * 410 Expired (ERROR event, HTTP 410, or an expired continue token): the resourceVersion is gone
-          from the server's history, so resuming is impossible - relist and reconcile. The first 410
-          after a healthy period relists at once; further ones back off like any error, so a server that
-          answers 410 to every watch is not hammered (apache/airflow #21087).
+          from the server's history, so resuming is impossible - relist and reconcile. A 410 relists at
+          once unless the previous failure was a 410 too (the 410 that greets us after an outage is the
+          normal way back, not a reason to wait out the outage's backoff); 410s in a row back off like
+          any error, so a server that answers 410 to every watch is not hammered (apache/airflow #21087).
         * A stalled stream: reopen the watch from the last resourceVersion at once (indistinguishable from
           a quiet stream without bookmarks, so not a failure).
         * A watch the server ended normally (timeoutSeconds, apiserver restart): resume at once.
@@ -816,10 +819,11 @@ class Informer:
             if self._unhealthy_timer is not None:
                 self._unhealthy_timer.cancel()
             # Health must change while we are disconnected and sleeping, not at the next attempt.
-            # (+10 ms so the timer cannot fire a hair before the threshold the health property checks.)
             self._unhealthy_timer = asyncio.get_running_loop().call_later(
-                self.config.unhealthy_after_seconds + 0.01, self._notify_health
+                self.config.unhealthy_after_seconds, self._mark_unhealthy
             )
+        elif now - self._failing_since >= self.config.unhealthy_after_seconds:
+            self._unhealthy = True  # in case the loop was too busy to run the timer yet
         self._notify_health()
         return self._backoff.failure(now, retry_after=retry_after, free=free)
 
@@ -828,10 +832,17 @@ class Informer:
             return
         self._consecutive_failures = 0
         self._failing_since = None
+        self._unhealthy = False
         if self._unhealthy_timer is not None:
             self._unhealthy_timer.cancel()
             self._unhealthy_timer = None
         self._notify_health()
+
+    def _mark_unhealthy(self) -> None:
+        self._unhealthy_timer = None
+        if self._failing_since is not None:
+            self._unhealthy = True
+            self._notify_health()
 
     def _set_connected(self, connected: bool) -> None:
         if self._connected != connected:

@@ -52,10 +52,15 @@ def test_first_free_failure_is_immediate_then_backs_off():
     assert backoff.failure(now=1000, free=True) == 0
 
 
-def test_free_retry_not_used_once_backing_off():
+def test_free_retry_after_a_different_failure_then_backs_off_again():
+    # An outage (connection errors, backing off), then the server answers 410: relist at once.
     backoff = Backoff(initial_seconds=1, max_seconds=30, reset_after_seconds=120, rand=highest)
     assert backoff.failure(now=0) == 1
-    assert backoff.failure(now=1, free=True) == 2
+    assert backoff.failure(now=1) == 2
+    assert backoff.failure(now=3, free=True) == 0
+    # a second 410 in a row backs off, from where the streak's exponent is
+    assert backoff.failure(now=3, free=True) == 4
+    assert backoff.failure(now=7, free=True) == 8
 
 
 def test_retry_after_is_honoured_and_capped():
