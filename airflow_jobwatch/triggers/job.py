@@ -38,7 +38,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobwatch.kube import client as kube_client
 from airflow_jobwatch.kube.informer import InformerConfig
 from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS, classify_job, pod_summary
+from airflow_jobwatch.kube.states import (
+    DEFAULT_FATAL_WAITING_REASONS,
+    TERMINAL_PHASES,
+    classify_job,
+    pod_summary,
+)
 from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 
 __all__ = ["JobTrigger", "informer_config_from_airflow"]
@@ -60,6 +65,14 @@ _HEALTH_CHECK_SECONDS = 1.0
 #: watch stream (which is then a few milliseconds behind); its DELETED event carries its final
 #: conditions. Two seconds covers a busy triggerer loop without delaying a real deletion noticeably.
 _MISSING_GRACE_SECONDS = 2.0
+
+#: A Job's terminal condition and its pods' final states arrive on two different watches, so the Job's
+#: event can overtake the pod event that the Job controller acted on. When the Job is terminal but one of
+#: its cached pods is not, the trigger gives the pod watch this long to catch up, so that the payload's
+#: pod summary (and the failing container's exit code in the message) is the final one. Bounded, because
+#: a pod can really still be running when the Job has met its success criteria (parallelism >
+#: completions): the result is then reported with the pod as it is.
+_POD_SETTLE_SECONDS = 1.0
 
 STATUS_SUCCESS = "success"
 STATUS_FAILED = "failed"
@@ -400,22 +413,47 @@ class JobTrigger(BaseTrigger):
         outcome: asyncio.Future[dict[str, Any]] = loop.create_future()
         watch: NamespaceWatch | None = None
 
+        # A terminal result held back for at most _POD_SETTLE_SECONDS while its pods catch up.
+        held: dict[str, Any] | None = None
+        settle_handle: asyncio.TimerHandle | None = None
+
         def settle(payload: dict[str, Any]) -> None:
             # Set-once: whichever terminal result comes first is the one reported.
             if not outcome.done():
                 outcome.set_result(payload)
+
+        def release_held() -> None:
+            if held is not None:
+                settle(held)
+
+        def offer(payload: dict[str, Any]) -> None:
+            """Settle a decision from the cache at once, unless it is a success/failure whose pods the
+            pod watch has not yet shown terminal: then hold it (re-decided on every change) until they
+            are, or for _POD_SETTLE_SECONDS at most."""
+            nonlocal held, settle_handle
+            if outcome.done():
+                return
+            if payload["status"] not in (STATUS_SUCCESS, STATUS_FAILED) or _pods_final(payload):
+                settle(payload)
+                return
+            held = payload
+            if settle_handle is None:
+                settle_handle = loop.call_later(_POD_SETTLE_SECONDS, release_held)
 
         def on_change() -> None:
             if watch is None or outcome.done():
                 return
             decision = self._decide(watch)
             if isinstance(decision, dict):
-                settle(decision)
+                offer(decision)
 
         def on_deadline() -> None:
             if outcome.done():
                 return
             on_change()  # a terminal state already in the cache wins over the deadline
+            if held is not None:
+                settle(held)  # ... even one still waiting for its pods to settle
+                return
             note, job, pods = self._current_state_note(watch)
             settle(
                 self._payload(
@@ -452,11 +490,13 @@ class JobTrigger(BaseTrigger):
                 )
             else:
                 watch = subscription.watch
-                await self._wait_loop(watch, outcome, settle, on_change)
+                await self._wait_loop(watch, outcome, settle, offer)
             return await outcome
         finally:
             if deadline_handle is not None:
                 deadline_handle.cancel()
+            if settle_handle is not None:
+                settle_handle.cancel()
             if subscription is not None:
                 # Only leave the shared watch; the Job itself is never touched here.
                 await asyncio.shield(subscription.close())
@@ -466,7 +506,7 @@ class JobTrigger(BaseTrigger):
         watch: NamespaceWatch,
         outcome: asyncio.Future[dict[str, Any]],
         settle: Callable[[dict[str, Any]], None],
-        on_change: Callable[[], None],
+        offer: Callable[[dict[str, Any]], None],
     ) -> None:
         poll = self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
         tolerance = self._tolerance()
@@ -474,7 +514,7 @@ class JobTrigger(BaseTrigger):
         while not outcome.done():
             decision = self._decide(watch)
             if isinstance(decision, dict):
-                settle(decision)
+                offer(decision)
                 break
             if decision is not False:
                 missing_since = None
@@ -557,6 +597,11 @@ class JobTrigger(BaseTrigger):
                 raise
         finally:
             await client.close()
+
+
+def _pods_final(payload: dict[str, Any]) -> bool:
+    """Whether every pod in a payload's summary is in a terminal phase (as classified by kube/states)."""
+    return all(pod["phase"] in TERMINAL_PHASES for pod in payload["pods"])
 
 
 def _pod_sort_key(pod: dict[str, Any]) -> tuple[str, str]:
