@@ -22,4 +22,6 @@ def sandbox(args: argparse.Namespace) -> None:
         argv += ["--history-window", str(args.history_window)]
     if args.bookmark_interval is not None:
         argv += ["--bookmark-interval", str(args.bookmark_interval)]
+    if args.tls:
+        argv.append("--tls")
     os.execv(sys.executable, argv)

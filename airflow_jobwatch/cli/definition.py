@@ -25,12 +25,18 @@ ARG_BOOKMARK_INTERVAL = Arg(
     help="Seconds between BOOKMARK events on watches that ask for them.",
 )
 
+ARG_TLS = Arg(
+    ("--tls",),
+    action="store_true",
+    help="Serve HTTPS with a throw-away self-signed certificate (kubectl sends tokens only over TLS).",
+)
+
 JOBWATCH_COMMANDS = (
     ActionCommand(
         name="sandbox",
         help="Run the embedded Kubernetes sandbox (an API emulator with a Job controller and a local kubelet)",
         func=lazy_load_command("airflow_jobwatch.cli.commands.sandbox"),
-        args=(ARG_PORT, ARG_KUBECONFIG, ARG_HISTORY_WINDOW, ARG_BOOKMARK_INTERVAL),
+        args=(ARG_PORT, ARG_KUBECONFIG, ARG_HISTORY_WINDOW, ARG_BOOKMARK_INTERVAL, ARG_TLS),
     ),
 )
 

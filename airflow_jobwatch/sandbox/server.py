@@ -284,15 +284,17 @@ class ApiServer:
     @staticmethod
     async def _body(request: web.BaseRequest) -> Any:
         raw = await request.read()
+        ctype = request.content_type
+        if "yaml" in ctype or "protobuf" in ctype or "cbor" in ctype:
+            # The sandbox speaks JSON only. A 415 is what a real server answers to a media type it does
+            # not accept; clients that offer protobuf or CBOR (kubectl's typed "create job") retry in JSON.
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types include: {JSON}",
+            )
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            ctype = request.content_type
-            if "yaml" in ctype:
-                raise ApiError(
-                    415,
-                    f"the body of the request was in an unknown format - accepted media types include: {JSON}",
-                ) from None
             raise bad_request(f"the object provided is unrecognized or invalid JSON: {exc}") from None
 
     def _get(self, resource: str, ns: str, name: str) -> Entry:
