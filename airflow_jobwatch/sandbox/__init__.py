@@ -23,11 +23,15 @@ Faults, switched at run time (methods on :class:`Sandbox` and :class:`SandboxThr
 * ``counters()`` / ``reset_counters()``: requests per ``"<verb> <resource>"``.
 * ``objects(kind, namespace=None)`` / ``get_object(kind, namespace, name)``: the server's truth.
 
+To run it in another process, :class:`SandboxProcess` starts ``python -m airflow_jobwatch.sandbox``
+and waits for its ``ready <url>`` line.
+
 The sandbox never imports the code it is used to test.
 """
 
 from .admin import AdminClient
+from .process import SandboxProcess, SandboxStartError
 from .sandbox import Sandbox
 from .thread import SandboxThread
 
-__all__ = ["AdminClient", "Sandbox", "SandboxThread"]
+__all__ = ["AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError", "SandboxThread"]
