@@ -47,6 +47,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from airflow_jobwatch.devtools.pod_template import pod_template_yaml
+from airflow_jobwatch.sandbox.process import SandboxProcess, SandboxStartError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGS_FOLDER = REPO_ROOT / "dags_example"
 VENV_BIN = Path(sys.executable).parent
@@ -60,20 +63,6 @@ PROCESS_COMMANDS: dict[str, list[str]] = {
 }
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
-
-POD_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: placeholder
-spec:
-  restartPolicy: Never
-  containers:
-    - name: base
-      # Never pulled: the sandbox's kubelet runs the container's command as a local process, and
-      # `python` resolves to this venv's interpreter (the venv's bin is first on the pods' PATH).
-      image: {image}
-"""
 
 
 class StackError(RuntimeError):
@@ -152,7 +141,7 @@ class AirflowStack:
         self.home: Path = Path()
         self.env: dict[str, str] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.sandbox_proc: subprocess.Popen[bytes] | None = None
+        self.sandbox: SandboxProcess | None = None
         self.sandbox_url = ""
         self.kubeconfig = Path()
         self.api_port = 0
@@ -180,7 +169,7 @@ class AirflowStack:
         self.status_file = self.home / "executor-status.json"
         self.api_port = _free_port()
         pod_template = self.home / "pod_template.yaml"
-        pod_template.write_text(POD_TEMPLATE.format(image="jobwatch-sandbox/airflow:local"))
+        pod_template.write_text(pod_template_yaml())
         # Pods inherit the sandbox's environment: it gets the full Airflow configuration too.
         self.env = self._build_env(pod_template)
         self._start_sandbox()
@@ -234,39 +223,20 @@ class AirflowStack:
         return env
 
     def _start_sandbox(self) -> None:
-        from airflow_jobwatch.sandbox.admin import AdminClient
-
-        log = (self.home / "proc-logs" / "sandbox.log").open("ab")
-        cmd = [
-            sys.executable,
-            "-m",
-            "airflow_jobwatch.sandbox",
-            "--port",
-            "0",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            *self.sandbox_args,
-        ]
-        self.sandbox_proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, env=self.env, start_new_session=True, cwd=self.home
+        self.sandbox = SandboxProcess(
+            self.kubeconfig,
+            args=self.sandbox_args,
+            env=self.env,
+            cwd=self.home,
+            log=self.home / "proc-logs" / "sandbox.log",
+            start_timeout=self.start_timeout,
         )
-        assert self.sandbox_proc.stdout is not None
-        deadline = time.monotonic() + self.start_timeout
-        line = b""
-        while time.monotonic() < deadline:
-            line = self.sandbox_proc.stdout.readline()
-            if line.startswith(b"ready ") or not line:
-                break
-        if not line.startswith(b"ready "):
-            raise StackError(f"the sandbox did not start: {line!r}\n{self.log_tail('sandbox')}")
-        self.sandbox_url = line.decode().split()[1]
-        self.admin = AdminClient(self.sandbox_url, self._kubeconfig_token())
-
-    def _kubeconfig_token(self) -> str:
-        import yaml
-
-        data = yaml.safe_load(self.kubeconfig.read_text())
-        return str(data["users"][0]["user"]["token"])
+        try:
+            self.sandbox.start()
+        except SandboxStartError as err:
+            raise StackError(str(err)) from None
+        self.sandbox_url = self.sandbox.url
+        self.admin = self.sandbox.admin
 
     # --- processes -----------------------------------------------------------------------
 
@@ -310,9 +280,10 @@ class AirflowStack:
     def kill(self, name: str, sig: int = signal.SIGKILL, *, wait: float = 15.0) -> None:
         """Send ``sig`` to a process's whole group (SIGKILL by default) and wait for it to exit."""
         if name == "sandbox":
-            proc = self.sandbox_proc
-        else:
-            proc = self.procs.get(name)
+            if self.sandbox is not None:
+                self.sandbox.stop(sig=sig, timeout=wait)
+            return
+        proc = self.procs.get(name)
         if proc is None or proc.poll() is not None:
             return
         try:
@@ -391,7 +362,7 @@ class AirflowStack:
                 self.kill(name, signal.SIGTERM, wait=10)
             except Exception:
                 pass
-        if self.sandbox_proc is not None:
+        if self.sandbox is not None:
             try:
                 self.kill("sandbox", signal.SIGTERM, wait=10)
             except Exception:

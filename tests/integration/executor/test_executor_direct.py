@@ -14,28 +14,17 @@ from typing import Any
 
 import pytest
 
+from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.devtools.workloads import make_workload
 
 pytestmark = pytest.mark.timeout(120)
-
-POD_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: placeholder
-spec:
-  restartPolicy: Never
-  containers:
-    - name: base
-      image: jobwatch-sandbox/airflow:local
-"""
 
 
 @pytest.fixture
 def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     _, kubeconfig = kube_sandbox
     template = tmp_path / "pod_template.yaml"
-    template.write_text(POD_TEMPLATE)
+    template.write_text(pod_template_yaml())
     env = {
         "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": kubeconfig,
         "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
