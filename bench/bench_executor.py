@@ -39,6 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_jobwatch.devtools.pod_template import pod_template_yaml
+from airflow_jobwatch.sandbox.process import SandboxProcess
+
 REPO = Path(__file__).resolve().parent.parent
 HEARTBEAT_SECONDS = 0.2
 STORM_EVERY_SECONDS = 2.5
@@ -47,22 +50,10 @@ DELETIONS_PER_KILL = 2
 # With no pod alive and no new event for this long, the run is over: what is not terminal is stuck.
 SETTLE_SECONDS = 30.0
 
-POD_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: placeholder
-spec:
-  restartPolicy: Never
-  containers:
-    - name: base
-      image: jobwatch-sandbox/airflow:local
-"""
-
 
 def _setup_env(home: Path, kubeconfig: Path, tasks: int) -> None:
     template = home / "pod_template.yaml"
-    template.write_text(POD_TEMPLATE)
+    template.write_text(pod_template_yaml())
     env = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -92,26 +83,6 @@ def _setup_env(home: Path, kubeconfig: Path, tasks: int) -> None:
 
 def parallelism(tasks: int) -> int:
     return max(8, tasks // 6)
-
-
-def _start_sandbox(home: Path) -> tuple[subprocess.Popen[bytes], Any, Path]:
-    import yaml
-
-    from airflow_jobwatch.sandbox.admin import AdminClient
-
-    kubeconfig = home / "kubeconfig"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_jobwatch.sandbox", "--port", "0", "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.PIPE,
-        stderr=(home / "sandbox.log").open("ab"),
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
-    if not line.startswith("ready "):
-        raise SystemExit(f"sandbox did not start: {line!r}")
-    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
-    return proc, AdminClient(line.split()[1], token), kubeconfig
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -411,10 +382,11 @@ def main() -> None:
     tasks = args.tasks or (40 if args.quick else 200)
 
     home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-"))
-    sandbox = None
+    sandbox = SandboxProcess(home / "kubeconfig", log=home / "sandbox.log")
     try:
         os.environ["AIRFLOW_HOME"] = str(home)
-        sandbox, admin, kubeconfig = _start_sandbox(home)
+        sandbox.start()
+        admin, kubeconfig = sandbox.admin, sandbox.kubeconfig
         _setup_env(home, kubeconfig, tasks)
         end_dir = home / "ends"
         end_dir.mkdir()
@@ -442,12 +414,10 @@ def main() -> None:
         out.write_text(text)
         print(f"wrote {out}")
     finally:
-        if sandbox is not None:
-            try:
-                os.killpg(sandbox.pid, signal.SIGTERM)
-                sandbox.wait(timeout=15)
-            except Exception:
-                pass
+        try:
+            sandbox.stop(timeout=15)
+        except Exception:
+            pass
         shutil.rmtree(home, ignore_errors=True)
 
 
