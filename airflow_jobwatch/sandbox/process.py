@@ -77,13 +77,20 @@ class SandboxProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.token = ""
-        self.admin: AdminClient | None = None
+        self._admin: AdminClient | None = None
 
     @property
     def pid(self) -> int:
         if self.proc is None:
-            raise RuntimeError("the sandbox process is not started")
+            raise RuntimeError("the sandbox process is not started; call start() first")
         return self.proc.pid
+
+    @property
+    def admin(self) -> AdminClient:
+        """Client of the sandbox's ``/_sandbox`` admin API (faults, counters, objects)."""
+        if self._admin is None:
+            raise RuntimeError("the sandbox process is not started; call start() first")
+        return self._admin
 
     def __enter__(self) -> SandboxProcess:
         return self.start()
@@ -124,7 +131,7 @@ class SandboxProcess:
         except BaseException:
             self.stop()
             raise
-        self.admin = AdminClient(self.url, self.token, timeout=self.admin_timeout)
+        self._admin = AdminClient(self.url, self.token, timeout=self.admin_timeout)
         return self
 
     def _read_ready_line(self) -> str:

@@ -51,7 +51,7 @@ def test_sandbox_process_serves_and_stops_its_whole_group(tmp_path: Path) -> Non
         assert sb.url.startswith("http://127.0.0.1:")
         assert sb.kubeconfig == kubeconfig
         assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
-        assert sb.token and sb.admin is not None
+        assert sb.token
         pid = sb.pid
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         try:
