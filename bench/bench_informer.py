@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,13 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent  # noqa: E402
-from airflow_jobwatch.sandbox.admin import AdminClient  # noqa: E402
+from airflow_jobwatch.sandbox.process import SandboxProcess  # noqa: E402
 
 NS = "default"
 # Stall detection is off in effect (the bench holds the stream silent on purpose while it prepares events).
@@ -94,42 +92,22 @@ def pod_body(i: int) -> dict[str, Any]:
     }
 
 
-class SandboxProcess:
-    def __init__(self, history_window: int) -> None:
-        self.dir = tempfile.mkdtemp(prefix="bench-informer-")
-        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        cmd = [
-            sys.executable,
-            "-m",
-            "airflow_jobwatch.sandbox",
-            "--port",
-            "0",
-            "--kubeconfig",
-            self.kubeconfig,
+def start_sandbox(history_window: int) -> SandboxProcess:
+    """The sandbox in its own process, without kubelet or Job controller (pods only need to exist)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-informer-"))
+    return SandboxProcess(
+        workdir / "kubeconfig",
+        args=[
             "--no-kubelet",
             "--no-job-controller",
             "--history-window",
             str(history_window),
             "--bookmark-interval",
             "0",
-        ]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("ready "):
-            self.proc.kill()
-            raise RuntimeError(f"sandbox did not start: {line!r}")
-        self.url = line.split(" ", 1)[1]
-        with open(self.kubeconfig) as f:
-            self.token = yaml.safe_load(f)["users"][0]["user"]["token"]
-        self.admin = AdminClient(self.url, self.token, timeout=120)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        ],
+        cwd=ROOT,
+        admin_timeout=120,
+    ).start()
 
 
 async def bulk(sb: SandboxProcess, requests: list[tuple[str, str, Any, str]], concurrency: int = 24) -> None:
@@ -212,7 +190,7 @@ async def bench_ours(sb: SandboxProcess, n_pods: int, n_events: int, upstream: U
     from kubernetes_asyncio import config as k8s_config
 
     out: dict[str, Any] = {}
-    client = await k8s_config.new_client_from_config(config_file=sb.kubeconfig)
+    client = await k8s_config.new_client_from_config(config_file=str(sb.kubeconfig))
     try:
         # --- initial sync ------------------------------------------------------------------------
         informer = Informer(client, kind="pods", namespace=NS, config=BENCH_CONFIG)
@@ -351,7 +329,7 @@ class Upstream:
         import concurrent.futures
         import multiprocessing
 
-        self.kubeconfig = sb.kubeconfig
+        self.kubeconfig = str(sb.kubeconfig)
         self.pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         self.out: dict[str, Any] = {"events_s": 0.0, "events_cpu_s": 0.0, "events_seen": 0}
 
@@ -419,7 +397,7 @@ def main() -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     n_pods = args.pods or (2000 if args.quick else 10000)
     n_events = args.events or (4000 if args.quick else 20000)
-    sb = SandboxProcess(history_window=n_events + n_pods * 2 + 1000)
+    sb = start_sandbox(history_window=n_events + n_pods * 2 + 1000)
     try:
         t0 = time.perf_counter()
         asyncio.run(create_pods(sb, n_pods))
