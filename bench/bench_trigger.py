@@ -265,32 +265,6 @@ def run_variant(
     }
 
 
-def start_sandbox(workdir: Path, token: str) -> tuple[subprocess.Popen[str], str, str]:
-    kubeconfig = str(workdir / "kubeconfig")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "airflow_jobwatch.sandbox",
-            "--port",
-            "0",
-            "--kubeconfig",
-            kubeconfig,
-            "--token",
-            token,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=(workdir / "sandbox.log").open("ab"),
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    if not line.startswith("ready "):
-        proc.kill()
-        raise RuntimeError(f"sandbox did not start: {line!r}")
-    return proc, line.split(" ", 1)[1], kubeconfig
-
-
 def render(rows: list[dict[str, Any]], *, n: int, lo: int, hi: int) -> str:
     up = next(r for r in rows if r["variant"] == UPSTREAM)
     ours = next(r for r in rows if r["variant"] == OURS)
@@ -356,16 +330,18 @@ def main() -> int:
         return child(args)
 
     from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
-    from airflow_jobwatch.sandbox.admin import AdminClient
+    from airflow_jobwatch.sandbox.process import SandboxProcess
 
     n, lo, hi = (50, 5, 20) if args.quick else (500, 10, 120)
     n = args.jobs or n
     workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-"))
     token = secrets.token_urlsafe(24)
-    sandbox, url, kubeconfig = start_sandbox(workdir, token)
+    sandbox = SandboxProcess(workdir / "kubeconfig", args=["--token", token], log=workdir / "sandbox.log")
+    kubeconfig = str(sandbox.kubeconfig)
+    sandbox.start()
     try:
         api_client = sync_api_client(ClusterConfig(config_file=kubeconfig))
-        admin = AdminClient(url, token)
+        admin = sandbox.admin
         rows = []
         for i, variant in enumerate((UPSTREAM, OURS)):
             print(f"running {variant}: {n} Jobs of {lo}-{hi} s ...", flush=True)
@@ -382,8 +358,7 @@ def main() -> int:
                 )
             )
     finally:
-        sandbox.terminate()
-        sandbox.wait(30)
+        sandbox.stop(timeout=30)
     text = render(rows, n=n, lo=lo, hi=hi)
     print(text)
     if not args.no_write:

@@ -12,8 +12,9 @@
 What it does, in order (each step has a deadline and fails with the log tail of the process at fault):
 
 1. a temp ``AIRFLOW_HOME`` with SQLite, ``airflow db migrate``;
-2. the sandbox as a subprocess (``python -m airflow_jobwatch.sandbox``; options passed through), its
-   kubeconfig and an :class:`~airflow_jobwatch.sandbox.admin.AdminClient` for faults;
+2. the sandbox as a subprocess (:class:`~airflow_jobwatch.sandbox.process.SandboxProcess`, which runs
+   ``python -m airflow_jobwatch.sandbox``; options passed through), its kubeconfig and an
+   :class:`~airflow_jobwatch.sandbox.admin.AdminClient` (``stack.admin``) for faults;
 3. Airflow configuration as ``AIRFLOW__*`` environment variables shared by every process: the
    executor, ``[kubernetes_executor]`` pointing at the sandbox (``config_file``, ``in_cluster =
    False``, namespace ``default``, a pod template whose container runs this venv's python), the
