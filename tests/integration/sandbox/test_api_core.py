@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.sandbox import SandboxThread
 
 from . import helpers
-
-
-@pytest.fixture
-def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 def pod_body(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

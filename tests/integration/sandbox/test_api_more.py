@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.sandbox import SandboxThread
@@ -16,15 +14,6 @@ from airflow_jobwatch.sandbox import SandboxThread
 from .helpers import pod_body
 
 pytestmark = pytest.mark.sandbox(kubelet=False, job_controller=False)
-
-
-@pytest.fixture
-def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 def test_paging_tokens_like_the_real_server(sandbox: SandboxThread, core: client.CoreV1Api) -> None:

@@ -5,27 +5,16 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import urllib3
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.sandbox import SandboxThread
 
 from .helpers import condition, job_body, pod_body, wait_for
-
-
-@pytest.fixture
-def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 class WatchThread(threading.Thread):

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.sandbox import SandboxThread
 
 from .helpers import pod_body, wait_for
-
-
-@pytest.fixture
-def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 def phase_of(sandbox: SandboxThread, name: str) -> str | None:

@@ -8,11 +8,9 @@ no 410.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.sandbox.store import WATCHER_MAX_BUFFER
@@ -20,15 +18,6 @@ from airflow_jobwatch.sandbox.store import WATCHER_MAX_BUFFER
 from . import helpers
 
 N = WATCHER_MAX_BUFFER + 500
-
-
-@pytest.fixture
-def core(kubeconfig: Path) -> Iterator[client.CoreV1Api]:
-    api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
-        yield client.CoreV1Api(api_client)
-    finally:
-        api_client.close()
 
 
 def _stream_events(core: client.CoreV1Api, *, resource_version: str, until: int) -> list[dict]:
