@@ -379,6 +379,12 @@ class JobWatchExecutor(BaseExecutor):
         self._append_task_log(key, reason)
         self.fail(key, reason)
         self._workloads.pop(key, None)
+        self._report(key, pod=None, state="failed", reason="PodCreationFailed", gap=False)
+
+    def _report(
+        self, key: TaskInstanceKey, *, pod: str | None, state: str, reason: str | None, gap: bool
+    ) -> None:
+        """Record a task's outcome for the status file's ``reports`` (task -> pod -> state/reason)."""
         self._reports.append(
             {
                 "dag_id": key.dag_id,
@@ -386,10 +392,10 @@ class JobWatchExecutor(BaseExecutor):
                 "run_id": key.run_id,
                 "map_index": key.map_index,
                 "try_number": key.try_number,
-                "pod": None,
-                "state": "failed",
-                "reason": "PodCreationFailed",
-                "found_after_watcher_gap": False,
+                "pod": pod,
+                "state": state,
+                "reason": reason,
+                "found_after_watcher_gap": gap,
             }
         )
 
@@ -424,18 +430,12 @@ class JobWatchExecutor(BaseExecutor):
             self.fail(key, info)
             failed = True
         self._workloads.pop(key, None)
-        self._reports.append(
-            {
-                "dag_id": key.dag_id,
-                "task_id": key.task_id,
-                "run_id": key.run_id,
-                "map_index": key.map_index,
-                "try_number": key.try_number,
-                "pod": f"{result.namespace}/{result.name}",
-                "state": "failed" if failed else "success",
-                "reason": result.reason,
-                "found_after_watcher_gap": result.gap,
-            }
+        self._report(
+            key,
+            pod=f"{result.namespace}/{result.name}",
+            state="failed" if failed else "success",
+            reason=result.reason,
+            gap=result.gap,
         )
         if result.gap or result.reason == "Deleted":
             return  # nothing left to clean up
