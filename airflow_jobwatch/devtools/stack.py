@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_jobwatch.devtools.pod_template import pod_template_yaml
-from airflow_jobwatch.sandbox.process import SandboxProcess, SandboxStartError
+from airflow_jobwatch.sandbox.process import SandboxProcess, SandboxStartError, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGS_FOLDER = REPO_ROOT / "dags_example"
@@ -285,17 +285,8 @@ class AirflowStack:
                 self.sandbox.stop(sig=sig, timeout=wait)
             return
         proc = self.procs.get(name)
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            stop_process_group(proc, sig=sig, timeout=wait)
 
     def restart(self, name: str, sig: int = signal.SIGKILL) -> None:
         self.kill(name, sig)

@@ -189,20 +189,32 @@ class SandboxProcess:
         if proc is None:
             return None
         try:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    pass
-                try:
-                    proc.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait(timeout=DEFAULT_STOP_TIMEOUT)
+            return stop_process_group(proc, sig=sig, timeout=timeout)
         finally:
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def stop_process_group(
+    proc: subprocess.Popen[bytes], *, sig: int = signal.SIGTERM, timeout: float = DEFAULT_STOP_TIMEOUT
+) -> int | None:
+    """Send ``sig`` to the process group led by ``proc`` (started with ``start_new_session=True``).
+
+    Waits ``timeout`` s for ``proc`` to exit, then SIGKILLs the group and waits up to
+    DEFAULT_STOP_TIMEOUT s more. A process that already exited is left alone. Returns the exit code.
+    """
+    if proc.poll() is not None:
         return proc.returncode
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return proc.poll()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=DEFAULT_STOP_TIMEOUT)
+    return proc.returncode
