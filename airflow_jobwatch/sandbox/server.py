@@ -479,6 +479,9 @@ class ApiServer:
             status=200, headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"}
         )
         if expired_status is not None:
+            # Counted apart from the request itself ("watch pods"), so demos and benchmarks can say how
+            # many watches were told 410 Expired.
+            self.counters[f"expired watch {resource}"] += 1
             line = json.dumps({"type": "ERROR", "object": expired_status}, separators=(",", ":")).encode()
             with contextlib.suppress(ConnectionError):
                 await resp.prepare(request)

@@ -83,6 +83,9 @@ def test_watch_expired_fault(sandbox: SandboxThread, core: client.CoreV1Api) -> 
     list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version="0", timeout_seconds=1))
     sandbox.set_watch_expired(False)
     list(watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=1))
+    # The one watch answered 410 is counted as such (the client may have retried it once itself).
+    assert sandbox.counters().get("expired watch pods", 0) >= 1
+    assert "expired watch jobs" not in sandbox.counters()
 
 
 @pytest.mark.sandbox(kubelet=False, job_controller=False)
