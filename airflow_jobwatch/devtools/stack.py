@@ -76,7 +76,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(condition: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.2) -> Any:
+def wait_until(condition: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Poll ``condition`` until it returns something truthy (and return that); :class:`StackError`
+    naming ``what`` after ``timeout`` seconds. For the stack's own waits and for the e2e tests."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -318,7 +320,7 @@ class AirflowStack:
             return condition()
 
         try:
-            _wait(check, timeout=timeout, what=what)
+            wait_until(check, timeout=timeout, what=what)
         except StackError as err:
             raise StackError(f"{err}\n{self.log_tail(name)}") from None
 
@@ -409,7 +411,7 @@ class AirflowStack:
 
         try:
             return str(
-                _wait(done, timeout=timeout, what=f"DAG run {dag_id}/{run_id} to finish", interval=0.5)
+                wait_until(done, timeout=timeout, what=f"DAG run {dag_id}/{run_id} to finish", interval=0.5)
             )
         except StackError as err:
             raise StackError(

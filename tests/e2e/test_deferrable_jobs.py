@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_jobwatch.devtools.stack import AirflowStack
+from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -27,19 +27,9 @@ def stack() -> Iterator[AirflowStack]:
         yield s
 
 
-def _wait(condition, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-
-
 def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     run_id = stack.trigger_dag(DAG_ID)
-    _wait(
+    wait_until(
         lambda: stack.task_states(DAG_ID, run_id).get("long", {}).get("state") == "deferred",
         timeout=150,
         what=f"task 'long' to defer; states {stack.task_states(DAG_ID, run_id)}",
@@ -71,4 +61,4 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
         stack.task_log(DAG_ID, run_id, "bad_image", 1)
     )
     # on_finish_action="delete_pod": every Job of the run is gone
-    _wait(lambda: not stack.admin.objects("jobs", "default"), timeout=30, what="the Jobs' deletion")
+    wait_until(lambda: not stack.admin.objects("jobs", "default"), timeout=30, what="the Jobs' deletion")

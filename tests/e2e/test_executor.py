@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from airflow_jobwatch.devtools.stack import AirflowStack
+from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -31,16 +31,6 @@ def stack() -> Iterator[AirflowStack]:
         sandbox_args=["--fail-images", r"^registry\.invalid/", "--bookmark-interval", "1"],
     ) as s:
         yield s
-
-
-def _wait(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def _pods(stack: AirflowStack, run_id: str, *, phase: str | None = None) -> list[dict[str, Any]]:
@@ -66,7 +56,7 @@ def _running_sleepers(stack: AirflowStack, run_id: str, n: int) -> list[dict[str
         ]
         return pods if len(pods) >= n else None
 
-    return list(_wait(ready, timeout=120, what=f"{n} running sleeper pods of {run_id}"))
+    return list(wait_until(ready, timeout=120, what=f"{n} running sleeper pods of {run_id}"))
 
 
 def _sleeper_states(stack: AirflowStack, run_id: str) -> dict[str, str]:
@@ -123,7 +113,7 @@ def test_410_storm_and_dropped_watches(stack: AirflowStack) -> None:
     assert set(_sleeper_states(stack, run_id).values()) == {"success"}
     _no_leaked_slots(stack)
     # The watcher's counters reach the status file within a couple of seconds.
-    after = _wait(
+    after = wait_until(
         lambda: (st := stack.executor_status())["relists"] > before["relists"] and st,
         timeout=15,
         what="the watcher to report its relists",
@@ -142,7 +132,7 @@ def test_watcher_killed_pod_deleted_while_it_is_down_and_pod_evicted(stack: Airf
     os.kill(pid, signal.SIGSTOP)
     assert stack.admin.fault("force_delete_pod", namespace=deleted["namespace"], name=deleted["name"])
     os.kill(pid, signal.SIGKILL)
-    _wait(
+    wait_until(
         lambda: (
             stack.executor_status().get("watcher_restarts", 0) > before["watcher_restarts"]
             and all(w["synced"] for w in stack.executor_status()["watchers"].values())
@@ -178,7 +168,7 @@ def _api_reachable(stack: AirflowStack) -> bool:
 def _no_leaked_slots(stack: AirflowStack, *, timeout: float = 60) -> dict[str, Any]:
     """Airflow 3 tasks record their own state, so a lost event shows as an executor slot held forever."""
     return dict(
-        _wait(
+        wait_until(
             lambda: (s := stack.executor_status()) and s["running"] == 0 and s["pending_creation"] == 0 and s,
             timeout=timeout,
             what="the executor to hold no running task",
@@ -198,12 +188,12 @@ def test_api_unreachable_tasks_keep_running_and_are_reported(stack: AirflowStack
     # The tasks finish during the outage (they talk to Airflow's API server, not Kubernetes).
     assert stack.wait_for_run("executor_chaos", run_id, timeout=OUTAGE_SECONDS + 90) == "success"
     assert set(_sleeper_states(stack, run_id).values()) == {"success"}
-    _wait(lambda: _api_reachable(stack), timeout=OUTAGE_SECONDS + 30, what="the API server to come back")
+    wait_until(lambda: _api_reachable(stack), timeout=OUTAGE_SECONDS + 30, what="the API server to come back")
     assert time.monotonic() - started >= OUTAGE_SECONDS - 1
     # ... and the executor reports them once it can see the cluster again, then cleans up their pods.
     after = _no_leaked_slots(stack, timeout=90)
     assert after["success"] >= before["success"] + 3  # make_items + 2 sleepers
-    _wait(lambda: not _pods(stack, run_id), timeout=60, what="the run's pods to be deleted")
+    wait_until(lambda: not _pods(stack, run_id), timeout=60, what="the run's pods to be deleted")
 
 
 def test_scheduler_killed_and_restarted_adopts_running_pods(stack: AirflowStack) -> None:
@@ -212,7 +202,7 @@ def test_scheduler_killed_and_restarted_adopts_running_pods(stack: AirflowStack)
     old_jobs = stack.scheduler_job_ids()
     stack.kill("scheduler")  # SIGKILL to the process group: scheduler and its watcher child
     stack.start("scheduler")
-    _wait(lambda: set(stack.scheduler_job_ids()) - set(old_jobs), timeout=60, what="a new SchedulerJob")
+    wait_until(lambda: set(stack.scheduler_job_ids()) - set(old_jobs), timeout=60, what="a new SchedulerJob")
     assert stack.wait_for_run("executor_chaos", run_id, timeout=150) == "success", stack.task_states(
         "executor_chaos", run_id
     )
