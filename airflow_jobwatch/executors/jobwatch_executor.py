@@ -209,7 +209,6 @@ class JobWatchExecutor(BaseExecutor):
             label_selector=worker_label_selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
-            read_pod=self._read_pod,
             unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0),
             restart_backoff_initial=_getfloat(SECTION, "backoff_initial_seconds", 0.8),
             restart_backoff_max=_getfloat(SECTION, "backoff_max_seconds", 30.0),
@@ -298,25 +297,30 @@ class JobWatchExecutor(BaseExecutor):
                 return True
         pod = launch.pod
         namespace, name = pod.metadata.namespace, pod.metadata.name
+        if not self._ensure_watched(key, namespace):
+            return True
         body = self.core_v1.api_client.sanitize_for_serialization(pod)
+        # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
+        # (a timeout on a create the server carried out), the pod's events are still reported, and a
+        # short task that ends before the retry is not dropped as "not ours".
+        assert self.supervisor is not None
+        self.supervisor.track(namespace, name, key, confirmed=False)
         try:
             self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
         except ApiException as err:
             status = err.status or 0
             message = _api_message(err)
-            if status == HTTPStatus.CONFLICT and self._already_created(namespace, name, key):
-                # An earlier attempt did create it (its answer was lost): that is a success.
-                self._launched(key, namespace, name)
-                return True
+            if status == HTTPStatus.CONFLICT:
+                return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
             retry_after = _retry_after(err)
             transient = (
                 (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
-                or status == HTTPStatus.CONFLICT
                 or status == HTTPStatus.TOO_MANY_REQUESTS
                 or status >= 500
                 or status == 0
             )
             if not transient:
+                self.supervisor.untrack(namespace, name)
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
@@ -334,15 +338,80 @@ class JobWatchExecutor(BaseExecutor):
         self._launched(key, namespace, name)
         return True
 
-    def _already_created(self, namespace: str, name: str, key: TaskInstanceKey) -> bool:
+    def _on_conflict(
+        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
+    ) -> bool:
+        """A 409 AlreadyExists: an earlier attempt of ours (whose answer was lost), or someone else's pod.
+
+        Ours (its annotations name this very try) -> created, and tracked as our own (relabelled if
+        another scheduler's label is on it). Someone else's -> a new name on the next attempt, at once:
+        retrying the same name would meet the same pod for ever. Unknown (the GET failed, or the pod
+        has just gone) -> retry later with backoff.
+        """
+        assert self.supervisor is not None and self.scheduler_job_id is not None
         try:
             pod = self._read_pod(namespace, name)
-        except Exception:
-            return False
-        return (
-            pod is not None
-            and key_from_annotations((pod.get("metadata") or {}).get("annotations") or {}) == key
+        except Exception as err:
+            self._retry_launch(key, launch, f"{error}; reading the existing pod failed: {err}", None)
+            return True
+        if pod is None:
+            self._retry_launch(key, launch, f"{error}; the existing pod is gone now", None)
+            return True
+        meta = pod.get("metadata") or {}
+        if key_from_annotations(meta.get("annotations") or {}) == key:
+            # An earlier attempt did create it (its answer was lost): that is a success.
+            from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+            mine = make_safe_label_value(self.scheduler_job_id)
+            if (meta.get("labels") or {}).get(WORKER_LABEL) != mine:
+                try:
+                    self.core_v1.patch_namespaced_pod(
+                        name,
+                        namespace,
+                        {"metadata": {"labels": {WORKER_LABEL: mine}}},
+                        _request_timeout=API_REQUEST_TIMEOUT,
+                    )
+                except Exception as err:
+                    self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
+                    return True
+            self._launched(key, namespace, name)
+            return True
+        self.supervisor.untrack(namespace, name)
+        launch.pod = None  # rebuilt with a new name on the next attempt
+        launch.not_before = 0.0
+        self._counters["create_retries"] += 1
+        self.log.warning(
+            "Pod %s/%s already exists and is not the pod of %s (%s); creating it under a new name",
+            namespace,
+            name,
+            key,
+            error,
         )
+        return True
+
+    def _ensure_watched(self, key: TaskInstanceKey, namespace: str) -> bool:
+        """Make sure a pod in ``namespace`` will be watched, or fail the task at once saying why.
+
+        A ``pod_override`` may put a pod outside the configured namespaces. With an explicit
+        ``multi_namespace_mode_namespace_list`` that namespace is forbidden (the deployment declared
+        where workers may run, and RBAC is usually granted there only); otherwise the namespace gets
+        its own watcher, so the pod's end is never missed.
+        """
+        assert self.supervisor is not None
+        if self.supervisor.watches(namespace):
+            return True
+        kc = self.kube_config
+        if kc.multi_namespace_mode and kc.multi_namespace_mode_namespace_list:
+            listed = ", ".join(str(n) for n in self._namespaces())
+            self._fail_launch(
+                key,
+                f"the task's pod_override puts its pod in namespace {namespace!r}, which is not in "
+                f"[kubernetes_executor] multi_namespace_mode_namespace_list ({listed}); the executor "
+                "watches only those. Add the namespace to the list, or remove it from pod_override.",
+            )
+            return False
+        self.supervisor.add_namespace(namespace)
+        return True
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
@@ -410,6 +479,14 @@ class JobWatchExecutor(BaseExecutor):
 
     def _on_result(self, result: PodResult) -> None:
         key = cast("TaskInstanceKey", result.key)
+        launch = self._pending.get(key)
+        if (
+            launch is not None
+            and launch.pod is not None
+            and (launch.pod.metadata.namespace, launch.pod.metadata.name) == (result.namespace, result.name)
+        ):
+            # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
+            self._launched(key, result.namespace, result.name)
         if self._pods.get(key) != (result.namespace, result.name):
             # A stale pod of a key that has since been relaunched (e.g. resumed after deferral).
             return
@@ -515,7 +592,9 @@ class JobWatchExecutor(BaseExecutor):
 
     def _list_pods(self, label_selector: str) -> list[dict[str, Any]]:
         pods: list[dict[str, Any]] = []
-        for ns in self._namespaces():
+        # Configured namespaces, plus those a pod_override added while running.
+        namespaces = self.supervisor.namespaces() if self.supervisor is not None else self._namespaces()
+        for ns in namespaces:
             if ns is None:
                 resp = self.core_v1.list_pod_for_all_namespaces(
                     label_selector=label_selector,
@@ -610,9 +689,14 @@ class JobWatchExecutor(BaseExecutor):
         key = ti.key
         self.running.discard(key)
         self.queued_tasks.pop(key, None)
-        self._pending.pop(key, None)
+        launch = self._pending.pop(key, None)
         self._workloads.pop(key, None)
         ref = self._pods.pop(key, None)
+        if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
+            # A create may have been sent (its answer lost): delete the pod in case it exists (404 is fine).
+            pending_ref = (launch.pod.metadata.namespace, launch.pod.metadata.name)
+            if pending_ref in self.supervisor.tracked():
+                ref = pending_ref
         if ref is None:
             return
         if self.supervisor is not None:
