@@ -134,7 +134,7 @@ class FaultProxy:
 
 
 def write_proxy_kubeconfig(path: str, proxy: FaultProxy, token: str) -> str:
-    from airflow_jobwatch.sandbox.server import write_kubeconfig_file
+    from airflow_jobwatch.sandbox.kubeconfig import write_kubeconfig_file
 
     return write_kubeconfig_file(path, proxy.url, token)
 

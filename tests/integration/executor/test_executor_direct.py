@@ -231,3 +231,56 @@ def test_get_task_log_reads_the_running_pods_log(executor_factory, kube_sandbox)
     # A try without a pod says so instead of raising.
     messages, logs = ex.get_task_log(ti, 2)
     assert logs == [] and "No worker pod" in messages[0]
+
+
+def test_finished_pods_of_gone_schedulers_are_cleaned_up(executor_factory, kube_sandbox, core_v1):
+    """Upstream's _adopt_completed_pods: Succeeded pods a dead scheduler left behind are removed."""
+    sandbox, _ = kube_sandbox
+
+    def leftover(name: str, command: str, job_id: str = "99", **labels: str) -> None:
+        core_v1.create_namespaced_pod(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes_executor": "True", "airflow-worker": job_id, **labels},
+                    "annotations": {"dag_id": "d", "task_id": name, "run_id": "r", "try_number": "1"},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "base", "image": "python", "command": ["sh", "-c", command]}],
+                },
+            },
+        )
+
+    leftover("dead-succeeded", "exit 0")
+    leftover("dead-failed", "exit 1")
+    leftover("dead-running", "sleep 120")
+    leftover("dead-succeeded-done", "exit 0", airflow_executor_done="True")
+    leftover("not-an-executor-pod", "exit 0", kubernetes_executor="False")
+
+    def phases() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["status"].get("phase", "") for p in sandbox.objects("pods", "default")
+        }
+
+    deadline = time.monotonic() + 30
+    while not (
+        phases().get("dead-succeeded") == "Succeeded"
+        and phases().get("dead-failed") == "Failed"
+        and phases().get("dead-running") == "Running"
+    ):
+        assert time.monotonic() < deadline, phases()
+        time.sleep(0.1)
+    ex = executor_factory(job_id="43")
+    deadline = time.monotonic() + 30
+    while "dead-succeeded" in phases():
+        ex.heartbeat()
+        assert time.monotonic() < deadline, "the dead scheduler's Succeeded pod was not cleaned up"
+        time.sleep(0.1)
+    assert ex.status()["completed_pods_cleaned"] == 1
+    # Failed pods stay for inspection, running ones are adoption's business, the rest is not ours.
+    assert {"dead-failed", "dead-running", "dead-succeeded-done", "not-an-executor-pod"} <= set(phases())
+    assert not ex.get_event_buffer(), "cleaning up another scheduler's pods reports nothing"
