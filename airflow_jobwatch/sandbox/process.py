@@ -134,6 +134,14 @@ class SandboxProcess:
             raise
         return self
 
+    def in_cluster_env(self) -> dict[str, str]:
+        """``KUBERNETES_SERVICE_HOST`` / ``_PORT`` for a sandbox started with ``--in-cluster-dir``."""
+        if not self.url:
+            raise RuntimeError("the sandbox process is not started; call start() first")
+        host_port = self.url.split("://", 1)[1]
+        host, _, port = host_port.rpartition(":")
+        return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+
     def _read_ready_line(self) -> str:
         """The first stdout line, read without blocking past the deadline (readline() could hang forever)."""
         assert self.proc is not None and self.proc.stdout is not None

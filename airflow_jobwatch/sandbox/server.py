@@ -23,7 +23,6 @@ import json
 import logging
 import random
 import re
-import secrets
 from collections import Counter
 from typing import Any
 
@@ -92,10 +91,17 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
 
     # ---- entry point -----------------------------------------------------------------------------
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if not self._authorized(request):
+        identity = self.sb.auth.authenticate(request.headers.get("Authorization", ""))
+        if identity is None:
+            # The real server's body for a missing, unknown or expired token (no details).
             return _json_response(status_object(401, "Unauthorized"), 401)
         path = request.path
         if path.startswith("/_sandbox/"):
+            if not identity.is_admin:
+                return _json_response(
+                    status_object(403, f'forbidden: User "{identity.user}" cannot use the sandbox admin API'),
+                    403,
+                )
             answer: web.StreamResponse = await self.sb.admin.handle(request)
             return answer
         try:
@@ -110,10 +116,6 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             return await self._resource_request(request, match)
         except ApiError as err:
             return _error_response(err)
-
-    def _authorized(self, request: web.BaseRequest) -> bool:
-        header = request.headers.get("Authorization", "")
-        return secrets.compare_digest(header.encode(), f"Bearer {self.sb.token}".encode())
 
     def _discovery(self, path: str, request: web.BaseRequest) -> dict[str, Any] | None:
         path = path.rstrip("/") or "/"
