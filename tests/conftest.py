@@ -129,3 +129,10 @@ def exec_kubeconfig(sandbox: SandboxThread, tmp_path: Path, request: pytest.Fixt
     path = tmp_path / "exec-kubeconfig"
     sandbox.write_exec_kubeconfig(path, **_marker_options(request, "exec_credential"))
     return path
+
+
+@pytest.fixture
+def tls_sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxThread]:
+    """A sandbox serving HTTPS with a throw-away self-signed certificate (``sandbox.sandbox.ca_pem``)."""
+    with SandboxThread(**{**sandbox_options(request), "tls": True}) as sb:
+        yield sb
