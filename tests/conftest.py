@@ -10,7 +10,8 @@ Real-deployment modes (docs/sandbox.md has the full list):
 * ``in_cluster``: a service-account volume and ``KUBERNETES_SERVICE_HOST/PORT``, with both Python
   clients' in-cluster loaders pointed at it (options: ``@pytest.mark.in_cluster(...)``);
 * ``exec_kubeconfig``: a kubeconfig whose user is an exec plugin handing out short-lived tokens
-  (options: ``@pytest.mark.exec_credential(user=..., token_ttl=...)``).
+  (options: ``@pytest.mark.exec_credential(user=..., token_ttl=...)``);
+* ``rbac``: RBAC switched on, and kubeconfigs for users with their own tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.sandbox.incluster import InCluster
+from airflow_jobwatch.sandbox.rbac import RbacUsers
 
 # Bookmarks every 0.5 s so tests that rely on them don't wait for the 5 s production-like default.
 TEST_BOOKMARK_INTERVAL = 0.5
@@ -136,3 +138,15 @@ def tls_sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxThread]:
     """A sandbox serving HTTPS with a throw-away self-signed certificate (``sandbox.sandbox.ca_pem``)."""
     with SandboxThread(**{**sandbox_options(request), "tls": True}) as sb:
         yield sb
+
+
+@pytest.fixture
+def rbac(sandbox: SandboxThread, tmp_path: Path) -> RbacUsers:
+    """RBAC on for the test's sandbox (every user but the admin token needs a rule; 403 otherwise).
+    ``rbac.kubeconfig(user, ttl=None)`` -> kubeconfig Path for a new token of ``user``;
+    ``rbac.grant(user, verbs=[...], resources=[...], namespace=None)``; ``rbac.load(yaml_text)``.
+    With ``in_cluster``, grant to ``in_cluster.user``."""
+    sandbox.set_rbac(True)
+    directory = tmp_path / "rbac"
+    directory.mkdir()
+    return RbacUsers(sandbox, directory)

@@ -72,6 +72,19 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--exec-token-ttl", type=float, default=60.0, help="seconds each exec-plugin token is valid"
     )
+    r = p.add_argument_group("RBAC")
+    r.add_argument(
+        "--rbac",
+        action="store_true",
+        help="authorize requests with RBAC (403 without a rule; admin token exempt)",
+    )
+    r.add_argument(
+        "--rbac-manifests",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="load Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML (repeatable; implies --rbac)",
+    )
     return p
 
 
@@ -89,6 +102,7 @@ async def _main(args: argparse.Namespace) -> None:
         service_account=args.service_account,
         token_ttl=args.token_ttl,
         rotate_tokens=not args.no_token_rotation,
+        rbac=args.rbac,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -100,6 +114,8 @@ async def _main(args: argparse.Namespace) -> None:
             sb.set_image_pull_failure(args.fail_images)
         if args.error_rate:
             sb.set_error_rate(args.error_rate, status=args.error_status)
+        for manifest in args.rbac_manifests:
+            sb.load_rbac_manifests(Path(manifest).read_text())  # noqa: ASYNC240 - start-up
         if args.exec_kubeconfig:
             sb.write_exec_kubeconfig(args.exec_kubeconfig, user=args.exec_user, token_ttl=args.exec_token_ttl)
         if args.in_cluster_env:

@@ -19,6 +19,7 @@ from .errors import ApiError, not_found
 from .gc import GarbageCollector
 from .incluster import ROTATE_AT_SHARE_OF_TTL, ServiceAccountVolume, parse_service_account
 from .kubeconfig import exec_kubeconfig_text, kubeconfig_text, write_private_file
+from .rbac import Rbac
 from .server import ApiServer
 from .store import Store, clone
 
@@ -52,6 +53,8 @@ class Sandbox:
     :param service_account: ``"namespace:name"`` of the in-cluster service account.
     :param token_ttl: seconds the in-cluster token is valid (None: it never expires).
     :param rotate_tokens: rewrite the in-cluster token file at 80% of ``token_ttl`` like the kubelet.
+    :param rbac: authorize requests with RBAC rules (:meth:`grant`, :meth:`load_rbac_manifests`);
+        off: every authenticated user may do everything. The admin token is never refused.
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Sandbox:
         service_account: str = "default:default",
         token_ttl: float | None = None,
         rotate_tokens: bool = True,
+        rbac: bool = False,
     ) -> None:
         if history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {history_window}")
@@ -108,6 +112,7 @@ class Sandbox:
         self.inherit_env = inherit_env
         self.token = token or secrets.token_urlsafe(24)
         self.auth = Authenticator(self.token, signing_key)
+        self.rbac = Rbac(enabled=rbac)
         self._initial_namespaces = tuple(namespaces)
         self._want_kubelet = kubelet
         self._want_job_controller = job_controller
@@ -245,6 +250,43 @@ class Sandbox:
     def tokens_seen(self, user: str) -> int:
         """How many distinct tokens the server accepted for ``user`` (2+ shows a client refreshed)."""
         return self.auth.tokens_seen(user)
+
+    # ---- RBAC ------------------------------------------------------------------------------------
+    def set_rbac(self, on: bool) -> None:
+        """Switch RBAC on (users need a rule for every request; 403 otherwise) or off."""
+        self.rbac.enabled = bool(on)
+
+    def grant(
+        self,
+        subject: str,
+        *,
+        verbs: list[str],
+        resources: list[str],
+        namespace: str | None = None,
+        resource_names: list[str] | None = None,
+    ) -> None:
+        """Allow ``subject`` (a user, e.g. ``system:serviceaccount:airflow:scheduler``, or
+        ``group:<name>``) ``verbs`` on ``resources`` (``pods``, ``pods/log``, ``jobs``, ``*``...) in
+        ``namespace`` (None: every namespace and cluster scope). Turns RBAC on."""
+        self.rbac.grant(
+            subject,
+            verbs=verbs,
+            resources=resources,
+            namespace=namespace,
+            resource_names=resource_names or (),
+        )
+        self.rbac.enabled = True
+
+    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
+        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) and turn
+        RBAC on. Returns what was loaded (``kind/namespace/name``)."""
+        loaded = self.rbac.load_manifests(manifests)
+        self.rbac.enabled = True
+        return loaded
+
+    def clear_rbac(self) -> None:
+        """Forget every role, binding and grant (RBAC stays on or off as it is)."""
+        self.rbac.clear()
 
     # ---- in-cluster mode -------------------------------------------------------------------------
     def enable_in_cluster(

@@ -147,6 +147,31 @@ class SandboxThread:
     def in_cluster_env(self) -> dict[str, str]:
         return self.sandbox.in_cluster_env()
 
+    def set_rbac(self, on: bool) -> None:
+        self._call(lambda sb: sb.set_rbac(on))
+
+    def grant(
+        self,
+        subject: str,
+        *,
+        verbs: list[str],
+        resources: list[str],
+        namespace: str | None = None,
+        resource_names: list[str] | None = None,
+    ) -> None:
+        """See :meth:`Sandbox.grant`."""
+        self._call(
+            lambda sb: sb.grant(
+                subject, verbs=verbs, resources=resources, namespace=namespace, resource_names=resource_names
+            )
+        )
+
+    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
+        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests)))
+
+    def clear_rbac(self) -> None:
+        self._call(lambda sb: sb.clear_rbac())
+
     def rotate_service_account_token(self, *, expire_old: bool = False) -> str:
         return str(self._call(lambda sb: sb.rotate_service_account_token(expire_old=expire_old)))
 
