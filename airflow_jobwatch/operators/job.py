@@ -31,10 +31,13 @@ Deliberate differences are listed in ``docs/migration.md``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
+import threading
+import time
 import warnings
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
@@ -265,11 +268,22 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         """The in-worker wait: open the namespace's watch, create the Job, wait for it."""
         meta = job_request.metadata
         trigger = self._trigger(context, meta.name, meta.namespace, None)
-        async with trigger.watching():
+        async with trigger.watching() as watch:
             # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
             job = self._create_job(job_request, context)
             trigger = self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
-            return await trigger.wait()
+            if not self.get_logs:
+                return await trigger.wait()
+            follower = _LogFollower(self, job.metadata.namespace)
+            discovering = asyncio.create_task(follower.discover(lambda: watch.pods_of(job.metadata.uid)))
+            try:
+                event = await trigger.wait()
+            finally:
+                discovering.cancel()
+                follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
+            await follower.drain(_LOG_DRAIN_SECONDS)
+            self._logs_streamed = True
+            return event
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -385,35 +399,51 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 self.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
 
     def _log_containers(self, pod: k8s.V1Pod) -> list[str]:
+        spec = pod.spec
+        return self._requested_containers(
+            pod.metadata.name,
+            [c.name for c in (spec.init_containers or [])] if spec else [],
+            [c.name for c in (spec.containers or [])] if spec else [],
+        )
+
+    def _requested_containers(self, pod_name: str, init_names: list[str], names: list[str]) -> list[str]:
         """Init containers named by ``init_container_logs``, then containers named by
         ``container_logs`` (``True``: all), in the pod's order."""
-        spec = pod.spec
-        names: list[str] = []
-        for requested, present in (
-            (self.init_container_logs, [c.name for c in (spec.init_containers or [])] if spec else []),
-            (self.container_logs, [c.name for c in (spec.containers or [])] if spec else []),
-        ):
+        chosen: list[str] = []
+        for requested, present in ((self.init_container_logs, init_names), (self.container_logs, names)):
             if not requested:
                 continue
             if requested is True:
-                names.extend(present)
+                chosen.extend(present)
                 continue
             wanted = [requested] if isinstance(requested, str) else list(requested)
             for name in wanted:
                 if name in present:
-                    names.append(name)
+                    chosen.append(name)
                 else:
                     self.log.warning(
-                        "Container %s whose logs were requested is not in pod %s", name, pod.metadata.name
+                        "Container %s whose logs were requested is not in pod %s", name, pod_name
                     )
-        return names
+        return chosen
 
     def _write_pod_logs(self, pod: k8s.V1Pod, *, follow: bool = False) -> None:
         for container in self._log_containers(pod):
             self._write_container_log(pod.metadata.name, pod.metadata.namespace, container, follow=follow)
 
-    def _write_container_log(self, pod_name: str, namespace: str, container: str, *, follow: bool) -> None:
-        """Stream one container's log into the task log, line by line, decoded; never held whole."""
+    def _write_container_log(
+        self,
+        pod_name: str,
+        namespace: str,
+        container: str,
+        *,
+        follow: bool,
+        opened: Callable[[Any], None] | None = None,
+    ) -> None:
+        """Stream one container's log into the task log, line by line, decoded; never held whole.
+
+        :param follow: keep reading until the container ends (the in-worker wait streams this way).
+        :param opened: called with the open response, so that a follower can be closed from outside.
+        """
         try:
             response = self.client.read_namespaced_pod_log(
                 name=pod_name,
@@ -430,6 +460,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 _api_error_message(e),
             )
             return
+        if opened is not None:
+            opened(response)
         try:
             for line in _decoded_lines(response.stream(_LOG_CHUNK_BYTES)):
                 self.log.info("[%s] [%s] %s", pod_name, container, line)
@@ -439,9 +471,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             response.release_conn()
 
     def _xcom_value(self, event: dict[str, Any], pods: list[k8s.V1Pod]) -> Any:
-        raw = event.get("xcom_result")
-        if raw is None:  # an event of ours from before xcom_result existed: read the pods
-            raw = [m for m in (self._termination_message(p) for p in pods) if m is not None]
+        # The pods as read after the end are the freshest; the event's copy serves when they are gone
+        # (TTL, deleted) and for upstream's events.
+        raw = event.get("xcom_result") or []
+        fresh = [m for m in (self._termination_message(p) for p in pods) if m is not None]
+        if len(fresh) >= len(raw):
+            raw = fresh
         results: list[Any] = []
         for index, text in enumerate(raw):
             if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
@@ -503,6 +538,79 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             return
         if uid:
             self.client.delete_collection_namespaced_pod(namespace=ns, label_selector=f"controller-uid={uid}")
+
+
+#: After the in-worker wait has ended, how long the log followers may still take to reach the end of
+#: their streams (containers that ended are read to the end at once; this bounds a pod that still runs
+#: after its Job met its success criteria, whose log upstream would follow for ever).
+_LOG_DRAIN_SECONDS = 60.0
+
+#: How often the in-worker wait looks in the shared watch's cache for pods whose containers have started.
+_LOG_DISCOVERY_SECONDS = 0.5
+
+
+class _LogFollower:
+    """Follows the logs of a Job's pods while the in-worker wait runs: one thread per (pod, container)
+    whose container has started (``pods/log?follow=true``), started as the pods appear in the shared
+    watch's cache (retried pods and parallel pods included), so lines reach the task log as they are
+    written."""
+
+    def __init__(self, operator: KubernetesJobOperator, namespace: str) -> None:
+        self.operator = operator
+        self.namespace = namespace
+        self.started: set[tuple[str, str]] = set()
+        self.wanted: dict[str, list[str]] = {}
+        self.threads: list[threading.Thread] = []
+        self.responses: list[Any] = []
+
+    async def discover(self, pods: Callable[[], list[dict[str, Any]]]) -> None:
+        while True:
+            self.start_ready(pods())
+            await asyncio.sleep(_LOG_DISCOVERY_SECONDS)
+
+    def start_ready(self, pods: list[dict[str, Any]]) -> None:
+        for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
+            meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+            name = str(meta.get("name"))
+            begun = {
+                cs.get("name")
+                for cs in (status.get("initContainerStatuses") or [])
+                + (status.get("containerStatuses") or [])
+                if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
+            }
+            if name not in self.wanted:  # once per pod: it warns about requested containers not there
+                self.wanted[name] = self.operator._requested_containers(
+                    name,
+                    [c.get("name") for c in spec.get("initContainers") or []],
+                    [c.get("name") for c in spec.get("containers") or []],
+                )
+            wanted = self.wanted[name]
+            for container in wanted:
+                if container not in begun or (name, container) in self.started:
+                    continue
+                self.started.add((name, container))
+                thread = threading.Thread(
+                    target=self.operator._write_container_log,
+                    args=(name, self.namespace, container),
+                    kwargs={"follow": True, "opened": self.responses.append},
+                    name=f"log-{name}-{container}",
+                    daemon=True,
+                )
+                thread.start()
+                self.threads.append(thread)
+
+    async def drain(self, limit: float) -> None:
+        """Wait (up to ``limit`` seconds) for the followers to reach the end of their logs."""
+        deadline = time.monotonic() + limit
+        for thread in self.threads:
+            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self.threads):
+            self.operator.log.warning(
+                "Stopped following logs still open %.0f s after the Job ended (a pod still running?)", limit
+            )
+            for response in self.responses:
+                with contextlib.suppress(Exception):
+                    response.close()
 
 
 #: Bytes read from the log stream at a time; a line longer than _MAX_LINE_BYTES is cut into pieces, so

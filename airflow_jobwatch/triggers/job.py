@@ -340,7 +340,7 @@ class JobTrigger(BaseTrigger):
         return config
 
     @contextlib.asynccontextmanager
-    async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[None]:
+    async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[NamespaceWatch]:
         """Keep this trigger's namespace watch open (and synced, waiting up to ``sync_timeout`` s).
 
         The operator's in-worker wait enters this *before* it creates the Job, so that a Job that ends
@@ -353,7 +353,7 @@ class JobTrigger(BaseTrigger):
         )
         try:
             await subscription.watch.wait_synced(sync_timeout)
-            yield
+            yield subscription.watch
         finally:
             await asyncio.shield(subscription.close())
 
