@@ -58,11 +58,18 @@ from airflow_jobwatch.triggers.job import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["XCOM_RETURN_PATH", "KubernetesJobOperator"]
+__all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJobOperator"]
 
 #: Where KubernetesPodOperator users write their result. Used as the base container's
 #: terminationMessagePath when ``do_xcom_push`` is on.
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
+
+#: The kubelet keeps at most this many bytes of a container's termination message (Kubernetes'
+#: ``MaxContainerTerminationMessageLength``, pkg/kubelet/container), which carries the XCom result.
+TERMINATION_MESSAGE_LIMIT_BYTES = 4096
+
+#: A container's terminationMessagePath when nobody sets it (the API server's default).
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 #: Labels (from KubernetesPodOperator's task-instance labels, which upstream puts on the Job's pod
 #: template) that identify one try of one task instance; a Job whose pod template carries all of them
@@ -149,6 +156,15 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 raise AirflowException(
                     f"do_xcom_push needs a container named {self.base_container_name!r} in the Job's pod "
                     f"template; found {[c.name for c in containers]}"
+                )
+            own = base.termination_message_path
+            if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, self.xcom_path):
+                raise AirflowException(
+                    f"do_xcom_push returns the result through the base container's terminationMessagePath "
+                    f"(xcom_path={self.xcom_path!r}; the kubelet keeps at most "
+                    f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
+                    f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
+                    f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
                 )
             base.termination_message_path = self.xcom_path
             base.termination_message_policy = "File"
@@ -492,6 +508,15 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             except ValueError:
                 pod_names = event.get("pod_names") or [p.metadata.name for p in pods]
                 pod = pod_names[index] if index < len(pod_names) else "?"
+                size = len(text.encode())
+                if size >= TERMINATION_MESSAGE_LIMIT_BYTES:
+                    raise AirflowException(
+                        f"The XCom result of pod {pod} does not fit: it travels as the base container's "
+                        f"termination message ({self.xcom_path}), which the kubelet cuts to "
+                        f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
+                        f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
+                        f"write the data elsewhere (object storage, a volume) and return its location."
+                    ) from None
                 raise AirflowException(
                     f"Pod {pod} wrote {self.xcom_path} but it is not JSON: {text[:200]!r}"
                 ) from None

@@ -370,3 +370,51 @@ def wait_until_sync(predicate, what: str, limit: float = 20.0, state=None) -> No
                 f"timed out after {limit} s waiting for {what}" + (f"; state: {state()}" if state else "")
             )
         time.sleep(0.05)
+
+
+def test_xcom_of_4000_bytes_works(sandbox, kubeconfig, tmp_path):
+    path = tmp_path / "return.json"
+    value = "x" * 3990  # with its quotes and newline, just under the 4096-byte termination message
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '\"{value}\"' > {path}"],
+        wait_until_job_complete=True,
+        do_xcom_push=True,
+        xcom_path=str(path),
+    )
+    assert op.execute(make_context()) == value
+
+
+def test_xcom_over_4096_bytes_fails_naming_the_limit(sandbox, kubeconfig, tmp_path):
+    path = tmp_path / "return.json"
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '\"{'y' * 10240}\"' > {path}"],
+        wait_until_job_complete=True,
+        do_xcom_push=True,
+        xcom_path=str(path),
+    )
+    with pytest.raises(AirflowException, match="4096 bytes") as info:
+        op.execute(make_context())
+    assert "object storage" in str(info.value)
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_user_termination_message_path_with_xcom_is_refused(sandbox, kubeconfig):
+    from kubernetes.client import models as k8s
+
+    op = make_operator(
+        kubeconfig,
+        cmds=["true"],
+        do_xcom_push=True,
+        wait_until_job_complete=True,
+        full_pod_spec=k8s.V1Pod(
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="base", termination_message_path="/tmp/mine")]
+            )
+        ),
+    )
+    with pytest.raises(AirflowException, match="terminationMessagePath='/tmp/mine'") as info:
+        op.execute(make_context())
+    assert "4096" in str(info.value)
+    assert not sandbox.objects("jobs", NS)  # refused before anything was created
