@@ -861,13 +861,15 @@ class JobWatchExecutor(BaseExecutor):
             if not pods:
                 return [f"No worker pod found for {ti.key} (selector {selector})"], []
             meta = pods[0]["metadata"]
-            text = self.core_v1.read_namespaced_pod_log(
+            response = self.core_v1.read_namespaced_pod_log(
                 meta["name"],
                 meta["namespace"],
                 container="base",
                 tail_lines=RUNNING_POD_LOG_LINES,
                 _request_timeout=API_REQUEST_TIMEOUT,
+                _preload_content=False,  # the raw bytes: the client's str() of them reads "b'...'"
             )
+            text = response.data.decode("utf-8", errors="backslashreplace")
             messages.append(
                 f"Log of pod {meta['namespace']}/{meta['name']} (last {RUNNING_POD_LOG_LINES} lines)"
             )

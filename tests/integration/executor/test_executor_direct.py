@@ -226,7 +226,7 @@ def test_get_task_log_reads_the_running_pods_log(executor_factory, kube_sandbox)
             break
         assert time.monotonic() < deadline, (messages, logs)
         time.sleep(0.2)
-    assert "line-one" in logs[0]
+    assert logs[0].splitlines()[:2] == ["line-one", "line-two"]  # decoded text, not "b'line-one\\n..."
     assert any("Log of pod default/" in m for m in messages)
     # A try without a pod says so instead of raising.
     messages, logs = ex.get_task_log(ti, 2)
