@@ -139,6 +139,20 @@ def expired(message: str) -> ApiError:
     return ApiError(410, message, reason="Expired")
 
 
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """504 for a list at a resourceVersion the server (or its watch cache) has not reached
+    (recorded in tests/fixtures/real-apiserver/status-504-too-large-resource-version.json)."""
+    return ApiError(
+        504,
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        reason="Timeout",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    )
+
+
 def too_old_resource_version(requested: int | str, current: int) -> dict[str, Any]:
     """The Status inside the ``ERROR`` watch event for a compacted resourceVersion (watch-expired-410.json)."""
     return status_object(410, f"too old resource version: {requested} ({current})", reason="Expired")
