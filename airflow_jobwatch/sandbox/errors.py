@@ -120,7 +120,8 @@ def invalid(resource: str, name: str, causes: list[tuple[str, str, str]]) -> Api
     kind = RESOURCE_KINDS.get(resource, resource)
     group = RESOURCE_GROUPS.get(resource, "")
     qualified_kind = f"{kind}.{group}" if group else kind
-    parts = [f"{field}: {detail}" for _reason, field, detail in causes]
+    # The message de-duplicates like field.ErrorList.ToAggregate(); the causes keep every error.
+    parts = list(dict.fromkeys(f"{field}: {detail}" for _reason, field, detail in causes))
     if len(parts) == 1:
         message = f'{qualified_kind} "{name}" is invalid: {parts[0]}'
     else:
