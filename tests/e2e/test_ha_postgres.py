@@ -14,6 +14,7 @@ the test can count them afterwards.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -56,6 +57,7 @@ def stack(postgres: Any) -> Iterator[AirflowStack]:
             ("triggerer", "triggerer_health_check_threshold"): "6",
         },
         start_timeout=180,
+        keep=bool(os.environ.get("JOBWATCH_E2E_KEEP")),  # keep AIRFLOW_HOME (logs) for debugging
     ) as s:
         yield s
 
