@@ -821,10 +821,10 @@ class Informer:
         """Make a listed or fetched object look like a watched one, and drop what nobody reads."""
         obj.setdefault("kind", self._kind_name)
         obj.setdefault("apiVersion", self._api_version)
-        if self._project is not None:
-            return self._project(obj)
         if self.config.strip_managed_fields:
             obj["metadata"].pop("managedFields", None)
+        if self._project is not None:
+            return self._project(obj)
         return obj
 
     async def _relist(self, mode: ListMode = "any") -> None:
