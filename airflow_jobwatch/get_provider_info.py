@@ -454,6 +454,62 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "60",
                     },
+                    "worker_pod_labels": {
+                        "description": "JobWatchExecutor: "
+                        "which "
+                        "labels "
+                        "mark its "
+                        "worker "
+                        "pods. "
+                        '"upstream" '
+                        "(default): "
+                        "the "
+                        "upstream\n"
+                        "KubernetesExecutor's "
+                        "(airflow-worker=<scheduler "
+                        "job id>, "
+                        "kubernetes_executor=True), "
+                        "so pods\n"
+                        "stay "
+                        "adoptable "
+                        "when "
+                        "switching "
+                        "between "
+                        "the two "
+                        "executors. "
+                        '"jobwatch": '
+                        "its own\n"
+                        "(airflow-jobwatch-worker=<scheduler "
+                        "job id>, "
+                        "jobwatch_executor=True), "
+                        "for "
+                        "running "
+                        "both\n"
+                        "executors "
+                        "side by "
+                        "side "
+                        "([core] "
+                        "executor "
+                        "= "
+                        "KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\n"
+                        "then "
+                        "neither "
+                        "watches, "
+                        "adopts, "
+                        "deletes "
+                        "or "
+                        "reports "
+                        "the "
+                        "other's "
+                        "pods. "
+                        "Adoption "
+                        "recognises "
+                        "both.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "jobwatch",
+                        "default": "upstream",
+                    },
                     "executor_status_file": {
                         "description": "JobWatchExecutor: "
                         "if "
