@@ -812,7 +812,8 @@ class Informer:
                     mode,
                     len(items),
                 )
-            items = [self._prepare(item) for item in items]
+            # Items are yielded raw: _relist prepares (strips, projects) only those it stores, so a relist
+            # of an unchanged collection does not rebuild every object.
             yield items, list_rv
             if not continue_token:
                 return
@@ -883,6 +884,7 @@ class Informer:
                         if order is None and mode == "any":
                             doubtful[uid] = prev
                             continue
+                    obj = self._prepare(obj)
                     self._put(obj)
                     if prev is None:
                         added += 1
