@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from airflow_jobwatch.kube.client import ClusterConfig
+from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError
 from airflow_jobwatch.kube.informer import InformerConfig
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ RESTART_BACKOFF_RESET_AFTER_SECONDS = 120.0
 # A crash loop (children dying before their first sync, or within seconds) still backs off; the
 # floor keeps immediate restarts to at most one per 5 s, i.e. one LIST per 5 s at worst.
 HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS = 5.0
+# Exit code of a child whose Kubernetes client cannot be configured (logged as one line, no traceback).
+CONFIG_ERROR_EXIT_CODE = 78  # EX_CONFIG (sysexits.h)
 # Upper bound of messages read from one child per poll(), so that a burst of events (thousands of
 # pods relisted at once) cannot hold the scheduler loop for long; the rest is read next poll.
 MAX_MESSAGES_PER_POLL = 20_000
@@ -102,6 +104,7 @@ class WatcherStats:
     healthy: bool
     connected: bool
     last_error: str | None
+    access_denied: str | None = None  # issue 12: an explained 401/403 on list/watch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,7 +222,17 @@ async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent
 
     # Beat from the start, so that connecting to a slow API server is not mistaken for a wedge.
     beat_task = asyncio.create_task(beat())
-    api_client = await async_api_client(spec.cluster)
+    try:
+        api_client = await async_api_client(spec.cluster)
+    except ClusterConfigError as err:
+        # One clear line, not a traceback; the parent restarts us with backoff (the executor's start()
+        # checks the same configuration, so this is a file that changed after the scheduler started).
+        log.error("KubernetesJobWatcher %s cannot build its Kubernetes client: %s", spec.name, err)
+        outbox.put(WatcherStats(0, 0, False, False, str(err), access_denied=str(err)))
+        outbox.put(None)
+        await asyncio.sleep(0.2)  # let the sender thread write it
+        beat_task.cancel()
+        os._exit(CONFIG_ERROR_EXIT_CODE)
     informer = Informer(
         api_client,
         kind="pods",
@@ -232,14 +245,21 @@ async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent
 
     try:
         await informer.start()
-        await informer.wait_synced()
-        keys = frozenset(
-            ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
-            for o in informer.items()
-        )
-        outbox.put(Synced(keys=keys))
         last_stats: WatcherStats | None = None
+        synced = False
         while True:
+            # Stats from the start, not only after the first LIST: a watcher refused its first LIST
+            # (403) must tell the scheduler it is unhealthy, and why.
+            if not synced and informer.health.synced:
+                synced = True
+                keys = frozenset(
+                    (
+                        (o.get("metadata") or {}).get("namespace", ""),
+                        (o.get("metadata") or {}).get("name", ""),
+                    )
+                    for o in informer.items()
+                )
+                outbox.put(Synced(keys=keys))
             health = informer.health
             stats = WatcherStats(
                 relists=health.relists,
@@ -247,11 +267,15 @@ async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent
                 healthy=health.healthy,
                 connected=health.connected,
                 last_error=health.last_error,
+                access_denied=health.access_denied,
             )
             if stats != last_stats:
                 outbox.put(stats)
                 last_stats = stats
-            await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
+            if synced:
+                await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
+            else:
+                await informer.wait_synced(CHILD_STATS_INTERVAL_SECONDS)
     finally:
         beat_task.cancel()
         await informer.stop()
@@ -313,6 +337,7 @@ class SupervisorCounters:
     running_reports: int = 0
     healthy: bool = True
     last_error: str | None = None
+    access_denied: str | None = None  # issue 12: why the API refuses the watcher (what to grant)
     per_namespace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -702,7 +727,15 @@ class WatcherSupervisor:
         c.healthy = all(s.stats is None or s.stats.healthy for s in self._slots.values())
         errors = [s.stats.last_error for s in self._slots.values() if s.stats and s.stats.last_error]
         c.last_error = errors[0] if errors else None
-        if was_healthy and not c.healthy:
+        denied = [s.stats.access_denied for s in self._slots.values() if s.stats and s.stats.access_denied]
+        c.access_denied = denied[0] if denied else None
+        if was_healthy and not c.healthy and c.access_denied:
+            log.error(
+                "KubernetesJobWatcher is refused by the Kubernetes API: %s Running tasks are kept and will "
+                "be reported once the permission is granted.",
+                c.access_denied,
+            )
+        elif was_healthy and not c.healthy:
             # Tasks keep running and are reported once the API answers again; nothing is failed for this.
             log.error(
                 "KubernetesJobWatcher cannot reach the Kubernetes API (last error: %s); running tasks are "

@@ -212,6 +212,7 @@ class JobTrigger(BaseTrigger):
         self.api_failure_tolerance = api_failure_tolerance
         self.job_uid = job_uid
         self.delete_on_kill = delete_on_kill
+        self._get_denied: str | None = None  # a 401/403 on the trigger's own GET of its Job
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -375,6 +376,13 @@ class JobTrigger(BaseTrigger):
         except ApiException as e:
             if e.status == 404:
                 return True, None
+            from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+            denied = access_denied_from_exception(
+                e, verb="get", resource="jobs", group="batch", namespace=self.namespace
+            )
+            if denied is not None:
+                self._get_denied = denied.message()
             self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e.status)
             return False, None
         except Exception as e:
@@ -520,6 +528,17 @@ class JobTrigger(BaseTrigger):
                         "Deleted",
                         f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted before "
                         "its result could be read.",
+                    )
+                )
+                break
+            denied = watch.access_denied or self._get_denied
+            if denied:  # issue 12: a permission error is permanent: end now, with the advice
+                reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
+                settle(
+                    self._payload(
+                        STATUS_ERROR,
+                        reason,
+                        f"Cannot wait for Job {self.namespace}/{self.job_name}: {denied}",
                     )
                 )
                 break
