@@ -1,17 +1,18 @@
 # airflow-jobwatch developer entry points. Every target sets up what it needs.
-PYTHON ?= python3.11
-VENV   := .venv
+# PYTHON: the first supported interpreter found (3.11, 3.12, 3.13; pyenv builds count), else python3.
+PYTHON ?= $(shell for v in 3.11 3.12 3.13; do .ci/find-python $$v && exit 0; done; command -v python3)
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench provider-info clean venv
+.PHONY: test lint typecheck unit demo bench provider-info clean venv test-compat
 
 venv: $(STAMP)
 
 # (Re)install when the pins or the project metadata change. constraints.txt pins every
 # distribution, so a fresh machine gets exactly what CI tested.
 $(STAMP): pyproject.toml constraints.txt
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
 	@touch $(STAMP)
@@ -25,7 +26,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 test: lint typecheck
+	$(BIN)/python --version
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+
+# The unit and integration tests on another interpreter, in its own venv:
+#   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12
+test-compat: $(STAMP)
+	$(BIN)/python --version
+	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
@@ -40,4 +48,4 @@ provider-info: $(STAMP)
 	$(BIN)/python .ci/gen_provider_info.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf .venv .venv-3.* .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build dist build
