@@ -79,13 +79,18 @@ def executor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[d
             ex.end()
 
 
-def _run_one_task(ex: Any, *, timeout: float = 90) -> tuple[str, Any]:
+def _run_one_task(
+    ex: Any, *, timeout: float = 90, command: str = "exit 0", on_running: Callable[[], None] | None = None
+) -> tuple[str, Any]:
     ex.start()
-    w = make_workload(task_id="t", command="exit 0")
+    w = make_workload(task_id="t", command=command)
     ex.queue_workload(w, session=mock.sentinel.unused_session)
     deadline = time.monotonic() + timeout
     while True:
         ex.heartbeat()
+        if on_running is not None and ex.status()["running"] and ex._pods:
+            on_running()
+            on_running = None
         for key, (state, info) in ex.get_event_buffer().items():
             if key.task_id == "t" and str(state) in ("success", "failed"):
                 return str(state), info
@@ -112,6 +117,27 @@ def test_in_cluster_executor_and_watcher(tls_kube, tmp_path, executor_env, monke
     enter_pod(tls_kube, tmp_path / "sa", monkeypatch)
     ex = executor_env({"in_cluster": "True"})
     assert _run_one_task(ex)[0] == "success"
+
+
+def test_in_cluster_token_rotation_during_a_task(tls_kube, tmp_path, executor_env, monkeypatch):
+    """The kubelet rotates the scheduler's token while a task runs: the task's end is still reported
+    (the watcher reconnects with the new token), and the scheduler's own client follows too."""
+    import secrets
+
+    from airflow_jobwatch.devtools.incluster import rotate_token
+
+    token_file = enter_pod(tls_kube, tmp_path / "sa", monkeypatch)
+    ex = executor_env({"in_cluster": "True"})
+
+    def rotate() -> None:
+        new = secrets.token_urlsafe(24)
+        tls_kube.sandbox.token = new  # the cluster now refuses the old token
+        rotate_token(token_file, new)
+        tls_kube.drop_watches()
+
+    state, _ = _run_one_task(ex, command="sleep 2; exit 0", on_running=rotate)
+    assert state == "success"
+    assert ex.status()["watcher_access_denied"] is None
 
 
 def test_unusable_configuration_fails_start_with_the_reason(tmp_path, executor_env, monkeypatch):
