@@ -590,8 +590,16 @@ class JobTrigger(BaseTrigger):
                 ),
             )
         except ApiException as e:
-            if e.status not in (404, 409):  # already gone / a different Job now has this name
-                raise
+            if e.status in (404, 409):  # already gone / a different Job now has this name
+                return
+            from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+            denied = access_denied_from_exception(
+                e, verb="delete", resource="jobs", group="batch", namespace=self.namespace
+            )
+            if denied is not None:  # explained, without the response headers the exception prints
+                raise PermissionError(denied.message()) from None
+            raise
         finally:
             await client.close()
 

@@ -186,3 +186,32 @@ async def test_triggerer_missing_one_rule_ends_at_once_with_the_advice(
     assert "airflow-triggerer" in message
     assert f'verbs: ["{verb}"]' in message
     assert "HTTP response headers" not in message
+
+
+@needs_rbac
+async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path) -> None:
+    from kubernetes_asyncio.client import BatchV1Api
+
+    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    admin_path = tmp_path / "admin"
+    sandbox.write_kubeconfig(admin_path)
+    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "delete"))
+    admin = await async_api_client(ClusterConfig(config_file=str(admin_path)))
+    try:
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("undeletable", "sleep 60"))
+        trigger = JobTrigger(
+            "undeletable",
+            NAMESPACE,
+            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+            job_uid=job.metadata.uid,
+            delete_on_kill=True,
+        )
+        with pytest.raises(
+            PermissionError, match=r'delete jobs \(API group batch\) in namespace "airflow"'
+        ) as info:
+            await trigger.on_kill()
+        assert 'verbs: ["delete"]' in str(info.value) and "HTTP response headers" not in str(info.value)
+    finally:
+        await admin.close()
