@@ -86,7 +86,7 @@ class AccessDenied:
             else:
                 binding = f"to user {self.user!r}"
         kind = "Role" if self.namespace else "ClusterRole"
-        rule = self.role_rule().replace("\n", "; ")
+        rule = f'apiGroups: ["{self.group}"], resources: ["{self.resource}"], verbs: ["{self.verb}"]'
         return (
             f"Kubernetes refused to {what} {where}{who} (403 Forbidden): {self.server_message}. "
             f"Grant it {binding} with a {kind} rule {{{rule}}} and a "

@@ -1241,6 +1241,8 @@ class Informer:
         if self._reported is not None and self._reported[1] != health.healthy:
             if health.healthy:
                 log.info("informer %s: healthy again", self.name)
+            elif self._access_denied:  # issue 12: refused, not failing: say so (the refusal is logged anyway)
+                log.error("informer %s: unhealthy - refused by the API server", self.name)
             else:
                 log.error(
                     "informer %s: unhealthy - failing for %.0f s (%d attempts), last error: %s",

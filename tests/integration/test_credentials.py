@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import secrets
 import sys
 import textwrap
 import time
@@ -25,7 +24,7 @@ import kubernetes_asyncio.client
 import pytest
 import yaml
 
-from airflow_jobwatch.devtools.incluster import enter_pod, rotate_token
+from airflow_jobwatch.devtools.incluster import cluster_token, enter_pod, rotate_cluster_token, rotate_token
 from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig
 
@@ -62,7 +61,7 @@ def exec_kubeconfig(sandbox: Any, tmp_path: Path) -> tuple[Path, Path, Path]:
     """A kubeconfig whose user runs an exec plugin that hands out whatever token is in ``source``,
     valid "for an hour" (so it is not refetched before requests). Returns (kubeconfig, source, calls)."""
     source = tmp_path / "current-token"
-    source.write_text(sandbox.token)
+    source.write_text(cluster_token(sandbox, "exec-user"))
     calls = tmp_path / "plugin-calls"
     plugin = tmp_path / "plugin.py"
     expiry = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime(
@@ -95,13 +94,6 @@ def exec_kubeconfig(sandbox: Any, tmp_path: Path) -> tuple[Path, Path, Path]:
     return kubeconfig, source, calls
 
 
-def rotate_cluster_token(sandbox: Any) -> str:
-    """The cluster stops accepting the current token and accepts a new one."""
-    new = secrets.token_urlsafe(24)
-    sandbox.sandbox.token = new
-    return new
-
-
 async def _watch_across_rotation(sandbox: Any, client: Any, rotate: Any) -> Informer:
     informer = Informer(client, kind="pods", namespace="default", config=FAST)
     seen: list[str] = []
@@ -129,7 +121,7 @@ async def test_exec_plugin_token_replaced_under_a_watch(sandbox: Any, tmp_path: 
     try:
 
         def rotate() -> None:
-            source.write_text(rotate_cluster_token(sandbox))
+            source.write_text(rotate_cluster_token(sandbox, source.read_text(), "exec-user"))
 
         await _watch_across_rotation(sandbox, client, rotate)
         assert client.credentials.reloads >= 1  # the 401 re-ran the plugin, once per burst of 401s
@@ -146,7 +138,7 @@ async def test_in_cluster_token_rotated_under_a_watch(
     try:
 
         def rotate() -> None:
-            rotate_token(token_file, rotate_cluster_token(tls_sandbox))
+            rotate_token(token_file, rotate_cluster_token(tls_sandbox, token_file.read_text()))
 
         informer = await _watch_across_rotation(tls_sandbox, client, rotate)
         # The token file was re-read when it changed: not even one failure was counted.
@@ -166,13 +158,15 @@ async def test_in_cluster_token_rotated_late_is_one_401_then_recovers(
     try:
         await informer.start()
         assert await informer.wait_synced(30)
-        new = rotate_cluster_token(tls_sandbox)
+        old = token_file.read_text()
+        new = rotate_cluster_token(tls_sandbox, old)
         tls_sandbox.drop_watches()
         await _wait(lambda: informer.health.access_denied is not None, "the 401 to be reported")
         health = informer.health
         assert not health.healthy
         assert "401 Unauthorized" in (health.access_denied or "")
-        assert new not in (health.access_denied or "") and tls_sandbox.token not in (health.last_error or "")
+        for secret in (old, new):
+            assert secret not in (health.access_denied or "") and secret not in (health.last_error or "")
         rotate_token(token_file, new)
         await _wait(lambda: informer.health.access_denied is None and informer.health.connected, "recovery")
         assert informer.health.healthy
@@ -227,7 +221,7 @@ async def test_trigger_outlives_a_token_rotation(
         )
         run = asyncio.ensure_future(trigger.wait())
         await _wait(lambda: bool(get_registry().active()), "the trigger's shared watch")
-        source.write_text(rotate_cluster_token(sandbox))
+        source.write_text(rotate_cluster_token(sandbox, source.read_text(), "exec-user"))
         sandbox.drop_watches()
         payload = await asyncio.wait_for(run, 60)
         assert payload["status"] == "success", payload

@@ -117,6 +117,24 @@ def kubeconfig_for(sb: Any, component: str, tmp_path: Path) -> str:
     return str(path)
 
 
+async def admin_client(sb: Any, tmp_path: Path) -> Any:
+    """A client with the sandbox's admin token (never refused), and the namespace the Roles are for."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+
+    path = tmp_path / "admin"
+    sb.write_kubeconfig(path)
+    admin = await async_api_client(ClusterConfig(config_file=str(path)))
+    try:
+        await CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return admin
+
+
 def _job(name: str, command: str = "exit 0") -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1",
@@ -138,13 +156,10 @@ def _job(name: str, command: str = "exit 0") -> dict[str, Any]:
 async def test_triggerer_role_from_the_doc(sandbox: Any, tmp_path: Path) -> None:
     from kubernetes_asyncio.client import BatchV1Api
 
-    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
     from airflow_jobwatch.triggers.job import JobTrigger
 
-    admin_path = tmp_path / "admin"
-    sandbox.write_kubeconfig(admin_path)
     sandbox.load_rbac_manifests(doc_manifests("triggerer"))
-    admin = await async_api_client(ClusterConfig(config_file=str(admin_path)))
+    admin = await admin_client(sandbox, tmp_path)
     try:
         job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("granted"))
         trigger = JobTrigger(
@@ -192,13 +207,10 @@ async def test_triggerer_missing_one_rule_ends_at_once_with_the_advice(
 async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path) -> None:
     from kubernetes_asyncio.client import BatchV1Api
 
-    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
     from airflow_jobwatch.triggers.job import JobTrigger
 
-    admin_path = tmp_path / "admin"
-    sandbox.write_kubeconfig(admin_path)
     sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "delete"))
-    admin = await async_api_client(ClusterConfig(config_file=str(admin_path)))
+    admin = await admin_client(sandbox, tmp_path)
     try:
         job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("undeletable", "sleep 60"))
         trigger = JobTrigger(

@@ -122,17 +122,13 @@ def test_in_cluster_executor_and_watcher(tls_kube, tmp_path, executor_env, monke
 def test_in_cluster_token_rotation_during_a_task(tls_kube, tmp_path, executor_env, monkeypatch):
     """The kubelet rotates the scheduler's token while a task runs: the task's end is still reported
     (the watcher reconnects with the new token), and the scheduler's own client follows too."""
-    import secrets
-
-    from airflow_jobwatch.devtools.incluster import rotate_token
+    from airflow_jobwatch.devtools.incluster import rotate_cluster_token, rotate_token
 
     token_file = enter_pod(tls_kube, tmp_path / "sa", monkeypatch)
     ex = executor_env({"in_cluster": "True"})
 
     def rotate() -> None:
-        new = secrets.token_urlsafe(24)
-        tls_kube.sandbox.token = new  # the cluster now refuses the old token
-        rotate_token(token_file, new)
+        rotate_token(token_file, rotate_cluster_token(tls_kube, token_file.read_text()))
         tls_kube.drop_watches()
 
     state, _ = _run_one_task(ex, command="sleep 2; exit 0", on_running=rotate)

@@ -68,6 +68,15 @@ def executor_for(
     created: list[Any] = []
 
     def make(manifests: str) -> Any:
+        from kubernetes.client import CoreV1Api
+
+        from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+
+        admin_path = tmp_path / "admin-kubeconfig"
+        rbac_kube.write_kubeconfig(admin_path)
+        with sync_api_client(ClusterConfig(config_file=str(admin_path))) as admin:
+            if not any(n.metadata.name == NAMESPACE for n in CoreV1Api(admin).list_namespace().items):
+                CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
         rbac_kube.load_rbac_manifests(manifests)
         kubeconfig = tmp_path / "scheduler-kubeconfig"
         rbac_kube.write_kubeconfig(kubeconfig, token=rbac_kube.issue_token(SCHEDULER))
@@ -150,6 +159,12 @@ def test_list_or_watch_refused_makes_the_watcher_unhealthy_at_once(
     message = _until(ex, denied, "the watcher to report the refusal")
     assert time.monotonic() - started < 60  # far below unhealthy_after_seconds (300)
     assert f"{verb} pods" in message and 'verbs: ["' + verb + '"]' in message
-    status_file = json.loads((tmp_path / "status.json").read_text())
+    status_path = tmp_path / "status.json"
+
+    def in_status_file(_: Any) -> Any:
+        status = json.loads(status_path.read_text()) if status_path.exists() else {}
+        return status if status.get("watcher_access_denied") else None
+
+    status_file = _until(ex, in_status_file, "the status file to show the refusal", timeout=30)
     assert status_file["watcher_healthy"] is False
-    assert f"{verb} pods" in (status_file["watcher_access_denied"] or "")
+    assert f"{verb} pods" in status_file["watcher_access_denied"]
