@@ -190,6 +190,8 @@ class JobWatchExecutor(BaseExecutor):
         # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
         self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
         self._create_pool: ThreadPoolExecutor | None = None
+        # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
+        self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
         self._create_concurrency = max(
             1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
         )
@@ -331,10 +333,11 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         self.log.info("Shutting down JobWatchExecutor")
-        self._stop_creates(wait=True)
         for result in self.supervisor.stop():
             self._on_result(result)
         self._retry_cleanup()
+        self._stop_creates(wait=True)  # waits for the creates and cleanups already sent
+        self._retry_cleanup(submit=False)  # reads their answers (what failed is left to the adopter)
         self._write_status(force=True)
         self.supervisor = None
 
@@ -346,7 +349,7 @@ class JobWatchExecutor(BaseExecutor):
             self.supervisor = None
 
     def _stop_creates(self, *, wait: bool) -> None:
-        """Stop the creator threads; with ``wait``, the answers of creates already sent are handled."""
+        """Stop the API threads; with ``wait``, the answers of creates already sent are handled."""
         if self._create_pool is None:
             return
         self._create_pool.shutdown(wait=wait, cancel_futures=True)
@@ -404,12 +407,8 @@ class JobWatchExecutor(BaseExecutor):
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
-        if self._create_pool is None:
-            self._create_pool = ThreadPoolExecutor(
-                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-create"
-            )
         core_v1 = self.core_v1
-        future = self._create_pool.submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
+        future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
         self._inflight[key] = (launch, namespace, name, future)
         return True
 
@@ -665,35 +664,63 @@ class JobWatchExecutor(BaseExecutor):
         )
         self._cleanup.append((result.namespace, result.name, delete))
 
-    def _retry_cleanup(self) -> None:
-        from kubernetes.client import V1DeleteOptions
+    def _retry_cleanup(self, *, submit: bool = True) -> None:
+        """Delete (or label done) the pods whose report is out, from the API threads; retry what failed.
+
+        Like the creates, these calls run in the thread pool: hundreds of pods ending at once would
+        otherwise cost the scheduler loop one API round trip each. 404 means done already.
+        """
         from kubernetes.client.exceptions import ApiException
 
+        for ref, (op, future) in list(self._cleanup_inflight.items()):
+            if not future.done():
+                continue
+            del self._cleanup_inflight[ref]
+            err = future.exception()
+            if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
+                continue
+            self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
+            self._cleanup.append(op)
+        if not self._cleanup or not submit:
+            return
+        pool = self._pool()
         remaining: list[tuple[str, str, bool]] = []
-        for i, (namespace, name, delete) in enumerate(self._cleanup):
-            try:
-                if delete:
-                    self.core_v1.delete_namespaced_pod(
-                        name,
-                        namespace,
-                        body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
-                        **self._create_args,
-                    )
-                else:
-                    self.core_v1.patch_namespaced_pod(
-                        name,
-                        namespace,
-                        {"metadata": {"labels": {DONE_LABEL: "True"}}},
-                        _request_timeout=self._request_timeout,
-                    )
-            except ApiException as err:
-                if err.status != HTTPStatus.NOT_FOUND:
-                    remaining.append((namespace, name, delete))
-            except Exception:
-                # API unreachable: keep this one and the rest for the next loop.
-                remaining.extend(self._cleanup[i:])
-                break
+        for op in self._cleanup:
+            namespace, name, delete = op
+            if (namespace, name) in self._cleanup_inflight:
+                remaining.append(op)
+                continue
+            self._cleanup_inflight[(namespace, name)] = (
+                op,
+                pool.submit(self._cleanup_call, namespace, name, delete),
+            )
         self._cleanup = remaining
+
+    def _cleanup_call(self, namespace: str, name: str, delete: bool) -> None:
+        from kubernetes.client import V1DeleteOptions
+
+        if delete:
+            self.core_v1.delete_namespaced_pod(
+                name,
+                namespace,
+                body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
+                **self._create_args,
+            )
+        else:
+            self.core_v1.patch_namespaced_pod(
+                name,
+                namespace,
+                {"metadata": {"labels": {DONE_LABEL: "True"}}},
+                _request_timeout=self._request_timeout,
+            )
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The API threads (pod creates and cleanups), started on first use."""
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(
+                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-api"
+            )
+        return self._create_pool
 
     def _append_task_log(self, key: TaskInstanceKey, message: str) -> None:
         """Write the executor's reason into the task's log file, where the user looks first.
