@@ -39,7 +39,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_jobwatch.demo
+	$(BIN)/python -m airflow_jobwatch.devtools.demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
