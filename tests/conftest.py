@@ -65,3 +65,10 @@ async def k8s_async_client(kubeconfig: Path) -> AsyncIterator[Any]:
         yield api_client
     finally:
         await api_client.close()
+
+
+@pytest.fixture
+def tls_sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxThread]:
+    """A sandbox serving HTTPS with a throw-away self-signed certificate (``sandbox.sandbox.ca_pem``)."""
+    with SandboxThread(**{**sandbox_options(request), "tls": True}) as sb:
+        yield sb

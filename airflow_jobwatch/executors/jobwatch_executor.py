@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from airflow_jobwatch.executors.pods import (
     worker_label_selector,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
+from airflow_jobwatch.kube.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -103,6 +103,7 @@ class _PendingLaunch:
     workload: workloads.ExecuteTask
     pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
     attempts: int = 0
+    backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
     not_before: float = 0.0
     last_error: str | None = None
 
@@ -354,14 +355,18 @@ class JobWatchExecutor(BaseExecutor):
     def _retry_launch(
         self, key: TaskInstanceKey, launch: _PendingLaunch, error: str, retry_after: float | None
     ) -> None:
-        ceiling = min(
-            CREATE_BACKOFF_MAX_SECONDS, CREATE_BACKOFF_INITIAL_SECONDS * 2.0 ** min(launch.attempts, 30)
-        )
-        delay = random.uniform(ceiling / 2.0, ceiling)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, CREATE_BACKOFF_MAX_SECONDS * 5))
+        if launch.backoff is None:
+            # No reset: a task's create keeps backing off until it succeeds or the scheduler's
+            # task_queued_timeout revokes it. Retry-After is honoured up to the Backoff's cap (5 min).
+            launch.backoff = Backoff(
+                initial_seconds=CREATE_BACKOFF_INITIAL_SECONDS,
+                max_seconds=CREATE_BACKOFF_MAX_SECONDS,
+                reset_after_seconds=float("inf"),
+            )
+        now = time.monotonic()
+        delay = launch.backoff.failure(now, retry_after=retry_after)
         launch.attempts += 1
-        launch.not_before = time.monotonic() + delay
+        launch.not_before = now + delay
         launch.last_error = error
         self._counters["create_retries"] += 1
         self.log.warning(

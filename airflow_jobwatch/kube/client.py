@@ -12,19 +12,38 @@ tokens and private keys, and the libraries' YAML errors print the offending line
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import kubernetes.client
+import kubernetes.client.exceptions
 import kubernetes.config
+import kubernetes.config.incluster_config
 import kubernetes_asyncio.client
+import kubernetes_asyncio.client.exceptions
 import kubernetes_asyncio.config
+import kubernetes_asyncio.config.incluster_config
+import urllib3.util
 import yaml
+from urllib3.connection import HTTPConnection
 
-__all__ = ["ClusterConfig", "ClusterConfigError", "async_api_client", "sync_api_client"]
+__all__ = [
+    "ClusterConfig",
+    "ClusterConfigError",
+    "TcpKeepalive",
+    "async_api_client",
+    "sync_api_client",
+]
+
+log = logging.getLogger(__name__)
 
 #: How ``kubectl`` (and both client libraries) find a kubeconfig when none is named.
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -36,6 +55,22 @@ IN_CLUSTER_IDENTITY = "in-cluster"
 #: Shortest credential value that is scrubbed from library error messages: shorter strings (a user
 #: name such as "admin") would also scrub innocent words, and no real token or key is that short.
 _MIN_SECRET_LEN = 8
+#: How an inline kubeconfig (the connection extra ``kube_config``) is named in messages.
+INLINE_KUBECONFIG = "<connection extra kube_config>"
+#: Where the kubelet mounts a pod's service account token and CA bundle.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Overrides SERVICE_ACCOUNT_DIR (a non-standard mount, or the sandbox's in-cluster mode in tests).
+SERVICE_ACCOUNT_DIR_ENV = "JOBWATCH_SERVICE_ACCOUNT_DIR"
+#: Default timeout of one-off requests (seconds) when none is configured: upstream's API_TIMEOUT.
+#: Without one, a request on a half-open connection waits forever.
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 60.0
+#: How often the in-cluster token file is re-read even when its stat() has not changed: the kubelet
+#: rewrites projected tokens in place (an atomic symlink swap, which changes the inode), so a stat
+#: check catches each rotation; the period is a safety net, as in client-go (1 minute).
+TOKEN_FILE_RECHECK_SECONDS = 60.0
+#: Two credential reloads (after a 401) are at least this far apart: many requests failing with 401
+#: at the same moment share one reload (one exec-plugin run) instead of forking one each.
+MIN_RELOAD_INTERVAL_SECONDS = 1.0
 
 
 class ClusterConfigError(ValueError):
@@ -43,8 +78,36 @@ class ClusterConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class TcpKeepalive:
+    """TCP keepalive probes on the API connections (``[kubernetes_executor] enable_tcp_keepalive``).
+
+    A watch is an idle connection for minutes at a time; cloud load balancers and NAT gateways drop
+    idle flows silently (AWS NLB after 350 s), after which the client waits for bytes that never come.
+    Probes keep the flow alive and detect a dead one. Defaults are upstream's ``tcp_keep_*`` defaults.
+    """
+
+    idle: int = 120
+    interval: int = 30
+    count: int = 6
+
+    def socket_options(self) -> list[tuple[int, int, int]]:
+        options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+        for name, value in (
+            ("TCP_KEEPIDLE", self.idle),
+            ("TCP_KEEPINTVL", self.interval),
+            ("TCP_KEEPCNT", self.count),
+        ):
+            if hasattr(socket, name):  # not every platform has all three
+                options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+        return options
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
-    """How to reach a Kubernetes API server.
+    """How to reach a Kubernetes API server, and how to talk to it.
+
+    Frozen and picklable: the executor hands it to its spawned watcher processes, which build their
+    own clients from it.
 
     :param config_file: kubeconfig path, or several joined like ``KUBECONFIG`` (``a:b``). ``None``
         means what kubectl uses: ``$KUBECONFIG`` (read when a client is built, not at import time as the
@@ -53,30 +116,79 @@ class ClusterConfig:
     :param in_cluster: use the pod's service account (``KUBERNETES_SERVICE_HOST`` and the mounted token,
         which is re-read as it rotates). It takes precedence over ``config_file`` and
         ``cluster_context``, as ``[kubernetes_executor] in_cluster`` does upstream.
+    :param kube_config: a whole kubeconfig as YAML/JSON text (the connection extra ``kube_config``),
+        used instead of a file. Never shown in ``repr`` or in errors.
+    :param service_account_dir: where the in-cluster token and ``ca.crt`` are; default
+        ``$JOBWATCH_SERVICE_ACCOUNT_DIR``, else ``/var/run/secrets/kubernetes.io/serviceaccount``.
+    :param verify_ssl: verify the API server's certificate (``[kubernetes_executor] verify_ssl``, the
+        connection extra ``disable_verify_ssl``).
+    :param ssl_ca_cert: a CA bundle to verify the server with, instead of the kubeconfig's
+        (``[kubernetes_executor] ssl_ca_cert``).
+    :param tcp_keepalive: keepalive probes on every connection, or None for the OS defaults.
+    :param request_timeout: default timeout of one-off requests (seconds, or ``(connect, read)``);
+        ``kube_client_request_args["_request_timeout"]``. Watches set their own.
+    :param retries: ``urllib3.util.Retry`` keyword arguments for the synchronous client
+        (``[kubernetes_executor] api_client_retry_configuration``).
+    :param source: where this configuration came from, for error messages (e.g. ``connection 'k8s'``).
     """
 
     config_file: str | None = None
     cluster_context: str | None = None
     in_cluster: bool = False
+    kube_config: str | None = field(default=None, repr=False)
+    service_account_dir: str | None = None
+    verify_ssl: bool = True
+    ssl_ca_cert: str | None = None
+    tcp_keepalive: TcpKeepalive | None = None
+    request_timeout: float | tuple[float, float] | None = None
+    retries: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    source: str = field(default="", compare=False)
 
     def kubeconfig_paths(self) -> list[str]:
         """The kubeconfig files this configuration reads, in merge order, user-expanded."""
         raw = self.config_file or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
         return [os.path.expanduser(p) for p in raw.split(KUBECONFIG_PATH_SEPARATOR) if p]
 
+    def service_account_files(self) -> tuple[str, str]:
+        """(token file, CA bundle) of the in-cluster service account."""
+        directory = self.service_account_dir or os.environ.get(SERVICE_ACCOUNT_DIR_ENV) or SERVICE_ACCOUNT_DIR
+        return os.path.join(directory, "token"), os.path.join(directory, "ca.crt")
+
     def identity(self) -> str:
         """A stable key naming the cluster and the user we act as, for sharing informers.
 
         Two configurations with the same identity see the same objects with the same permissions, so
         one watch can serve both. Built from the resolved server URL, context and user *names* only,
-        never credentials. It reads the kubeconfig (no exec plugin is run).
+        never credentials. It reads only what this configuration names: the kubeconfig file(s) it
+        names (or ``$KUBECONFIG`` / ``~/.kube/config`` when it names none and is not in-cluster), or
+        the inline kubeconfig; in-cluster it reads nothing but the environment. No exec plugin is run.
 
         :raises ClusterConfigError: when the kubeconfig cannot be read or the context does not resolve.
         """
         if self.in_cluster:
-            return IN_CLUSTER_IDENTITY
-        resolved = _resolve(self)
-        return f"server={resolved.server} context={resolved.context} user={resolved.user or '-'}"
+            # The pod's own cluster and service account: fixed for the life of the process.
+            base = IN_CLUSTER_IDENTITY
+            directory = os.path.dirname(self.service_account_files()[0])
+            if directory != SERVICE_ACCOUNT_DIR:
+                base += f" sa={directory}"
+        else:
+            resolved = _resolve(self)
+            base = f"server={resolved.server} context={resolved.context} user={resolved.user or '-'}"
+        if not self.verify_ssl:
+            base += " insecure"
+        if self.ssl_ca_cert:
+            base += f" ca={self.ssl_ca_cert}"
+        return base
+
+    def describe(self) -> str:
+        """Where this configuration comes from, for messages (never credentials)."""
+        if self.in_cluster:
+            what = "in-cluster service account"
+        elif self.kube_config:
+            what = "inline kubeconfig"
+        else:
+            what = f"kubeconfig {KUBECONFIG_PATH_SEPARATOR.join(self.kubeconfig_paths())!r}"
+        return f"{what} ({self.source})" if self.source else what
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,6 +203,8 @@ class _Resolved:
     server: str
     user: str | None
     user_fields: Mapping[str, Any]
+
+    data: Mapping[str, Any] | None = None  # the inline kubeconfig, when there is no file
 
     @property
     def config_file_arg(self) -> str:
@@ -144,13 +258,7 @@ def _named(entries: object, path: str, section: str) -> dict[str, Mapping[str, A
     return result
 
 
-def _resolve(cfg: ClusterConfig) -> _Resolved:
-    """Merge the kubeconfig files the way kubectl does and resolve the context, checking every step.
-
-    Merge rules (kubectl's): a name defined in an earlier file wins; the first file that sets
-    ``current-context`` decides it. A file named in ``config_file`` must exist; in ``$KUBECONFIG``
-    missing files are skipped as long as one exists.
-    """
+def _existing_kubeconfig_files(cfg: ClusterConfig) -> list[str]:
     paths = cfg.kubeconfig_paths()
     shown = KUBECONFIG_PATH_SEPARATOR.join(paths)
     if cfg.config_file:
@@ -164,19 +272,55 @@ def _resolve(cfg: ClusterConfig) -> _Resolved:
     if not existing:
         source = "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "the default location"
         raise ClusterConfigError(
-            f"no kubeconfig found at {shown!r} ({source}); set config_file to a kubeconfig path, "
-            "or in_cluster=True when running in a pod"
+            f"no kubeconfig found at {shown!r} ({source}); set config_file (or the connection's "
+            "kube_config_path / kube_config) to a kubeconfig, or in_cluster=True when running in a pod"
         )
+    return existing
 
+
+def _load_inline(text: str) -> Mapping[str, Any]:
+    """The connection extra ``kube_config``: a kubeconfig as YAML or JSON text (or already a mapping)."""
+    if isinstance(text, Mapping):
+        return text
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ClusterConfigError(
+            f"the connection's kube_config is not valid YAML or JSON{where}; expected a whole kubeconfig "
+            "(apiVersion: v1, kind: Config, with clusters, contexts and users)"
+        ) from None
+    if not isinstance(data, Mapping):
+        raise ClusterConfigError(
+            f"the connection's kube_config holds a {type(data).__name__}, expected a kubeconfig mapping "
+            "(apiVersion: v1, kind: Config, with clusters, contexts and users)"
+        )
+    return data
+
+
+def _resolve(cfg: ClusterConfig) -> _Resolved:
+    """Merge the kubeconfig files the way kubectl does and resolve the context, checking every step.
+
+    Merge rules (kubectl's): a name defined in an earlier file wins; the first file that sets
+    ``current-context`` decides it. A file named in ``config_file`` must exist; in ``$KUBECONFIG``
+    missing files are skipped as long as one exists.
+    """
     # name -> (entry, the file that defined it: relative paths in an entry are relative to its file)
     clusters: dict[str, tuple[Mapping[str, Any], str]] = {}
     contexts: dict[str, tuple[Mapping[str, Any], str]] = {}
     users: dict[str, tuple[Mapping[str, Any], str]] = {}
     current: str | None = None
-    for path in existing:
-        data = _load_yaml(path)
+    if cfg.kube_config:
+        existing = [INLINE_KUBECONFIG]
+        documents = [(os.path.join(os.getcwd(), INLINE_KUBECONFIG), _load_inline(cfg.kube_config))]
+    else:
+        existing = _existing_kubeconfig_files(cfg)
+        documents = [(path, _load_yaml(path)) for path in existing]
+    for path, data in documents:
+        label = INLINE_KUBECONFIG if cfg.kube_config else path
         for target, section in ((clusters, "clusters"), (contexts, "contexts"), (users, "users")):
-            for name, entry in _named(data.get(section), path, section).items():
+            for name, entry in _named(data.get(section), label, section).items():
                 target.setdefault(name, (entry, path))
         if current is None and isinstance(data.get("current-context"), str) and data["current-context"]:
             current = data["current-context"]
@@ -234,6 +378,7 @@ def _resolve(cfg: ClusterConfig) -> _Resolved:
         server=server.rstrip("/"),
         user=user_name,
         user_fields=user_fields,
+        data=documents[0][1] if cfg.kube_config else None,
     )
 
 
@@ -282,19 +427,30 @@ def _library_error(resolved: _Resolved, exc: BaseException) -> ClusterConfigErro
     return ClusterConfigError(f"{resolved.describe()} cannot be loaded: {detail}")
 
 
-def _in_cluster_error(exc: BaseException) -> ClusterConfigError:
+def _in_cluster_error(cfg: ClusterConfig, exc: BaseException) -> ClusterConfigError:
+    directory = os.path.dirname(cfg.service_account_files()[0])
+    origin = f" ({cfg.source})" if cfg.source else ""
     return ClusterConfigError(
-        f"in_cluster=True but the in-cluster configuration cannot be loaded ({exc}); expected to run in a "
-        "pod with KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT set and a service account token mounted "
-        "at /var/run/secrets/kubernetes.io/serviceaccount; outside a cluster set config_file instead"
+        f"in_cluster=True{origin} but the in-cluster configuration cannot be loaded ({exc}); expected to run "
+        "in a pod with KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT set and a service account token "
+        f"mounted at {directory} (automountServiceAccountToken must not be false); outside a cluster set "
+        "config_file (or the connection's kube_config_path) instead"
     )
 
 
-def _tls_error(cfg: ClusterConfig, exc: ssl.SSLError) -> ClusterConfigError:
-    where = "the in-cluster service account CA" if cfg.in_cluster else _resolve(cfg).describe()
+def _tls_error(cfg: ClusterConfig, exc: OSError) -> ClusterConfigError:
+    if cfg.in_cluster:
+        where = "the in-cluster service account CA"
+    elif cfg.kube_config:
+        where = INLINE_KUBECONFIG
+    else:
+        where = _resolve(cfg).describe()
+    if cfg.ssl_ca_cert:
+        where += f" / ssl_ca_cert {cfg.ssl_ca_cert!r}"
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
     return ClusterConfigError(
-        f"{where}: the TLS material (certificate-authority, client-certificate or client-key) cannot be "
-        f"loaded ({exc.reason or type(exc).__name__}); expected PEM-encoded certificates and key"
+        f"{where}: the TLS material (certificate-authority, ssl_ca_cert, client-certificate or client-key) "
+        f"cannot be loaded ({reason}); expected readable PEM-encoded certificates and key"
     )
 
 
@@ -314,40 +470,298 @@ _LOAD_ERRORS: tuple[type[BaseException], ...] = (
 # Clients
 
 
-async def async_api_client(cfg: ClusterConfig) -> kubernetes_asyncio.client.ApiClient:
-    """A ``kubernetes_asyncio`` ``ApiClient`` with its own ``Configuration``; the caller closes it.
+class _Credentials:
+    """Loads a configuration's credentials into a client ``Configuration`` and reloads them after a 401.
 
-    Tokens from a kubeconfig ``exec`` plugin (EKS, GKE, OIDC helpers) are short-lived (15 min on
-    EKS) while our watches run for hours, so for such users a refresh hook re-runs the plugin once the
-    token has expired; ``kubernetes_asyncio`` calls it before each request. In-cluster tokens are
-    re-read from the mounted file by the library's own hook.
-
-    :raises ClusterConfigError: naming the kubeconfig path and context, or the in-cluster setup.
+    One per client. ``reload()`` builds a fresh ``Configuration`` the way the first load did (re-reading
+    the token file, re-running an exec plugin whether or not its token looked expired, re-reading the
+    kubeconfig: a rotated static token in the file is picked up too) and copies the credential fields
+    onto the live configuration, so an open client (and a watch that reconnects with it) goes on with
+    new credentials. Client certificates live in the connection pool's TLS context and are not reloaded.
     """
-    configuration = kubernetes_asyncio.client.Configuration()
+
+    _FIELDS = ("api_key", "api_key_prefix", "refresh_api_key_hook", "username", "password")
+
+    def __init__(
+        self, cfg: ClusterConfig, load: Callable[[Any], Awaitable[None]], new_configuration: Callable[[], Any]
+    ):
+        self.cfg = cfg
+        self._load = load
+        self._new = new_configuration
+        self._last_reload = float("-inf")
+        self.reloads = 0
+
+    async def reload(self, configuration: Any) -> bool:
+        """Reload into ``configuration``; False when a reload ran less than MIN_RELOAD_INTERVAL ago
+        (the caller's retry then uses what that reload fetched) or the reload itself failed."""
+        now = time.monotonic()
+        if now - self._last_reload < MIN_RELOAD_INTERVAL_SECONDS:
+            return True
+        self._last_reload = now
+        fresh = self._new()
+        try:
+            await self._load(fresh)
+        except ClusterConfigError as exc:
+            log.warning(
+                "Reloading the Kubernetes credentials of %s after a 401 failed: %s", self.cfg.describe(), exc
+            )
+            return False
+        for name in self._FIELDS:
+            if hasattr(fresh, name):
+                setattr(configuration, name, getattr(fresh, name))
+        self.reloads += 1
+        log.info(
+            "Kubernetes API answered 401 Unauthorized: reloaded the credentials of %s", self.cfg.describe()
+        )
+        return True
+
+
+def _token_file_refresher(token_file: str, *, prefix: str) -> Callable[[Any], None]:
+    """A ``refresh_api_key_hook`` that re-reads the in-cluster token file whenever it changes.
+
+    The kubelet rewrites a projected service-account token in place (by default hourly, for a token
+    valid 1 h + grace; an atomic ``..data`` symlink swap). A stat() per request is cheap and catches the
+    rotation at once; the libraries' own hooks re-read only once a minute, and only the async one.
+    """
+    lock = threading.Lock()
+    state: dict[str, Any] = {"stat": None, "checked": 0.0, "token": None}
+
+    def refresh(configuration: Any, *args: Any) -> None:
+        now = time.monotonic()
+        try:
+            st = os.stat(token_file)
+        except OSError:
+            return  # keep the last token; the 401 (and its message) will say what is wrong
+        signature = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with lock:
+            if signature != state["stat"] or now - state["checked"] >= TOKEN_FILE_RECHECK_SECONDS:
+                try:
+                    with open(token_file, encoding="utf-8") as handle:
+                        token = handle.read().strip()
+                except OSError:
+                    return
+                if token:
+                    state["token"] = token
+                state["stat"] = signature
+                state["checked"] = now
+            if state["token"]:
+                configuration.api_key["BearerToken"] = f"{prefix}{state['token']}"
+
+    return refresh
+
+
+def _apply_options(cfg: ClusterConfig, configuration: Any) -> None:
+    """The TLS options that override what the kubeconfig / in-cluster loader set."""
+    if not cfg.verify_ssl:
+        configuration.verify_ssl = False
+    if cfg.ssl_ca_cert:
+        configuration.ssl_ca_cert = cfg.ssl_ca_cert
+
+
+async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
+    """Fill a ``kubernetes_asyncio`` Configuration; returns the kubeconfig loader (or None)."""
     if cfg.in_cluster:
+        token_file, ca_file = cfg.service_account_files()
         try:
-            kubernetes_asyncio.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # untyped in the library
+            kubernetes_asyncio.config.incluster_config.InClusterConfigLoader(
+                token_filename=token_file, cert_filename=ca_file, try_refresh_token=False
+            ).load_and_set(configuration)
         except _LOAD_ERRORS as exc:
-            raise _in_cluster_error(exc) from None
-    else:
-        resolved = _resolve(cfg)
-        try:
+            raise _in_cluster_error(cfg, exc) from None
+        configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
+        _apply_options(cfg, configuration)
+        return None
+    resolved = _resolve(cfg)
+    try:
+        if resolved.data is not None:
+            loader = await kubernetes_asyncio.config.load_kube_config_from_dict(
+                config_dict=dict(resolved.data), context=resolved.context, client_configuration=configuration
+            )
+        else:
             loader = await kubernetes_asyncio.config.load_kube_config(
                 config_file=resolved.config_file_arg,
                 context=resolved.context,
                 client_configuration=configuration,
                 persist_config=False,  # never write refreshed tokens back into the user's file
             )
+    except _LOAD_ERRORS as exc:
+        raise _library_error(resolved, exc) from None
+    if "exec" in resolved.user_fields and configuration.refresh_api_key_hook is None:
+        configuration.refresh_api_key_hook = _exec_token_refresher(loader)
+    _apply_options(cfg, configuration)
+    return loader
+
+
+def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
+    """Fill a ``kubernetes`` Configuration (the library installs its own exec/expiry refresh hook)."""
+    if cfg.in_cluster:
+        token_file, ca_file = cfg.service_account_files()
+        try:
+            kubernetes.config.incluster_config.InClusterConfigLoader(
+                token_filename=token_file, cert_filename=ca_file, try_refresh_token=False
+            ).load_and_set(configuration)
+        except _LOAD_ERRORS as exc:
+            raise _in_cluster_error(cfg, exc) from None
+        configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
+    else:
+        resolved = _resolve(cfg)
+        try:
+            if resolved.data is not None:
+                kubernetes.config.load_kube_config_from_dict(
+                    config_dict=dict(resolved.data),
+                    context=resolved.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            else:
+                kubernetes.config.load_kube_config(
+                    config_file=resolved.config_file_arg,
+                    context=resolved.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
         except _LOAD_ERRORS as exc:
             raise _library_error(resolved, exc) from None
-        if "exec" in resolved.user_fields and configuration.refresh_api_key_hook is None:
-            configuration.refresh_api_key_hook = _exec_token_refresher(loader)
+    _apply_options(cfg, configuration)
+    if cfg.tcp_keepalive is not None:
+        base = configuration.socket_options or list(HTTPConnection.default_socket_options)
+        options = cfg.tcp_keepalive.socket_options()
+        overridden = {(level, name) for level, name, _ in options}
+        configuration.socket_options = [o for o in base if (o[0], o[1]) not in overridden] + options
+    if cfg.retries:
+        try:
+            configuration.retries = urllib3.util.Retry(**dict(cfg.retries))
+        except TypeError as exc:
+            raise ClusterConfigError(
+                f"api_client_retry_configuration {dict(cfg.retries)!r} is not valid: {exc}; expected "
+                'keyword arguments of urllib3.util.Retry, e.g. {"total": 3, "backoff_factor": 0.5}'
+            ) from None
+
+
+def _is_401(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) == 401
+
+
+class JobwatchAsyncApiClient(kubernetes_asyncio.client.ApiClient):
+    """A ``kubernetes_asyncio`` ApiClient with a default request timeout and one credential reload
+    and retry on 401 (expired exec-plugin token, rotated service-account token, rotated static token).
+
+    A 401 that persists after the reload is returned/raised as it is: the caller reports it as a
+    permission error (see :mod:`airflow_jobwatch.kube.errors`).
+    """
+
+    def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
+        super().__init__(configuration=configuration)
+        self.credentials = credentials
+        timeout = credentials.cfg.request_timeout
+        self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
+
+    async def reload_credentials(self) -> bool:
+        return await self.credentials.reload(self.configuration)
+
+    async def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
+            kwargs["_request_timeout"] = self._default_timeout
+        try:
+            result = await super().call_api(*args, **kwargs)
+        except kubernetes_asyncio.client.exceptions.ApiException as exc:
+            if not _is_401(exc) or not await self.reload_credentials():
+                raise
+            return await super().call_api(*args, **kwargs)
+        # _preload_content=False hands back the raw response whatever its status (the informer reads it).
+        if not kwargs.get("_preload_content", True) and getattr(result, "status", None) == 401:
+            if await self.reload_credentials():
+                result.release()
+                return await super().call_api(*args, **kwargs)
+        return result
+
+
+class JobwatchApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]
+    """The synchronous counterpart of :class:`JobwatchAsyncApiClient`."""
+
+    def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
+        super().__init__(configuration=configuration)
+        self.credentials = credentials
+        timeout = credentials.cfg.request_timeout
+        self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
+
+    def reload_credentials(self) -> bool:
+        coro = self.credentials.reload(self.configuration)
+        try:
+            coro.send(None)  # the sync loader never awaits: run the coroutine to its end in place
+        except StopIteration as stop:
+            return bool(stop.value)
+        coro.close()
+        return False
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
+            kwargs["_request_timeout"] = self._default_timeout
+        try:
+            return super().call_api(*args, **kwargs)
+        except kubernetes.client.exceptions.ApiException as exc:
+            if not _is_401(exc) or not self.reload_credentials():
+                raise
+            return super().call_api(*args, **kwargs)
+
+
+async def _keepalive_session(api_client: Any, configuration: Any, keepalive: TcpKeepalive) -> None:
+    """Give an async client an aiohttp session whose sockets carry keepalive options.
+
+    ``kubernetes_asyncio`` builds its ``aiohttp.TCPConnector`` without socket options; aiohttp's public
+    ``socket_factory`` hook is the way to set them. The TLS context is built as the library builds it.
+    """
+    ssl_context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        ssl_context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        ssl_context.check_hostname = False
+        ssl_context.verify_mode = ssl.CERT_NONE
+    options = keepalive.socket_options()
+
+    def socket_factory(addr_info: Any) -> socket.socket:
+        family, type_, proto, _, _ = addr_info
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        for level, name, value in options:
+            sock.setsockopt(level, name, value)
+        return sock
+
+    connector = aiohttp.TCPConnector(
+        limit=configuration.connection_pool_maxsize, ssl=ssl_context, socket_factory=socket_factory
+    )
+    old = api_client.rest_client.pool_manager
+    api_client.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=connector, trust_env=True, read_bufsize=2**21
+    )
+    await old.close()  # it never opened a connection
+
+
+async def async_api_client(cfg: ClusterConfig) -> JobwatchAsyncApiClient:
+    """A ``kubernetes_asyncio`` ``ApiClient`` with its own ``Configuration``; the caller closes it.
+
+    Every option of ``cfg`` applies (TLS, CA, keepalive, default timeout). Tokens from a kubeconfig
+    ``exec`` plugin (EKS, GKE, OIDC helpers) are short-lived (15 min on EKS) while our watches run for
+    hours, so for such users a refresh hook re-runs the plugin once the token has expired;
+    ``kubernetes_asyncio`` calls it before each request. In-cluster tokens are re-read from the mounted
+    file when it changes. A 401 reloads the credentials once and retries.
+
+    :raises ClusterConfigError: naming the kubeconfig path and context, or the in-cluster setup.
+    """
+    configuration = kubernetes_asyncio.client.Configuration()
+    await _load_async(cfg, configuration)
+
+    async def load(fresh: Any) -> None:
+        await _load_async(cfg, fresh)
+
+    credentials = _Credentials(cfg, load, kubernetes_asyncio.client.Configuration)
     try:
         # The aiohttp connector loads the CA bundle and client certificate here.
-        return kubernetes_asyncio.client.ApiClient(configuration=configuration)
-    except ssl.SSLError as exc:
+        client = JobwatchAsyncApiClient(configuration, credentials=credentials)
+    except (ssl.SSLError, OSError) as exc:
         raise _tls_error(cfg, exc) from None
+    if cfg.tcp_keepalive is not None:
+        await _keepalive_session(client, configuration, cfg.tcp_keepalive)
+    return client
 
 
 def _exec_token_refresher(loader: Any) -> Any:
@@ -363,31 +777,23 @@ def _exec_token_refresher(loader: Any) -> Any:
     return refresh
 
 
-def sync_api_client(cfg: ClusterConfig) -> kubernetes.client.ApiClient:
+def sync_api_client(cfg: ClusterConfig) -> JobwatchApiClient:
     """A ``kubernetes`` (official client) ``ApiClient`` with its own ``Configuration``; the caller closes it.
 
-    The official client installs its own refresh hook for expiring kubeconfig and in-cluster tokens.
+    Every option of ``cfg`` applies (TLS, CA, keepalive, retries, default timeout). The official client
+    installs its own refresh hook for expiring kubeconfig tokens; in-cluster tokens are re-read from
+    the mounted file when it changes; a 401 reloads the credentials once and retries.
 
     :raises ClusterConfigError: naming the kubeconfig path and context, or the in-cluster setup.
     """
     configuration = kubernetes.client.Configuration()
-    if cfg.in_cluster:
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
-        except _LOAD_ERRORS as exc:
-            raise _in_cluster_error(exc) from None
-    else:
-        resolved = _resolve(cfg)
-        try:
-            kubernetes.config.load_kube_config(
-                config_file=resolved.config_file_arg,
-                context=resolved.context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-        except _LOAD_ERRORS as exc:
-            raise _library_error(resolved, exc) from None
+    _load_sync(cfg, configuration)
+
+    async def load(fresh: Any) -> None:
+        _load_sync(cfg, fresh)
+
+    credentials = _Credentials(cfg, load, kubernetes.client.Configuration)
     try:
-        return kubernetes.client.ApiClient(configuration=configuration)
-    except ssl.SSLError as exc:
+        return JobwatchApiClient(configuration, credentials=credentials)
+    except (ssl.SSLError, OSError) as exc:
         raise _tls_error(cfg, exc) from None

@@ -36,6 +36,7 @@ import json
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -147,6 +148,17 @@ class InformerConfig:
     # half of an object's JSON and nothing that consumes this engine reads it (client-go offers the same
     # as TransformStripManagedFields); with 10,000 pods it is tens of MB of resident memory.
     strip_managed_fields: bool = True
+    # Confirmations of a possibly stale relist (see Informer._confirm): at most this many GETs in flight at
+    # once, so a list missing thousands of objects does not fire thousands of requests together (client-go's
+    # default QPS is 5 with a burst of 10; 8 concurrent GETs stays in that range), ...
+    confirm_concurrency: int = 8
+    # ... and at most this many per relist. Objects beyond the cap are kept (never tombstoned unconfirmed)
+    # and are checked again by the next relist; the watch that follows the list settles them meanwhile.
+    max_confirmations_per_relist: int = 2000
+    # How many deleted uids are remembered so that a stale list (or a watch replay from its older
+    # resourceVersion) cannot bring an object back after its deletion was delivered. uids are never reused,
+    # so remembering one is always right; the bound caps memory (~100 bytes each).
+    remembered_deletions: int = 20_000
 
     def __post_init__(self) -> None:
         positive = {
@@ -176,6 +188,10 @@ class InformerConfig:
             )
         if not isinstance(self.page_size, int) or self.page_size < 1:
             raise ValueError(f"InformerConfig.page_size must be an integer >= 1, got {self.page_size!r}")
+        for key in ("confirm_concurrency", "max_confirmations_per_relist", "remembered_deletions"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"InformerConfig.{key} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -218,14 +234,39 @@ class KubeApiError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+        self.causes: tuple[str, ...] = ()
+
     @classmethod
     def from_status(cls, status: dict[str, Any], *, http_status: int | None = None) -> KubeApiError:
         """From a ``kind: Status`` object (an error body or an ERROR event's object)."""
         code = status.get("code", http_status)
-        return cls(
+        raw_details = status.get("details")
+        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+        retry = details.get("retryAfterSeconds")
+        error = cls(
             int(code) if isinstance(code, int) else (http_status or 0),
             str(status.get("reason") or "Unknown"),
             str(status.get("message") or ""),
+            retry_after=float(retry)
+            if isinstance(retry, int | float) and not isinstance(retry, bool)
+            else None,
+        )
+        error.causes = tuple(
+            str(c.get("reason"))
+            for c in details.get("causes") or []
+            if isinstance(c, dict) and c.get("reason")
+        )
+        return error
+
+    @property
+    def too_large_resource_version(self) -> bool:
+        """The server has not caught up with the resourceVersion we asked for (an HA apiserver whose watch
+        cache lags the one we talked to before). The real server answers 504 Timeout with the cause
+        ``ResourceVersionTooLarge`` after waiting ~3 s (older servers: only the message "Too large resource
+        version"; tests/fixtures and /work/shared/reference/real-apiserver/watch-expired-410.json). Not a
+        failure of ours: wait and ask again, as client-go's reflector does."""
+        return (
+            "ResourceVersionTooLarge" in self.causes or "too large resource version" in self.message.lower()
         )
 
 
@@ -241,6 +282,23 @@ class _ShortWatch(Exception):
 class _Stalled(Exception):
     """No byte arrived on a watch stream for stall_timeout_seconds."""
 
+
+# How a LIST chooses its snapshot (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list):
+# * "any": resourceVersion=0 - whatever the apiserver's watch cache holds, cheap for the server but possibly
+#   older than what we have already seen (another apiserver of an HA control plane may lag behind).
+#   Used for the first list and after a 410, and its verdicts are checked before they are believed.
+# * "not_older_than": resourceVersion=<last synced>&resourceVersionMatch=NotOlderThan - what client-go's
+#   reflector uses for a relist that does not follow a 410: still served from the cache, but never older
+#   than what we have seen, so everything it says can be believed.
+# * "consistent": no resourceVersion - a quorum read from etcd. The fallback when the cache keeps answering
+#   "Too large resource version" to a NotOlderThan list (client-go: isLastSyncResourceVersionUnavailable).
+ListMode = Literal["any", "not_older_than", "consistent"]
+
+# "Too large resource version" answers to a NotOlderThan list in a row before the next list is a consistent
+# read instead. The server itself waits ~3 s for its cache before answering so, with our backoff, three
+# answers mean the cache has been behind for well over 10 s: not a blip, and one quorum read is cheaper
+# than waiting on.
+_TOO_LARGE_BEFORE_CONSISTENT = 3
 
 _Subscriber = tuple[Callable[[InformerEvent], None], Callable[[InformerHealth], None] | None]
 
@@ -258,6 +316,77 @@ def _parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def compare_resource_versions(a: str | None, b: str | None) -> int | None:
+    """-1, 0 or 1 as ``a`` is older than, the same as or newer than ``b``; None when they cannot be compared.
+
+    resourceVersions are opaque strings by contract, but KEP-5504 ("comparable resource versions", Kubernetes
+    1.35) makes it official that kube-apiserver's are decimal integers without leading zeros (etcd
+    revisions) and may be compared as such: by length, then digit by digit. Anything else (an aggregated
+    API's own scheme, an empty string) is not compared, and the caller confirms with a consistent read
+    instead of guessing.
+    """
+    if not a or not b or not a.isdigit() or not b.isdigit() or a[0] == "0" or b[0] == "0":
+        return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
+def _selector_matcher(selector: str | None) -> Callable[[dict[str, str]], bool] | None:
+    """A predicate for the equality- and set-based label selector syntax, or None when ``selector`` uses
+    something this does not understand (then the caller does not filter). Used only to decide whether an
+    object confirmed by a GET still belongs to this informer; the server does the real filtering."""
+    # (operator, key, values): "in", "notin", "exists", "!exists"
+    requirements: list[tuple[str, str, frozenset[str]]] = []
+    parts, depth, current = [], 0, ""
+    for ch in selector or "":  # split on commas outside parentheses
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if selector:
+        parts.append(current)
+    for raw in parts:
+        part = raw.strip()
+        if " notin " in part or " in " in part:
+            op = "notin" if " notin " in part else "in"
+            key, _, rest = part.partition(f" {op} ")
+            rest = rest.strip()
+            if not (rest.startswith("(") and rest.endswith(")")):
+                return None
+            requirements.append((op, key.strip(), frozenset(v.strip() for v in rest[1:-1].split(","))))
+        elif "!=" in part:
+            key, _, value = part.partition("!=")
+            requirements.append(("notin", key.strip(), frozenset({value.strip()})))
+        elif "=" in part:
+            key, _, value = part.replace("==", "=").partition("=")
+            requirements.append(("in", key.strip(), frozenset({value.strip()})))
+        elif part.startswith("!"):
+            requirements.append(("!exists", part[1:].strip(), frozenset()))
+        elif part and all(c.isalnum() or c in "-_./" for c in part):
+            requirements.append(("exists", part, frozenset()))
+        else:
+            return None
+
+    def matches(labels: dict[str, str]) -> bool:
+        for op, key, values in requirements:
+            value = labels.get(key)
+            if op == "in" and value not in values:
+                return False
+            if op == "notin" and value in values:
+                return False
+            if op == "exists" and key not in labels:
+                return False
+            if op == "!exists" and key in labels:
+                return False
+        return True
+
+    return matches
 
 
 def _split_lines(buffer: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
@@ -353,6 +482,23 @@ class Informer:
         self._store: dict[str, dict[str, Any]] = {}
         self._by_name: dict[tuple[str | None, str], str] = {}
         self._rv: str | None = None  # resourceVersion to resume the watch from
+        # uids whose deletion was delivered (bounded, oldest forgotten first): a stale list or a watch replay
+        # from an older resourceVersion must not bring them back (uids are never reused).
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        # List modes for which the server was seen to ignore `limit` (a watch cache answering
+        # resourceVersion=0 returns everything in one response): we stop asking for pages there.
+        self._limit_ignored: set[str] = set()
+        self._label_match = _selector_matcher(self.label_selector)
+        # Counters for tests and benchmarks: confirmations by GET, their verdicts, stale copies skipped.
+        self.stats: dict[str, int] = {
+            "confirm_gets": 0,
+            "confirmed_gone": 0,
+            "confirmed_present": 0,
+            "confirm_failed": 0,
+            "confirm_deferred": 0,
+            "stale_copies_ignored": 0,
+            "too_large_rv": 0,
+        }
 
         self._subscribers: dict[int, _Subscriber] = {}
         self._next_token = 0
@@ -495,34 +641,66 @@ class Informer:
         """
         loop = asyncio.get_running_loop()
         need_list = True
+        # The first list and every list after a 410 read resourceVersion=0 (see ListMode): cheap for the
+        # server, possibly stale, and checked by _relist before anything it says is delivered.
+        list_mode: ListMode = "any"
+        too_large_in_a_row = 0
         next_resync: float | None = None
         log.info("informer %s: starting", self.name)
         while True:
             delay = 0.0
-            if next_resync is not None and loop.time() >= next_resync:
-                need_list = True  # the resync is due even if the last watch ended by an error
+            if next_resync is not None and loop.time() >= next_resync and not need_list:
+                # The resync is due even if the last watch ended by an error. It follows no 410, so it can
+                # ask for a list at least as new as what we have seen (client-go's relist does the same).
+                need_list = True
+                list_mode = "not_older_than" if self._rv else "any"
             try:
                 if need_list:
-                    await self._relist()
+                    await self._relist(list_mode)
                     need_list = False
+                    too_large_in_a_row = 0
                     if self.config.resync_interval_seconds is not None:
                         next_resync = loop.time() + self.config.resync_interval_seconds
                 await self._watch_once(deadline=next_resync)
+                too_large_in_a_row = 0
                 if next_resync is not None and loop.time() >= next_resync:
                     log.debug("informer %s: periodic resync", self.name)
                     need_list = True
+                    list_mode = "not_older_than" if self._rv else "any"
             except asyncio.CancelledError:
                 raise
             except _Expired as exc:
                 need_list = True
+                list_mode = "any"
                 delay = self._failure(f"410 Expired: {exc}", free=True)
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
             except _Stalled as exc:
                 # INFO, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
                 log.info("informer %s: watch silent (%s); reconnecting", self.name, exc)
             except KubeApiError as exc:
-                delay = self._failure(str(exc), retry_after=exc.retry_after)
-                log.warning("informer %s: API error %s; retrying in %.1f s", self.name, exc, delay)
+                if exc.too_large_resource_version:
+                    # The apiserver we reached has not caught up with a resourceVersion another one gave us
+                    # (HA control plane). Waiting is the answer; for a NotOlderThan list that keeps meeting
+                    # it, one consistent read (no resourceVersion) ends the wait.
+                    self.stats["too_large_rv"] += 1
+                    too_large_in_a_row += 1
+                    if (
+                        need_list
+                        and list_mode == "not_older_than"
+                        and too_large_in_a_row >= _TOO_LARGE_BEFORE_CONSISTENT
+                    ):
+                        list_mode = "consistent"
+                    delay = self._failure(str(exc), retry_after=exc.retry_after)
+                    log.info(
+                        "informer %s: server behind our resourceVersion %s (%s); retrying in %.1f s",
+                        self.name,
+                        self._rv,
+                        exc.message,
+                        delay,
+                    )
+                else:
+                    delay = self._failure(str(exc), retry_after=exc.retry_after)
+                    log.warning("informer %s: API error %s; retrying in %.1f s", self.name, exc, delay)
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError, _ShortWatch) as exc:
                 # ValueError covers a malformed JSON line (json.JSONDecodeError) and bad response shapes.
                 desc = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -538,14 +716,16 @@ class Informer:
 
     # ------------------------------------------------------------------------------------- HTTP requests
 
-    async def _request(self, params: dict[str, str], *, read_timeout: float) -> aiohttp.ClientResponse:
-        """GET the collection with ``params``; the raw response on 2xx, :class:`KubeApiError` (or
-        :class:`_Expired` for 410) otherwise."""
+    async def _request(
+        self, params: dict[str, str], *, read_timeout: float, path: str | None = None
+    ) -> aiohttp.ClientResponse:
+        """GET the collection (or ``path``) with ``params``; the raw response on 2xx, :class:`KubeApiError`
+        (or :class:`_Expired` for 410) otherwise."""
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.config.connect_timeout_seconds, sock_read=read_timeout
         )
         resp: aiohttp.ClientResponse = await self._api.call_api(
-            self._path,
+            path or self._path,
             "GET",
             query_params=list(params.items()),
             header_params={"Accept": "application/json"},
@@ -570,30 +750,38 @@ class Informer:
         except ValueError:
             text = body[:200].decode("utf-8", "replace").strip()
             error = KubeApiError(resp.status, resp.reason or "Error", text)
-        error.retry_after = retry_after
+        if retry_after is not None or error.retry_after is None:
+            error.retry_after = retry_after  # the header wins over the Status' details.retryAfterSeconds
         if resp.status == 410:
             raise _Expired(error.message or "Gone") from error
         raise error
 
     # ------------------------------------------------------------------------------------ list/reconcile
 
-    async def _list_pages(self) -> AsyncGenerator[tuple[list[dict[str, Any]], str], None]:
-        """A full paged LIST, page by page: (items, the list's resourceVersion). Pages of one list all belong
-        to the snapshot of its first page (the continue token pins it)."""
+    async def _list_pages(self, mode: ListMode) -> AsyncGenerator[tuple[list[dict[str, Any]], str], None]:
+        """A full LIST, page by page: (items, the list's resourceVersion). Pages of one list all belong to
+        the snapshot of its first page (the continue token pins it). ``mode``: see :data:`ListMode`."""
         list_rv: str | None = None
         continue_token: str | None = None
+        # A watch cache answering resourceVersion=0 ignores `limit` and sends the whole collection at once
+        # (kube-apiserver before ConsistentListFromCache/paginated cache lists; still so for RV=0 on many
+        # versions). Asking is harmless, but once we know it is ignored we stop pretending to page.
+        send_limit = mode not in self._limit_ignored
         while True:
             params = self._selector_params()
-            params["limit"] = str(self.config.page_size)
+            if send_limit:
+                params["limit"] = str(self.config.page_size)
             if continue_token:
                 # resourceVersion must not be sent with continue: the token pins the snapshot. A token older
                 # than the server's history answers 410 Expired, and _run restarts the whole list.
                 params["continue"] = continue_token
-            else:
-                # "0" = any resourceVersion: the apiserver may serve it from its watch cache, which can be a
-                # little stale (in an HA cluster another apiserver's cache may be behind ours). That is fine:
-                # we then watch from the resourceVersion the list returns, which brings every object current.
+            elif mode == "any":
                 params["resourceVersion"] = "0"
+            elif mode == "not_older_than":
+                assert self._rv is not None
+                params["resourceVersion"] = self._rv
+                params["resourceVersionMatch"] = "NotOlderThan"
+            # mode "consistent": no resourceVersion at all, a quorum read
             resp = await self._request(params, read_timeout=self.config.stall_timeout_seconds)
             try:
                 body = await resp.read()
@@ -607,26 +795,54 @@ class Informer:
                 if not list_rv:
                     raise ValueError(f"LIST {self._path} returned no metadata.resourceVersion")
             items: list[dict[str, Any]] = page.get("items") or []
-            for item in items:
-                item.setdefault("kind", self._kind_name)
-                item.setdefault("apiVersion", self._api_version)
-                if self.config.strip_managed_fields:
-                    item["metadata"].pop("managedFields", None)
-            yield items, list_rv
             continue_token = metadata.get("continue") or None
+            if send_limit and len(items) > self.config.page_size and mode not in self._limit_ignored:
+                self._limit_ignored.add(mode)
+                log.info(
+                    "informer %s: the server ignored limit=%d on a %s list (%d items in one response); "
+                    "not paging such lists any more",
+                    self.name,
+                    self.config.page_size,
+                    mode,
+                    len(items),
+                )
+            for item in items:
+                self._prepare(item)
+            yield items, list_rv
             if not continue_token:
                 return
 
-    async def _relist(self) -> None:
+    def _prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Make a listed or fetched object look like a watched one, and drop what nobody reads."""
+        obj.setdefault("kind", self._kind_name)
+        obj.setdefault("apiVersion", self._api_version)
+        if self.config.strip_managed_fields:
+            obj["metadata"].pop("managedFields", None)
+        return obj
+
+    async def _relist(self, mode: ListMode = "any") -> None:
         """LIST and reconcile the store with what the server has now.
 
         Emits ADDED for objects new to the store, MODIFIED for objects whose resourceVersion changed, and
         DELETED_UNKNOWN (with the last state we saw) for objects no longer listed; unchanged objects emit
         nothing. On the first list every object is new, so subscribers get ADDED for all of them.
 
+        A list read with resourceVersion=0 may come from a watch cache that lags behind what this informer
+        has already seen (another apiserver of an HA control plane, a cache still catching up after a
+        restart). Believing it would report running pods as deleted and roll finished ones back to running,
+        so what such a list says is checked first (issue: "relists that never invent a deletion"):
+
+        * a listed copy older than the stored one (resourceVersions compared as integers, KEP-5504) does not
+          replace it; the watch that follows, from the list's older resourceVersion, replays the changes in
+          order and the ones we already have are skipped the same way;
+        * an object missing from the list is a deletion only if the list is at least as new as our copy of
+          it (a snapshot at resourceVersion L that lacks an object we saw at V <= L really lost it);
+          otherwise (our copy is newer than the list, or the versions cannot be compared) a GET by name, which
+          the server answers from etcd, decides (:meth:`_confirm`);
+        * an object whose deletion was already delivered never comes back (uids are never reused).
+
         Pages are applied as they arrive, replacing stored objects one by one, so the peak memory is one
-        store plus one page rather than two full copies of the collection. Every event is still true when
-        it is delivered (a listed object is at least as new as what we had). Disappearances are decided only
+        store plus one page rather than two full copies of the collection. Disappearances are decided only
         once the list is complete; if it fails half-way, the next list finishes the job.
         """
         started = time.monotonic()
@@ -634,7 +850,9 @@ class Informer:
         seen: set[str] = set()
         added = modified = 0
         list_rv = ""
-        pages = self._list_pages()
+        # Objects whose fate this list cannot tell: uid -> stored copy.
+        doubtful: dict[str, dict[str, Any]] = {}
+        pages = self._list_pages(mode)
         async with contextlib.aclosing(pages):
             async for items, page_rv in pages:
                 list_rv = page_rv
@@ -642,45 +860,179 @@ class Informer:
                     metadata = obj["metadata"]
                     uid = metadata["uid"]
                     seen.add(uid)
-                    prev = self._store.get(uid)
-                    if prev is not None and prev["metadata"].get("resourceVersion") == metadata.get(
-                        "resourceVersion"
-                    ):
+                    if uid in self._gone:
+                        self.stats["stale_copies_ignored"] += 1
                         continue
-                    self._store[uid] = obj
-                    self._by_name[(metadata.get("namespace"), metadata["name"])] = uid
+                    prev = self._store.get(uid)
+                    if prev is not None:
+                        prev_rv = prev["metadata"].get("resourceVersion")
+                        new_rv = metadata.get("resourceVersion")
+                        if prev_rv == new_rv:
+                            continue
+                        order = compare_resource_versions(new_rv, prev_rv)
+                        if order is not None and order < 0:
+                            self.stats["stale_copies_ignored"] += 1
+                            continue
+                        if order is None and mode == "any":
+                            doubtful[uid] = prev
+                            continue
+                    self._put(obj)
                     if prev is None:
                         added += 1
                         self._emit(EventType.ADDED, obj)
                     else:
                         modified += 1
                         self._emit(EventType.MODIFIED, obj)
-        vanished = [uid for uid in self._store if uid not in seen]
+        vanished: list[str] = []
+        for uid, prev in self._store.items():
+            if uid in seen or uid in doubtful:
+                continue
+            order = compare_resource_versions(prev["metadata"].get("resourceVersion"), list_rv)
+            if (order is not None and order <= 0) or (order is None and mode != "any"):
+                vanished.append(uid)
+            else:
+                doubtful[uid] = prev
         for uid in vanished:
-            prev = self._store.pop(uid)
-            key = (prev["metadata"].get("namespace"), prev["metadata"]["name"])
-            if self._by_name.get(key) == uid:
-                del self._by_name[key]
-            self._emit(EventType.DELETED_UNKNOWN, prev)
+            self._remove(uid, EventType.DELETED_UNKNOWN, self._store[uid])
+        confirmed_gone = await self._confirm(doubtful) if doubtful else 0
         self._rv = list_rv
         self._lists += 1
         self._last_sync = time.monotonic()
         self._synced = True
         self._record_success()
         log.info(
-            "informer %s: %s %d objects at resourceVersion %s in %.2f s (%d added, %d modified, %d vanished)",
+            "informer %s: %s %d objects at resourceVersion %s (%s) in %.2f s (%d added, %d modified, "
+            "%d vanished, %d confirmed gone of %d checked)",
             self.name,
             "listed" if first else "relisted",
             len(seen),
             list_rv,
+            mode,
             time.monotonic() - started,
             added,
             modified,
             len(vanished),
+            confirmed_gone,
+            len(doubtful),
         )
         if first:
             self._synced_event.set()
         self._notify_health()
+
+    async def _confirm(self, doubtful: dict[str, dict[str, Any]]) -> int:
+        """Settle objects a possibly stale list could not: one GET by name each (a consistent read, answered
+        from etcd), at most ``confirm_concurrency`` at a time and ``max_confirmations_per_relist`` in all.
+
+        404, or an object of that name with another uid: the one we knew is gone - DELETED_UNKNOWN. The same
+        uid: it is alive; a newer copy replaces ours (MODIFIED), and one that no longer matches our label
+        selector has left this informer (a watch reports that as DELETED too). A GET that fails, or one over
+        the cap, leaves the object as it is: never tombstoned on a guess; the next relist asks again and
+        the watch that follows this list settles it meanwhile. Returns how many were confirmed gone.
+        """
+        batch = list(doubtful.items())
+        cap = self.config.max_confirmations_per_relist
+        if len(batch) > cap:
+            self.stats["confirm_deferred"] += len(batch) - cap
+            log.warning(
+                "informer %s: %d objects need a confirming GET after a possibly stale list; checking %d now, "
+                "the rest at the next relist",
+                self.name,
+                len(batch),
+                cap,
+            )
+            batch = batch[:cap]
+        semaphore = asyncio.Semaphore(self.config.confirm_concurrency)
+
+        async def fetch(prev: dict[str, Any]) -> dict[str, Any] | None:
+            async with semaphore:
+                self.stats["confirm_gets"] += 1
+                return await self._get_current(prev)
+
+        results = await asyncio.gather(*(fetch(prev) for _, prev in batch), return_exceptions=True)
+        gone = 0
+        for (uid, prev), result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError):
+                    raise result
+                self.stats["confirm_failed"] += 1
+                log.info(
+                    "informer %s: could not confirm %s/%s (%s); keeping it until the next relist",
+                    self.name,
+                    prev["metadata"].get("namespace"),
+                    prev["metadata"].get("name"),
+                    result,
+                )
+                continue
+            if self._store.get(uid) is not prev:
+                continue  # changed meanwhile (cannot happen while the watch is not running; be safe)
+            current = result
+            labels = ((current or {}).get("metadata") or {}).get("labels") or {}
+            if (
+                current is None
+                or current["metadata"].get("uid") != uid
+                or (self._label_match is not None and not self._label_match(labels))
+            ):
+                gone += 1
+                self.stats["confirmed_gone"] += 1
+                self._remove(uid, EventType.DELETED_UNKNOWN, prev)
+                continue
+            self.stats["confirmed_present"] += 1
+            order = compare_resource_versions(
+                current["metadata"].get("resourceVersion"), prev["metadata"].get("resourceVersion")
+            )
+            if order == 0 or (
+                order is None
+                and current["metadata"].get("resourceVersion") == prev["metadata"].get("resourceVersion")
+            ):
+                continue
+            if order is not None and order < 0:
+                continue
+            self._put(current)
+            self._emit(EventType.MODIFIED, current)
+        return gone
+
+    async def _get_current(self, prev: dict[str, Any]) -> dict[str, Any] | None:
+        """The object named like ``prev`` as the server has it now (None on 404)."""
+        metadata = prev["metadata"]
+        prefix, plural, _, _ = _RESOURCES[self.kind]
+        namespace = metadata.get("namespace") or self.namespace
+        path = (
+            f"{prefix}/namespaces/{namespace}/{plural}/{metadata['name']}"
+            if namespace
+            else f"{prefix}/{plural}/{metadata['name']}"
+        )
+        try:
+            # No resourceVersion: "most recent", served from etcd (a quorum read), never from a cache.
+            resp = await self._request({}, read_timeout=self.config.stall_timeout_seconds, path=path)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            body = await resp.read()
+        finally:
+            resp.release()
+        obj = json.loads(body)
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise ValueError(f"GET {path} returned no object")
+        return self._prepare(obj)
+
+    def _put(self, obj: dict[str, Any]) -> None:
+        metadata = obj["metadata"]
+        self._store[metadata["uid"]] = obj
+        self._by_name[(metadata.get("namespace"), metadata["name"])] = metadata["uid"]
+
+    def _remove(self, uid: str, etype: EventType, last: dict[str, Any]) -> None:
+        """Drop ``uid`` from the store, remember it is gone, and deliver its one deletion event."""
+        prev = self._store.pop(uid, None)
+        if prev is not None:
+            key = (prev["metadata"].get("namespace"), prev["metadata"]["name"])
+            if self._by_name.get(key) == uid:
+                del self._by_name[key]
+        self._gone[uid] = None
+        if len(self._gone) > self.config.remembered_deletions:
+            self._gone.popitem(last=False)
+        self._emit(etype, last)
 
     # ------------------------------------------------------------------------------------------- watch
 
@@ -770,21 +1122,26 @@ class Informer:
             return
         if rv:
             self._rv = str(rv)
+        if uid in self._gone:
+            return  # a replay (after a stale list) of an object whose deletion was already delivered
         prev = self._store.get(uid)
-        key: tuple[str | None, str] = (metadata.get("namespace"), str(metadata.get("name")))
         if etype == "DELETED":
             if prev is None:
                 # Never stored, or already reported gone: deletions are delivered exactly once.
                 return
-            del self._store[uid]
-            if self._by_name.get(key) == uid:
-                del self._by_name[key]
-            self._emit(EventType.DELETED, obj)
+            self._remove(uid, EventType.DELETED, obj)
             return
-        if prev is not None and prev["metadata"].get("resourceVersion") == rv:
-            return  # the same revision again: nothing changed
-        self._store[uid] = obj
-        self._by_name[key] = uid
+        if prev is not None:
+            prev_rv = prev["metadata"].get("resourceVersion")
+            if prev_rv == rv:
+                return  # the same revision again: nothing changed
+            order = compare_resource_versions(rv, prev_rv)
+            if order is not None and order < 0:
+                # A watch resumed from a stale list's resourceVersion replays changes we already have
+                # (our copy came from a newer source: an earlier watch or a confirming GET). Skip them.
+                self.stats["stale_copies_ignored"] += 1
+                return
+        self._put(obj)
         self._emit(EventType.MODIFIED if prev is not None else EventType.ADDED, obj)
 
     # --------------------------------------------------------------------------------------- helpers

@@ -1,4 +1,4 @@
-"""An embedded Kubernetes API server for tests, demos and benchmarks (aiohttp + stdlib only).
+"""An embedded Kubernetes API server for tests, demos and benchmarks (aiohttp, cryptography, stdlib).
 
 It speaks the real REST API for namespaces, pods (+ ``status``, ``log``) and batch/v1 jobs
 (+ ``status``) with the semantics watch-based clients depend on: one global resourceVersion,

@@ -7,10 +7,14 @@ outage they are unreachable like everything else.
 from __future__ import annotations
 
 import asyncio
+import base64
 import inspect
 import json
+import os
+import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -91,12 +95,42 @@ class AdminClient:
     """Drive a sandbox subprocess's faults over HTTP (stdlib only, so any test or script can use it).
 
     ``AdminClient(url, token).fault("drop_watches")``; ``.fault("set_error_rate", share=0.5, status=429)``.
+
+    :param ca_pem: the sandbox's certificate (PEM) when it serves HTTPS (``--tls``): the client verifies
+        the server against it. :meth:`from_kubeconfig` takes it from the kubeconfig.
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, token: str, *, timeout: float = 10.0, ca_pem: bytes | str | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self.timeout = timeout
+        self._ssl: ssl.SSLContext | None = None
+        if ca_pem is not None:
+            cadata = ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem
+            self._ssl = ssl.create_default_context(cadata=cadata)
+        elif self.url.startswith("https://"):
+            raise ValueError(
+                f"AdminClient for {self.url} needs ca_pem (the sandbox's certificate, PEM) to verify "
+                "the server; AdminClient.from_kubeconfig(path) takes it from the sandbox's kubeconfig"
+            )
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | os.PathLike[str], *, timeout: float = 10.0) -> AdminClient:
+        """A client for the sandbox that wrote the kubeconfig at ``path`` (server, token and CA from it)."""
+        try:
+            data = json.loads(Path(path).read_text())
+            cluster = data["clusters"][0]["cluster"]
+            token = str(data["users"][0]["user"]["token"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise ValueError(
+                f"{path} is not a kubeconfig written by the sandbox (server and token expected): "
+                f"{type(exc).__name__}"
+            ) from None
+        ca_b64 = cluster.get("certificate-authority-data")
+        ca_pem = base64.b64decode(ca_b64) if ca_b64 else None
+        return cls(str(cluster["server"]), token, timeout=timeout, ca_pem=ca_pem)
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
@@ -107,7 +141,7 @@ class AdminClient:
             headers={"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")

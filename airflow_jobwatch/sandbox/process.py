@@ -128,10 +128,10 @@ class SandboxProcess:
             line = self._read_ready_line()
             self.url = line.split()[1]
             self.token = self._read_token()
+            self._admin = AdminClient.from_kubeconfig(self.kubeconfig, timeout=self.admin_timeout)
         except BaseException:
             self.stop()
             raise
-        self._admin = AdminClient(self.url, self.token, timeout=self.admin_timeout)
         return self
 
     def _read_ready_line(self) -> str:

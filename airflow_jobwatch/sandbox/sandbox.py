@@ -15,7 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from .errors import ApiError, not_found
-from .server import ApiServer, GarbageCollector, write_kubeconfig_file
+from .gc import GarbageCollector
+from .kubeconfig import write_kubeconfig_file
+from .server import ApiServer
 from .store import Store, clone
 
 log = logging.getLogger(__name__)

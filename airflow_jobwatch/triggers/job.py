@@ -244,53 +244,32 @@ class JobTrigger(BaseTrigger):
             return float(self.api_failure_tolerance)
         return _conf_float("api_failure_tolerance_seconds", 300.0)
 
-    def _cluster_config(self) -> kube_client.ClusterConfig:
-        return kube_client.ClusterConfig(
-            config_file=self.config_file, cluster_context=self.cluster_context, in_cluster=self.in_cluster
+    async def _resolved_cluster_config(self) -> kube_client.ClusterConfig:
+        """What this trigger connects with: the connection's extras (read through the provider's public
+        hook API), overridden by the explicit ``config_file`` / ``cluster_context`` / ``in_cluster``.
+        Reads no kubeconfig (see :mod:`airflow_jobwatch.connections`)."""
+        from airflow_jobwatch.connections import cluster_config_from_connection
+
+        return await cluster_config_from_connection(
+            self.kubernetes_conn_id,
+            in_cluster=self.in_cluster or None,
+            config_file=self.config_file,
+            cluster_context=self.cluster_context,
         )
 
-    async def _connection_extras(self) -> dict[str, Any]:
-        """The Kubernetes-relevant extras of ``kubernetes_conn_id`` ({} if unset or absent default)."""
-        if not self.kubernetes_conn_id:
-            return {}
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-        hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
-        extras = await hook.get_conn_extras()
-        keys = ("in_cluster", "kube_config_path", "kube_config", "cluster_context", "namespace")
-        return {
-            k: v
-            for k, v in extras.items()
-            if v not in (None, "", False) and k.removeprefix("extra__kubernetes__") in keys
-        }
-
     async def _watch_key_and_factory(self) -> tuple[WatchKey, Callable[[], Any]]:
-        """Which shared watch this trigger belongs to, and how to build its client if it starts it."""
-        cfg = self._cluster_config()
-        extras = await self._connection_extras()
-        if not extras:
+        """Which shared watch this trigger belongs to, and how to build its client if it starts it.
 
-            async def factory() -> Any:
-                return await kube_client.async_api_client(cfg)
+        The key names the cluster and the credentials (server, context, user; or "in-cluster") and reads
+        only what the configuration names: an in-cluster trigger in a Helm-chart triggerer, which has
+        no ~/.kube/config, never looks for one.
+        """
+        cfg = await self._resolved_cluster_config()
 
-            return WatchKey(cluster=cfg.identity(), namespace=self.namespace), factory
+        async def factory() -> Any:
+            return await kube_client.async_api_client(cfg)
 
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-        from kubernetes_asyncio.client import ApiClient
-
-        conn_id = self.kubernetes_conn_id
-
-        async def conn_factory() -> Any:
-            hook = AsyncKubernetesHook(
-                conn_id=conn_id,
-                in_cluster=self.in_cluster or None,
-                config_file=self.config_file,
-                cluster_context=self.cluster_context,
-            )
-            await hook._load_config()  # type: ignore[no-untyped-call] # the provider's own resolution of connection extras
-            return ApiClient(configuration=hook.client_configuration)
-
-        return WatchKey(cluster=f"conn={conn_id}|{cfg.identity()}", namespace=self.namespace), conn_factory
+        return WatchKey(cluster=cfg.identity(), namespace=self.namespace), factory
 
     def _informer_config(self) -> InformerConfig:
         config = informer_config_from_airflow()
@@ -580,8 +559,7 @@ class JobTrigger(BaseTrigger):
         from kubernetes_asyncio.client import BatchV1Api, V1DeleteOptions, V1Preconditions
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        _, factory = await self._watch_key_and_factory()
-        client = await factory()
+        client = await kube_client.async_api_client(await self._resolved_cluster_config())
         try:
             self.log.info("Task killed by a user: deleting Job %s/%s", self.namespace, self.job_name)
             await BatchV1Api(client).delete_namespaced_job(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-import shutil
 import socket
 import stat
 import sys
@@ -17,12 +16,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import certifi
 import kubernetes.client
 import kubernetes_asyncio.client
 import pytest
 import yaml
 
+from airflow_jobwatch.devtools.incluster import enter_pod, rotate_token
 from airflow_jobwatch.kube.client import (
     ClusterConfig,
     ClusterConfigError,
@@ -330,35 +329,42 @@ async def test_in_cluster_outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 async def test_in_cluster_with_a_service_account(
-    sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closing: list[Any]
+    tls_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closing: list[Any]
 ) -> None:
-    # The in-cluster loaders read the token and CA from fixed paths; point them at files of ours.
-    # (Only the paths are patched: the loading and the HTTP calls are the libraries' own.)
-    import kubernetes.config.incluster_config as sync_incluster
-    import kubernetes_asyncio.config.incluster_config as async_incluster
-
-    token = tmp_path / "token"
-    token.write_text(sandbox.token)
-    ca = tmp_path / "ca.crt"
-    shutil.copyfile(certifi.where(), ca)  # any valid PEM bundle will do: the sandbox speaks http
-    for module in (sync_incluster, async_incluster):
-        monkeypatch.setattr(module, "SERVICE_TOKEN_FILENAME", str(token))
-        monkeypatch.setattr(module, "SERVICE_CERT_FILENAME", str(ca))
-    host, port = sandbox.url.removeprefix("http://").rsplit(":", 1)
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
-
-    client = await async_api_client(ClusterConfig(in_cluster=True))
+    """A pod's view (env + mounted token and CA, no kubeconfig anywhere): both clients list pods over
+    TLS verified against the mounted CA."""
+    enter_pod(tls_sandbox, tmp_path / "sa", monkeypatch)
+    cfg = ClusterConfig(in_cluster=True)
+    assert cfg.identity() == f"in-cluster sa={tmp_path / 'sa'}"  # read nothing but the environment
+    client = await async_api_client(cfg)
     closing.append(client)
-    client.configuration.host = sandbox.url  # the loader builds https://; the sandbox speaks http
     assert (await kubernetes_asyncio.client.CoreV1Api(client).list_namespaced_pod("default")).items == []
-    sync_client = sync_api_client(ClusterConfig(in_cluster=True))
+    sync_client = sync_api_client(cfg)
     try:
-        assert sync_client.configuration.host == f"https://{host}:{port}"
-        # (no request: the official client's in-cluster refresh hook resets host to https:// before each)
-        assert sync_client.configuration.api_key["BearerToken"].split() == ["bearer", sandbox.token]
+        assert kubernetes.client.CoreV1Api(sync_client).list_namespaced_pod("default").items == []
     finally:
         sync_client.close()
+
+
+async def test_in_cluster_token_rotated_in_place_is_picked_up(
+    tls_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, closing: list[Any]
+) -> None:
+    """The kubelet rewrites the projected token file; the next request sends the new token."""
+    token_file = enter_pod(tls_sandbox, tmp_path / "sa", monkeypatch, token="not-the-token-yet-0000")
+    cfg = ClusterConfig(in_cluster=True)
+    client = await async_api_client(cfg)
+    closing.append(client)
+    sync_client = sync_api_client(cfg)
+    closing_sync = sync_client
+    try:
+        with pytest.raises(kubernetes_asyncio.client.ApiException) as refused:
+            await kubernetes_asyncio.client.CoreV1Api(client).list_namespaced_pod("default")
+        assert refused.value.status == 401
+        rotate_token(token_file, tls_sandbox.token)
+        assert (await kubernetes_asyncio.client.CoreV1Api(client).list_namespaced_pod("default")).items == []
+        assert kubernetes.client.CoreV1Api(sync_client).list_namespaced_pod("default").items == []
+    finally:
+        closing_sync.close()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,17 +419,28 @@ async def test_expiring_exec_token_is_refreshed_before_requests(
     assert int(calls.read_text()) >= 2
 
 
-async def test_long_lived_exec_token_is_not_refetched(
+async def test_long_lived_exec_token_is_refetched_only_after_a_401(
     sandbox: Any, tmp_path: Path, closing: list[Any]
 ) -> None:
+    """A token still valid by its expirationTimestamp is not refetched before each request; the server's
+    401 (token revoked, clock skew) re-runs the plugin once and the request is retried with the new token."""
     path, calls = _exec_kubeconfig(tmp_path, sandbox, expires_in=datetime.timedelta(hours=1))
     client = await async_api_client(ClusterConfig(config_file=path))
     closing.append(client)
     api = kubernetes_asyncio.client.CoreV1Api(client)
-    with pytest.raises(kubernetes_asyncio.client.ApiException) as info:
-        await api.list_namespaced_pod("default")
-    assert info.value.status == 401  # still the first (stale) token: no refresh while it is valid
     assert calls.read_text() == "1"
+    assert (await api.list_namespaced_pod("default")).items == []  # 401, reload, retry
+    assert calls.read_text() == "2"
+    assert (await api.list_namespaced_pod("default")).items == []
+    assert calls.read_text() == "2"  # valid token: no plugin run per request
+    # The synchronous client too.
+    calls.write_text("0")  # the next run hands out the stale token again, then the good one
+    sync_client = sync_api_client(ClusterConfig(config_file=path))
+    try:
+        assert kubernetes.client.CoreV1Api(sync_client).list_namespaced_pod("default").items == []
+        assert calls.read_text() == "2"
+    finally:
+        sync_client.close()
 
 
 async def test_failing_exec_plugin_error_is_scrubbed_of_credentials(tmp_path: Path) -> None:

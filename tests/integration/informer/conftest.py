@@ -9,6 +9,7 @@ from typing import Any
 import kubernetes_asyncio.client as k8s
 import pytest
 from informer_helpers import SANDBOX_DEFAULTS, Pods, api_client_for
+from scripted_server import ScriptedServer
 
 from airflow_jobwatch.sandbox import SandboxThread
 
@@ -43,3 +44,10 @@ async def api(sb: SandboxThread, tmp_path: Path) -> AsyncIterator[k8s.ApiClient]
 @pytest.fixture
 def pods(api: k8s.ApiClient) -> Pods:
     return Pods(api)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptedServer]:
+    """A scripted API server (scripted_server.py) for the protocol branches the sandbox does not produce."""
+    async with ScriptedServer() as srv:
+        yield srv

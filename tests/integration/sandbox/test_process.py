@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from airflow_jobwatch.sandbox import SandboxProcess, SandboxStartError
+from airflow_jobwatch.sandbox import AdminClient, SandboxProcess, SandboxStartError
 
 from .helpers import pod_body, wait_for
 
@@ -77,3 +77,35 @@ def test_sandbox_process_that_does_not_start_names_the_failure_and_log_tail(tmp_
     assert "--no-such-option" in message
     assert "unrecognized arguments" in message  # argparse's error, from the log tail
     assert sb.proc is not None and sb.proc.poll() is not None
+
+
+def test_admin_client_works_against_a_tls_sandbox(tmp_path: Path) -> None:
+    """The admin client verifies the self-signed certificate (from the kubeconfig) instead of failing
+    with CERTIFICATE_VERIFY_FAILED, and the official client works over the same HTTPS."""
+    with SandboxProcess(tmp_path / "kubeconfig", args=["--tls", "--no-kubelet"]) as sb:
+        assert sb.url.startswith("https://127.0.0.1:")
+        assert sb.admin.fault("current_resource_version") >= 1
+        api_client = config.new_client_from_config(config_file=str(sb.kubeconfig))
+        try:
+            client.CoreV1Api(api_client).create_namespaced_pod("default", pod_body("p", "true"))
+        finally:
+            api_client.close()
+        assert [p["metadata"]["name"] for p in sb.admin.objects("pods")] == ["p"]
+        assert sb.admin.counters()["create pods"] == 1
+
+
+def test_admin_client_refuses_https_without_a_certificate_to_trust() -> None:
+    with pytest.raises(ValueError, match="needs ca_pem"):
+        AdminClient("https://127.0.0.1:1", "t")
+
+
+def test_tls_certificate_names_the_host_and_is_a_short_lived_ca() -> None:
+    from cryptography import x509
+
+    from airflow_jobwatch.sandbox.tls import self_signed_cert
+
+    cert = x509.load_pem_x509_certificate(self_signed_cert("127.0.0.1")[0])
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert (cert.not_valid_after_utc - cert.not_valid_before_utc).days <= 2

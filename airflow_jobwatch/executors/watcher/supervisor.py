@@ -1,16 +1,7 @@
-"""The KubernetesJobWatcher subprocess and the parent-side supervisor that keeps it honest.
+"""The parent side of the KubernetesJobWatcher: supervises the children and turns their messages into results.
 
-Why a subprocess at all? The scheduler's loop is synchronous and may block for seconds (database,
-DAG parsing callbacks); a watch that is not read promptly makes the API server close it as a "too
-slow" watcher, and an event loop that shares the scheduler's thread cannot run while it blocks. So,
-like the upstream KubernetesExecutor, we watch in a ``multiprocessing`` child: it runs the shared
-:class:`~airflow_jobwatch.kube.informer.Informer` under ``asyncio.run``, classifies every pod with
-:func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent over a pipe.
+What the upstream watcher gets wrong and this side answers (see docs/executor.md):
 
-What the upstream watcher gets wrong and this module answers (see docs/executor.md):
-
-* A 410 Gone is not a crash: the informer relists and reconciles inside the child, and reports
-  every pod that disappeared meanwhile as a tombstone (``DELETED_UNKNOWN``).
 * A dead or wedged child loses whatever happened until its replacement lists again. Pods deleted in
   that gap are simply *absent* from the replacement's first list, so only the PARENT can notice
   them: it remembers which pods it launched and has not yet seen finish
@@ -25,34 +16,30 @@ What the upstream watcher gets wrong and this module answers (see docs/executor.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import multiprocessing
 import os
-import queue
-import random
-import signal
-import threading
 import time
 from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, child_main
+from airflow_jobwatch.executors.watcher.messages import (
+    PodRef,
+    PodResult,
+    PodUpdate,
+    Synced,
+    WatcherSpec,
+    WatcherStats,
+)
+from airflow_jobwatch.kube.backoff import Backoff
 from airflow_jobwatch.kube.client import ClusterConfig
 from airflow_jobwatch.kube.informer import InformerConfig
 
 log = logging.getLogger(__name__)
 
-PodRef = tuple[str, str]  # (namespace, name)
-
-# The child beats this often. A quarter of a second is cheap (one float write) and keeps the
-# parent's "no heartbeat for N s" decision precise even for small N in tests.
-CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
-# The child reports its informer's counters (relists, watches, health) at most this often; they
-# feed logs, the status file and the benchmark, none of which needs sub-second freshness.
-CHILD_STATS_INTERVAL_SECONDS = 1.0
-# A new child that has not beaten yet gets at least this long (imports, client set-up) before it is
 # presumed wedged; a spawned interpreter importing kube/ takes ~0.5 s, much more on a loaded machine.
 CHILD_STARTUP_GRACE_SECONDS = 30.0
 # Grace given to a child asked to stop (SIGTERM) before it is SIGKILLed.
@@ -68,195 +55,6 @@ HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS = 5.0
 # Upper bound of messages read from one child per poll(), so that a burst of events (thousands of
 # pods relisted at once) cannot hold the scheduler loop for long; the rest is read next poll.
 MAX_MESSAGES_PER_POLL = 20_000
-
-
-# ---------------------------------------------------------------------------------------------
-# Messages (child -> parent). Plain picklable dataclasses.
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodUpdate:
-    """The classified state of one pod, as the child's informer saw it."""
-
-    namespace: str
-    name: str
-    uid: str
-    state: dict[str, Any]  # ObjectState.as_dict()
-    annotations: dict[str, str]
-    deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
-    observed_at: float  # time.time() in the child when the informer delivered the event
-
-
-@dataclass(frozen=True, slots=True)
-class Synced:
-    """The child's informer finished its initial list: these are all the pods it saw."""
-
-    keys: frozenset[PodRef]
-
-
-@dataclass(frozen=True, slots=True)
-class WatcherStats:
-    relists: int
-    watches: int
-    healthy: bool
-    connected: bool
-    last_error: str | None
-
-
-# ---------------------------------------------------------------------------------------------
-# What the parent reports to its user (the executor, or a test).
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodResult:
-    """A change worth reporting for a tracked pod: first ``running``, or its one terminal state."""
-
-    key: Hashable
-    namespace: str
-    name: str
-    phase: str  # pending | running | succeeded | failed
-    terminal: bool
-    reason: str | None
-    message: str
-    exit_code: int | None
-    annotations: dict[str, str]
-    observed_at: float
-    gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
-
-
-@dataclass(frozen=True)
-class WatcherSpec:
-    """Everything a child needs; picklable so the ``spawn`` start method works too."""
-
-    cluster: ClusterConfig
-    namespace: str | None  # None = all namespaces
-    label_selector: str
-    informer_config: InformerConfig
-    fatal_waiting_reasons: frozenset[str]
-    name: str = "jobwatch-executor"
-
-
-# ---------------------------------------------------------------------------------------------
-# The child.
-# ---------------------------------------------------------------------------------------------
-
-
-def _child_main(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
-    """Entry point of the KubernetesJobWatcher process."""
-    logging.basicConfig(
-        level=logging.INFO, format="[%(asctime)s] {%(name)s} %(levelname)s - %(processName)s: %(message)s"
-    )
-    # The scheduler may have installed handlers for SIGTERM/SIGINT that make no sense here (they
-    # would try to shut down a scheduler loop that is not running in this process).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        asyncio.run(_child_run(spec, conn, heartbeat, parent_pid))
-    except Exception:
-        log.exception("KubernetesJobWatcher %s failed; the scheduler will start a new one", spec.name)
-        raise
-
-
-async def _child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
-    from airflow_jobwatch.kube.client import async_api_client
-    from airflow_jobwatch.kube.informer import EventType, Informer, InformerEvent
-    from airflow_jobwatch.kube.states import classify_pod
-
-    # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
-    # busy and does not read. The informer's subscribers run in the event loop and must not block,
-    # so messages go through an unbounded in-process queue to a sender thread.
-    outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def sender() -> None:
-        while True:
-            msg = outbox.get()
-            if msg is None:
-                return
-            try:
-                conn.send(msg)
-            except (BrokenPipeError, OSError):
-                # The parent is gone or closed our pipe: nothing left to do in this process.
-                os._exit(0)
-
-    threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
-
-    last_sent: dict[str, tuple[Any, ...]] = {}
-
-    def on_event(event: InformerEvent) -> None:
-        deleted = event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN)
-        state = classify_pod(event.obj, deleted=deleted, fatal_waiting_reasons=spec.fatal_waiting_reasons)
-        signature = (state.phase, state.terminal, state.reason)
-        uid = event.uid
-        if deleted:
-            last_sent.pop(uid, None)
-        elif last_sent.get(uid) == signature:
-            # Only changes of meaning cross the pipe; the parent dedupes anyway.
-            return
-        else:
-            last_sent[uid] = signature
-        meta = event.obj.get("metadata") or {}
-        outbox.put(
-            PodUpdate(
-                namespace=event.namespace or "",
-                name=event.name,
-                uid=uid,
-                state=state.as_dict(),
-                annotations=dict(meta.get("annotations") or {}),
-                deleted=deleted,
-                observed_at=time.time(),
-            )
-        )
-
-    async def beat() -> None:
-        while True:
-            heartbeat.value = time.monotonic()
-            if os.getppid() != parent_pid:
-                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan.
-                os._exit(0)
-            await asyncio.sleep(CHILD_HEARTBEAT_INTERVAL_SECONDS)
-
-    # Beat from the start, so that connecting to a slow API server is not mistaken for a wedge.
-    beat_task = asyncio.create_task(beat())
-    api_client = await async_api_client(spec.cluster)
-    informer = Informer(
-        api_client,
-        kind="pods",
-        namespace=spec.namespace,
-        label_selector=spec.label_selector,
-        config=spec.informer_config,
-        name=spec.name,
-    )
-    informer.subscribe(on_event)
-
-    try:
-        await informer.start()
-        await informer.wait_synced()
-        keys = frozenset(
-            ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
-            for o in informer.items()
-        )
-        outbox.put(Synced(keys=keys))
-        last_stats: WatcherStats | None = None
-        while True:
-            health = informer.health
-            stats = WatcherStats(
-                relists=health.relists,
-                watches=health.watches,
-                healthy=health.healthy,
-                connected=health.connected,
-                last_error=health.last_error,
-            )
-            if stats != last_stats:
-                outbox.put(stats)
-                last_stats = stats
-            await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
-    finally:
-        beat_task.cancel()
-        await informer.stop()
-        await api_client.close()
-        outbox.put(None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +91,7 @@ class _Slot:
     child: _Child | None = None
     generation: int = 0
     restarts: int = 0
-    failures_in_a_row: int = 0
+    backoff: Backoff = field(default_factory=Backoff)  # restart backoff of this slot's children
     next_start_at: float = 0.0
     relists_done: int = 0  # summed over dead generations
     watches_done: int = 0
@@ -380,16 +178,24 @@ class WatcherSupervisor:
                 fatal_waiting_reasons=frozenset(fatal_waiting_reasons),
                 name=f"{name}-{ns or 'all-namespaces'}",
             )
-            self._slots[ns] = _Slot(spec=spec)
+            self._slots[ns] = _Slot(spec=spec, backoff=self._new_backoff())
         if not self._slots:
             raise ValueError("WatcherSupervisor needs at least one namespace scope (None = all namespaces)")
         self._tracked: dict[PodRef, _Tracked] = {}
         # Tracked pods absent from a new child's first list, waiting for a GET to confirm they are gone.
         self._to_verify: set[PodRef] = set()
         self._verify_not_before = 0.0
-        self._verify_failures = 0
+        self._verify_backoff = self._new_backoff()
         self.counters = SupervisorCounters()
         self._started = False
+
+    def _new_backoff(self) -> Backoff:
+        # reset_after: a child that stays healthy this long is no longer part of a crash loop.
+        return Backoff(
+            initial_seconds=self._backoff_initial,
+            max_seconds=self._backoff_max,
+            reset_after_seconds=RESTART_BACKOFF_RESET_AFTER_SECONDS,
+        )
 
     # --- tracking -------------------------------------------------------------------------
 
@@ -445,7 +251,7 @@ class WatcherSupervisor:
                 if reason is not None:
                     self._replace(slot, reason, now, results)
                 elif child.synced and now - child.started_at > RESTART_BACKOFF_RESET_AFTER_SECONDS:
-                    slot.failures_in_a_row = 0
+                    slot.backoff.reset()
             if slot.child is None and now >= slot.next_start_at:
                 self._start_child(slot)
         self._verify_missing(results)
@@ -458,7 +264,7 @@ class WatcherSupervisor:
         reader, writer = self._ctx.Pipe(duplex=False)
         heartbeat = self._ctx.RawValue("d", 0.0)  # 0.0 = has not beaten yet
         process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=_child_main,
+            target=child_main,
             args=(slot.spec, writer, heartbeat, os.getpid()),
             name=f"KubernetesJobWatcher[{slot.spec.namespace or 'all-namespaces'}]",
             daemon=True,
@@ -520,15 +326,14 @@ class WatcherSupervisor:
         if child.synced and now - child.started_at >= HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS:
             # It worked (listed, watched) for a while and then died or wedged: an incident, not a crash
             # loop. Every second without a watcher delays events, so replace it at once.
-            slot.failures_in_a_row = 0
+            slot.backoff.reset()
             delay = 0.0
         else:
             # It died while starting or soon after: likely to fail again the same way. Back off.
-            ceiling = min(self._backoff_max, self._backoff_initial * 2.0 ** min(slot.failures_in_a_row, 30))
-            slot.failures_in_a_row += 1
-            # Equal jitter: between half the ceiling and the ceiling, so many schedulers restarting
-            # after one API outage do not reconnect in step, and the delay still grows for a crash loop.
-            delay = random.uniform(ceiling / 2.0, ceiling)
+            # Equal jitter (Backoff): between half the ceiling and the ceiling, so many schedulers
+            # restarting after one API outage do not reconnect in step, and the delay still grows for a
+            # crash loop.
+            delay = slot.backoff.failure(now)
         slot.next_start_at = now + delay
         log.info("Restarting KubernetesJobWatcher in %.2f s", delay)
 
@@ -646,14 +451,11 @@ class WatcherSupervisor:
                 pod = self._read_pod(*ref)
             except Exception as err:
                 # API unreachable: try again later, with backoff, rather than guess.
-                self._verify_failures += 1
-                ceiling = min(
-                    self._backoff_max, self._backoff_initial * 2.0 ** min(self._verify_failures, 30)
-                )
-                self._verify_not_before = time.monotonic() + random.uniform(ceiling / 2.0, ceiling)
+                now = time.monotonic()
+                self._verify_not_before = now + self._verify_backoff.failure(now)
                 log.warning("Could not check whether pod %s/%s still exists (%s); will retry", *ref, err)
                 return
-            self._verify_failures = 0
+            self._verify_backoff.reset()
             self._to_verify.discard(ref)
             if pod is None:
                 # Gone while nobody watched. The last state we knew is all there is: let

@@ -1,0 +1,40 @@
+"""The KubernetesJobWatcher: a child process that watches worker pods, and its parent-side supervisor.
+
+Why a subprocess at all? The scheduler's loop is synchronous and may block for seconds (database,
+DAG parsing callbacks); a watch that is not read promptly makes the API server close it as a "too
+slow" watcher, and an event loop that shares the scheduler's thread cannot run while it blocks. So,
+like the upstream KubernetesExecutor, we watch in a ``multiprocessing`` child.
+
+Each side has its own module:
+
+* :mod:`.child` - the informer loop that runs in the child (imports ``kube/`` only, never Airflow);
+* :mod:`.supervisor` - the parent's :class:`WatcherSupervisor`: starts, health-checks and replaces
+  children, tracks the pods the executor launched, reconciles after a restart, and reports results;
+* :mod:`.messages` - the picklable messages between them.
+
+A 410 Gone is not a crash: the informer relists and reconciles inside the child, and reports every
+pod that disappeared meanwhile as a tombstone (``DELETED_UNKNOWN``).
+"""
+
+from __future__ import annotations
+
+from airflow_jobwatch.executors.watcher.messages import (
+    PodRef,
+    PodResult,
+    PodUpdate,
+    Synced,
+    WatcherSpec,
+    WatcherStats,
+)
+from airflow_jobwatch.executors.watcher.supervisor import SupervisorCounters, WatcherSupervisor
+
+__all__ = [
+    "PodRef",
+    "PodResult",
+    "PodUpdate",
+    "SupervisorCounters",
+    "Synced",
+    "WatcherSpec",
+    "WatcherStats",
+    "WatcherSupervisor",
+]

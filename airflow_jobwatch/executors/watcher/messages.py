@@ -1,0 +1,85 @@
+"""What the KubernetesJobWatcher child and its parent-side supervisor say to each other.
+
+Plain picklable dataclasses, so that the ``spawn`` start method works: :class:`WatcherSpec` goes from
+the parent to a new child (its whole configuration), :class:`PodUpdate` / :class:`Synced` /
+:class:`WatcherStats` come back over a pipe, and :class:`PodResult` is what the supervisor hands its
+owner (the executor). This module imports neither Airflow nor the Kubernetes clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_jobwatch.kube.client import ClusterConfig
+from airflow_jobwatch.kube.informer import InformerConfig
+
+PodRef = tuple[str, str]  # (namespace, name)
+
+# ---------------------------------------------------------------------------------------------
+# Messages (child -> parent). Plain picklable dataclasses.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodUpdate:
+    """The classified state of one pod, as the child's informer saw it."""
+
+    namespace: str
+    name: str
+    uid: str
+    state: dict[str, Any]  # ObjectState.as_dict()
+    annotations: dict[str, str]
+    deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
+    observed_at: float  # time.time() in the child when the informer delivered the event
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """The child's informer finished its initial list: these are all the pods it saw."""
+
+    keys: frozenset[PodRef]
+
+
+@dataclass(frozen=True, slots=True)
+class WatcherStats:
+    relists: int
+    watches: int
+    healthy: bool
+    connected: bool
+    last_error: str | None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the parent reports to its user (the executor, or a test).
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """A change worth reporting for a tracked pod: first ``running``, or its one terminal state."""
+
+    key: Hashable
+    namespace: str
+    name: str
+    phase: str  # pending | running | succeeded | failed
+    terminal: bool
+    reason: str | None
+    message: str
+    exit_code: int | None
+    annotations: dict[str, str]
+    observed_at: float
+    gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
+
+
+@dataclass(frozen=True)
+class WatcherSpec:
+    """Everything a child needs; picklable so the ``spawn`` start method works too."""
+
+    cluster: ClusterConfig
+    namespace: str | None  # None = all namespaces
+    label_selector: str
+    informer_config: InformerConfig
+    fatal_waiting_reasons: frozenset[str]
+    name: str = "jobwatch-executor"
