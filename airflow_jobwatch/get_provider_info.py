@@ -13,13 +13,7 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-jobwatch",
         "name": "JobWatch (Kubernetes)",
-        "description": "Runs Airflow work on Kubernetes and never loses track of it: an executor "
-        "whose\n"
-        "KubernetesJobWatcher survives 410 Gone and reconciles after every relist, a "
-        "deferrable\n"
-        "KubernetesJobOperator whose JobTrigger shares one watch per namespace, and an "
-        "embedded\n"
-        "Kubernetes sandbox to run it all without a cluster.\n",
+        "description": "Runs Airflow work on Kubernetes and never loses track of it: an executor whose\nKubernetesJobWatcher survives 410 Gone and reconciles after every relist, a deferrable\nKubernetesJobOperator whose JobTrigger shares one watch per namespace, and an embedded\nKubernetes sandbox to run it all without a cluster.\n",
         "integrations": [
             {
                 "integration-name": "JobWatch (Kubernetes)",
@@ -40,79 +34,17 @@ def get_provider_info() -> dict[str, Any]:
         "cli": ["airflow_jobwatch.cli.definition.get_jobwatch_cli_commands"],
         "config": {
             "jobwatch": {
-                "description": "Options of airflow-jobwatch's watch engine, "
-                "shared by JobWatchExecutor's "
-                "KubernetesJobWatcher\n"
-                "and JobTrigger. The [kubernetes_executor] "
-                "options keep their meaning for "
-                "JobWatchExecutor.\n",
+                "description": "Options of airflow-jobwatch's watch engine, shared by JobWatchExecutor's KubernetesJobWatcher\nand JobTrigger. The [kubernetes_executor] options keep their meaning for JobWatchExecutor.\n",
                 "options": {
                     "watch_timeout_seconds": {
-                        "description": "Server-side "
-                        "timeoutSeconds "
-                        "of "
-                        "one "
-                        "watch "
-                        "request. "
-                        "Each "
-                        "request "
-                        "is "
-                        "jittered "
-                        "between "
-                        "this\n"
-                        "value "
-                        "and "
-                        "twice "
-                        "it, "
-                        "so "
-                        "that "
-                        "many "
-                        "watchers "
-                        "do "
-                        "not "
-                        "reconnect "
-                        "in "
-                        "step.\n",
+                        "description": "Server-side timeoutSeconds of one watch request. Each request is jittered between this\nvalue and twice it, so that many watchers do not reconnect in step.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "300",
                     },
                     "watch_stall_timeout_seconds": {
-                        "description": "A "
-                        "watch "
-                        "that "
-                        "delivers "
-                        "no "
-                        "event "
-                        "and "
-                        "no "
-                        "BOOKMARK "
-                        "for "
-                        "this "
-                        "long "
-                        "is "
-                        "presumed "
-                        "half-open "
-                        "and\n"
-                        "is "
-                        "reconnected. "
-                        "Must "
-                        "be "
-                        "larger "
-                        "than "
-                        "the "
-                        "server's "
-                        "bookmark "
-                        "interval "
-                        "(about "
-                        "60 "
-                        "s "
-                        "on "
-                        "a\n"
-                        "real "
-                        "API "
-                        "server).\n",
+                        "description": "A watch that delivers no event and no BOOKMARK for this long is presumed half-open and\nis reconnected. Must be larger than the server's bookmark interval (about 60 s on a\nreal API server).\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
@@ -126,23 +58,7 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "10",
                     },
                     "backoff_initial_seconds": {
-                        "description": "First "
-                        "delay "
-                        "before "
-                        "retrying "
-                        "a "
-                        "failed "
-                        "list "
-                        "or "
-                        "watch. "
-                        "Delays "
-                        "double "
-                        "up "
-                        "to\n"
-                        "backoff_max_seconds, "
-                        "with "
-                        "full "
-                        "jitter.\n",
+                        "description": "First delay before retrying a failed list or watch. Delays double up to\nbackoff_max_seconds, with equal jitter: the n-th retry in a row waits a random time\nbetween half the current delay and the whole of it, so that many clients spread out\nwhile the wait still grows with every failure. A Retry-After from the server (429, 503)\nis honoured, up to 5 minutes.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
@@ -156,204 +72,42 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "30",
                     },
                     "backoff_reset_after_seconds": {
-                        "description": "A "
-                        "watch "
-                        "that "
-                        "stayed "
-                        "healthy "
-                        "this "
-                        "long "
-                        "resets "
-                        "the "
-                        "retry "
-                        "delay "
-                        "to "
-                        "its "
-                        "initial "
-                        "value.",
+                        "description": "A watch that stayed healthy this long resets the retry delay to its initial value.",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "120",
                     },
                     "unhealthy_after_seconds": {
-                        "description": "After "
-                        "this "
-                        "long "
-                        "without "
-                        "a "
-                        "successful "
-                        "list "
-                        "or "
-                        "watch "
-                        "the "
-                        "engine "
-                        "reports "
-                        "itself "
-                        "unhealthy\n"
-                        "(it "
-                        "keeps "
-                        "retrying). "
-                        "Logged "
-                        "by "
-                        "the "
-                        "executor; "
-                        "used "
-                        "by "
-                        "JobTrigger "
-                        "with\n"
-                        "api_failure_tolerance_seconds.\n",
+                        "description": "After this long without a successful list or watch the engine reports itself unhealthy\n(it keeps retrying). Logged by the executor; used by JobTrigger with\napi_failure_tolerance_seconds.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "60",
                     },
                     "resync_interval_seconds": {
-                        "description": "Safety-net "
-                        "relist "
-                        "period: "
-                        "every "
-                        "this "
-                        "many "
-                        "seconds "
-                        "the "
-                        "engine "
-                        "lists "
-                        "again "
-                        "and "
-                        "reconciles,\n"
-                        "in "
-                        "case "
-                        "the "
-                        "server "
-                        "never "
-                        "sent "
-                        "an "
-                        "event. "
-                        "0 "
-                        "disables "
-                        "it.\n",
+                        "description": "Safety-net relist period: every this many seconds the engine lists again and reconciles,\nin case the server never sent an event. 0 disables it.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "600",
                     },
                     "api_failure_tolerance_seconds": {
-                        "description": "How "
-                        "long "
-                        "a "
-                        "JobTrigger "
-                        "keeps "
-                        "waiting "
-                        "while "
-                        "the "
-                        "Kubernetes "
-                        "API "
-                        "is "
-                        "unreachable "
-                        "before "
-                        "it\n"
-                        "ends "
-                        "with "
-                        "status "
-                        '"error" '
-                        "and "
-                        "the "
-                        "last "
-                        "API "
-                        "error "
-                        "in "
-                        "its "
-                        "message.\n",
+                        "description": 'How long a JobTrigger keeps waiting while the Kubernetes API is unreachable before it\nends with status "error" and the last API error in its message.\n',
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "300",
                     },
                     "watcher_unresponsive_after_seconds": {
-                        "description": "JobWatchExecutor: "
-                        "a "
-                        "KubernetesJobWatcher "
-                        "child "
-                        "process "
-                        "whose "
-                        "event "
-                        "loop "
-                        "has "
-                        "not "
-                        "beaten "
-                        "for\n"
-                        "this "
-                        "long "
-                        "is "
-                        "presumed "
-                        "wedged; "
-                        "it "
-                        "is "
-                        "killed "
-                        "and "
-                        "replaced "
-                        "(with "
-                        "backoff), "
-                        "and "
-                        "the "
-                        "replacement\n"
-                        "starts "
-                        "with "
-                        "a "
-                        "fresh "
-                        "list "
-                        "so "
-                        "that "
-                        "nothing "
-                        "that "
-                        "happened "
-                        "meanwhile "
-                        "is "
-                        "lost.\n",
+                        "description": "JobWatchExecutor: a KubernetesJobWatcher child process whose event loop has not beaten for\nthis long is presumed wedged; it is killed and replaced (with backoff), and the replacement\nstarts with a fresh list so that nothing that happened meanwhile is lost.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "60",
                     },
                     "executor_status_file": {
-                        "description": "JobWatchExecutor: "
-                        "if "
-                        "set, "
-                        "the "
-                        "path "
-                        "of a "
-                        "small "
-                        "JSON "
-                        "file "
-                        "the "
-                        "executor "
-                        "rewrites "
-                        "at "
-                        "most "
-                        "once\n"
-                        "a "
-                        "second "
-                        "with "
-                        "its "
-                        "counters "
-                        "(pods "
-                        "launched, "
-                        "terminal "
-                        "reports, "
-                        "watcher "
-                        "restarts, "
-                        "relists,\n"
-                        "pods "
-                        "found "
-                        "deleted "
-                        "after "
-                        "a "
-                        "watcher "
-                        "gap). "
-                        "Empty "
-                        "disables "
-                        "it.\n",
+                        "description": "JobWatchExecutor: if set, the path of a small JSON file the executor rewrites at most once\na second with its counters (pods launched, terminal reports, watcher restarts, relists,\npods found deleted after a watcher gap). Empty disables it.\n",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/tmp/jobwatch-executor-status.json",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
 
+from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     WORKER_LABEL,
@@ -32,7 +33,7 @@ from airflow_jobwatch.executors.pods import (
     worker_label_selector,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -64,25 +65,9 @@ STATUS_FILE_INTERVAL_SECONDS = 1.0
 STATUS_REPORTS_KEPT = 500
 
 
-def _getfloat(section: str, key: str, default: float) -> float:
-    return conf.getfloat(section, key, fallback=default)
-
-
 def informer_config_from_conf() -> InformerConfig:
     """Build the watch engine's configuration from the ``[jobwatch]`` section."""
-    from airflow_jobwatch.kube.informer import InformerConfig
-
-    resync = _getfloat(SECTION, "resync_interval_seconds", 600.0)
-    return InformerConfig(
-        watch_timeout_seconds=_getfloat(SECTION, "watch_timeout_seconds", 300.0),
-        stall_timeout_seconds=_getfloat(SECTION, "watch_stall_timeout_seconds", 90.0),
-        connect_timeout_seconds=_getfloat(SECTION, "api_connect_timeout_seconds", 10.0),
-        backoff_initial_seconds=_getfloat(SECTION, "backoff_initial_seconds", 0.8),
-        backoff_max_seconds=_getfloat(SECTION, "backoff_max_seconds", 30.0),
-        backoff_reset_after_seconds=_getfloat(SECTION, "backoff_reset_after_seconds", 120.0),
-        unhealthy_after_seconds=_getfloat(SECTION, "unhealthy_after_seconds", 60.0),
-        resync_interval_seconds=resync if resync > 0 else None,
-    )
+    return jobwatch_config.informer_config()
 
 
 def cluster_config_from_conf() -> ClusterConfig:
@@ -153,7 +138,7 @@ class JobWatchExecutor(BaseExecutor):
             "adopted": 0,
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
-        self._status_file = conf.get(SECTION, "executor_status_file", fallback="") or ""
+        self._status_file = jobwatch_config.get_str("executor_status_file")
         self._status_written_at = 0.0
 
     # ------------------------------------------------------------------------------------------
@@ -210,9 +195,9 @@ class JobWatchExecutor(BaseExecutor):
             informer_config=informer_config_from_conf(),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
             read_pod=self._read_pod,
-            unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0),
-            restart_backoff_initial=_getfloat(SECTION, "backoff_initial_seconds", 0.8),
-            restart_backoff_max=_getfloat(SECTION, "backoff_max_seconds", 30.0),
+            unresponsive_after=jobwatch_config.get_float("watcher_unresponsive_after_seconds"),
+            restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds"),
+            restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds"),
             name=f"jobwatch-executor-{self.scheduler_job_id}",
         )
         self.supervisor.start()
@@ -706,10 +691,7 @@ def _api_message(err: Any) -> str:
 
 def _retry_after(err: Any) -> float | None:
     value = (err.headers or {}).get("Retry-After") if getattr(err, "headers", None) else None
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    return parse_retry_after(value)
 
 
 __all__ = ["JobWatchExecutor"]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import enum
 import json
 import logging
@@ -43,7 +42,7 @@ from typing import Any, Literal
 
 import aiohttp
 
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -301,21 +300,6 @@ ListMode = Literal["any", "not_older_than", "consistent"]
 _TOO_LARGE_BEFORE_CONSISTENT = 3
 
 _Subscriber = tuple[Callable[[InformerEvent], None], Callable[[InformerHealth], None] | None]
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` is either delta-seconds or an HTTP date (RFC 9110 section 10.2.3)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def compare_resource_versions(a: str | None, b: str | None) -> int | None:
@@ -739,7 +723,7 @@ class Informer:
             body = await resp.read()
         finally:
             resp.release()
-        retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         error: KubeApiError
         try:
             status = json.loads(body)
