@@ -113,6 +113,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "/tmp/jobwatch-executor-status.json",
                         "default": "",
                     },
+                    "triggerer_status_file": {
+                        "description": "Triggerer: if set, the path of a small JSON file the triggerer rewrites when its shared\nwatches change, when a watch's health changes, and every 10 s while watches are open: the\nopen watches, the triggers on each, and each informer's health, relists, 410s and seconds\nsince its last event. `airflow jobwatch status` reads it. Empty disables it.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/tmp/jobwatch-triggerer-status.json",
+                        "default": "",
+                    },
                 },
             }
         },

@@ -15,7 +15,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +24,7 @@ from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
 
 from airflow_jobwatch import config as jobwatch_config
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     WORKER_LABEL,
@@ -91,6 +92,7 @@ class _PendingLaunch:
     backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
     not_before: float = 0.0
     last_error: str | None = None
+    accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
 
 
 class JobWatchExecutor(BaseExecutor):
@@ -140,6 +142,8 @@ class JobWatchExecutor(BaseExecutor):
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file")
         self._status_written_at = 0.0
+        self._restarts_reported = 0  # watcher restarts already sent as a metric
+        self._last_result_at: float | None = None  # when the watcher last reported a pod change
 
     # ------------------------------------------------------------------------------------------
     # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
@@ -224,7 +228,11 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         for result in self.supervisor.poll():
+            self._last_result_at = time.monotonic()
             self._on_result(result)
+        restarts = self.supervisor.counters.restarts
+        metrics.watcher_restarts(restarts - self._restarts_reported)
+        self._restarts_reported = restarts
         self._retry_cleanup()
         self._launch_pending()
         self._write_status()
@@ -288,6 +296,7 @@ class JobWatchExecutor(BaseExecutor):
             self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
         except ApiException as err:
             status = err.status or 0
+            metrics.pod_create_error(status)
             message = _api_message(err)
             if status == HTTPStatus.CONFLICT and self._already_created(namespace, name, key):
                 # An earlier attempt did create it (its answer was lost): that is a success.
@@ -314,6 +323,7 @@ class JobWatchExecutor(BaseExecutor):
                 return False
             return True
         except Exception as err:  # connection refused/reset, timeouts, TLS: the API is unreachable
+            metrics.pod_create_error(0)
             self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
             return False  # the next create would fail the same way; wait for the backoff
         self._launched(key, namespace, name)
@@ -331,7 +341,8 @@ class JobWatchExecutor(BaseExecutor):
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
-        self._pending.pop(key, None)
+        launch = self._pending.pop(key, None)
+        metrics.pod_created(launch_seconds=time.monotonic() - launch.accepted_at if launch else 0.0)
         self._pods[key] = (namespace, name)
         self.supervisor.track(namespace, name, key)
         self._counters["pods_launched"] += 1
@@ -420,6 +431,7 @@ class JobWatchExecutor(BaseExecutor):
             self.fail(key, info)
             failed = True
         self._workloads.pop(key, None)
+        metrics.terminal_report("failed" if failed else "success", after_watcher_gap=result.gap)
         self._report(
             key,
             pod=f"{result.namespace}/{result.name}",
@@ -654,6 +666,12 @@ class JobWatchExecutor(BaseExecutor):
             "updated_at": time.time(),
             "running": len(self.running),
             "pending_creation": len(self._pending),
+            "tracked_pods": len(self._pods),
+            "seconds_since_last_event": (
+                round(time.monotonic() - self._last_result_at, 1)
+                if self._last_result_at is not None
+                else None
+            ),
             **self._counters,
             "watcher_restarts": c.restarts if c else 0,
             "relists": c.relists if c else 0,

@@ -35,6 +35,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.kube import client as kube_client
 from airflow_jobwatch.kube.informer import InformerConfig
 from airflow_jobwatch.kube.objects import to_dict
@@ -334,6 +335,7 @@ class JobTrigger(BaseTrigger):
             status = STATUS_DELETED
         else:
             status = STATUS_FAILED
+        metrics.job_detected(job, status=status)
         return self._payload(status, state.reason, state.message, job=job, pods=pods)
 
     def _current_state_note(

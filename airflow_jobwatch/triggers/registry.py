@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,12 @@ class NamespaceWatch:
         self._api_client = await self._client_factory()
         ns = self.key.namespace
         self.jobs = Informer(
-            self._api_client, kind="jobs", namespace=ns, config=self._config, name=f"jobs/{ns}"
+            self._api_client,
+            kind="jobs",
+            namespace=ns,
+            config=self._config,
+            name=f"jobs/{ns}",
+            observer=metrics.InformerMetrics("triggerer", "jobs", ns),
         )
         self.pods = Informer(
             self._api_client,
@@ -147,6 +153,7 @@ class NamespaceWatch:
             label_selector=POD_LABEL_SELECTOR,
             config=self._config,
             name=f"job-pods/{ns}",
+            observer=metrics.InformerMetrics("triggerer", "pods", ns),
         )
         # Subscribe before start(): the initial list's ADDED events then build the pod index, and
         # every later relist's reconciliation (MODIFIED / DELETED_UNKNOWN) keeps it right.
@@ -364,6 +371,7 @@ class InformerRegistry:
             watch = NamespaceWatch(key, client_factory, config=config)
             self._watches[key] = watch
         watch.refcount += 1
+        metrics.shared_watches(self.active())
         remove = watch.listen(job_name, on_change)
         try:
             await asyncio.shield(watch.ensure_started())
@@ -376,11 +384,13 @@ class InformerRegistry:
     async def _release(self, watch: NamespaceWatch) -> None:
         watch.refcount -= 1
         if watch.refcount > 0:
+            metrics.shared_watches(self.active())
             return
         # Unregister before awaiting the stop, so a subscriber arriving meanwhile starts a fresh watch
         # instead of joining one that is shutting down.
         if self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
+        metrics.shared_watches(self.active())
         log.debug("Last JobTrigger left %s; stopping its informers", watch.key)
         await watch.stop()
 

@@ -18,6 +18,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.messages import PodUpdate, Synced, WatcherSpec, WatcherStats
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_
         label_selector=spec.label_selector,
         config=spec.informer_config,
         name=spec.name,
+        observer=metrics.InformerMetrics("executor", "pods", spec.namespace),
     )
     informer.subscribe(on_event)
 
