@@ -47,51 +47,63 @@ def _conf() -> Any:
     return conf
 
 
-def get_str(option: str) -> str:
-    """The option's value as a string (empty when unset and its default is empty)."""
-    value = _conf().get(SECTION, option, fallback=default(option))
-    return "" if value is None else str(value).strip()
+def get_str(option: str, *, source: Any = None) -> str:
+    """The option's value as a string (empty when unset and its default is empty).
+
+    :param source: where to read it: a team's ``ExecutorConf`` (Airflow 3.2+ multi-team executors), or
+        None for Airflow's configuration.
+    """
+    value = (source or _conf()).get(SECTION, option, fallback=None)
+    if value is None or str(value).strip() == "":
+        value = default(option)
+    return str(value).strip()
 
 
-def get_float(option: str, *, minimum: float | None = None) -> float:
+def get_float(option: str, *, minimum: float | None = None, source: Any = None) -> float:
     """The option's value as a number of seconds (or another float).
 
     :param minimum: smallest accepted value (inclusive); anything below raises.
+    :param source: as for :func:`get_str`.
     """
-    raw = get_str(option) or default(option)
+    raw = get_str(option, source=source) or default(option)
     try:
         value = float(raw)
     except ValueError:
         raise JobwatchConfigError(
-            f"[{SECTION}] {option} = {raw!r} is not a number; expected seconds such as "
-            f"{default(option)!r} (set it in airflow.cfg or AIRFLOW__{SECTION.upper()}__{option.upper()})"
+            f"[{SECTION}] {option} must be a number of seconds, got {raw!r} (the default is "
+            f"{default(option)!r}; set it in airflow.cfg or AIRFLOW__{SECTION.upper()}__{option.upper()})"
         ) from None
     if value != value or (minimum is not None and value < minimum):  # NaN, or below the minimum
         raise JobwatchConfigError(f"[{SECTION}] {option} = {raw!r} must be a number >= {minimum}")
     return value
 
 
-def informer_config(*, resync_interval_seconds: float | None = None) -> InformerConfig:
+def informer_config(*, resync_interval_seconds: float | None = None, source: Any = None) -> InformerConfig:
     """The watch engine's configuration from ``[jobwatch]`` (shared by the executor and JobTrigger).
 
     :param resync_interval_seconds: overrides ``[jobwatch] resync_interval_seconds`` when given.
+    :param source: as for :func:`get_str` (the executor passes its team's configuration).
     """
+
+    def seconds(option: str, *, minimum: float | None = None) -> float:
+        return get_float(option, minimum=minimum, source=source)
+
     from airflow_jobwatch.kube.informer import InformerConfig
 
     resync = (
         resync_interval_seconds
         if resync_interval_seconds is not None
-        else get_float("resync_interval_seconds", minimum=0)
+        else seconds("resync_interval_seconds", minimum=0)
     )
     try:
         return InformerConfig(
-            watch_timeout_seconds=get_float("watch_timeout_seconds"),
-            stall_timeout_seconds=get_float("watch_stall_timeout_seconds"),
-            connect_timeout_seconds=get_float("api_connect_timeout_seconds"),
-            backoff_initial_seconds=get_float("backoff_initial_seconds"),
-            backoff_max_seconds=get_float("backoff_max_seconds"),
-            backoff_reset_after_seconds=get_float("backoff_reset_after_seconds"),
-            unhealthy_after_seconds=get_float("unhealthy_after_seconds"),
+            watch_timeout_seconds=seconds("watch_timeout_seconds"),
+            stall_timeout_seconds=seconds("watch_stall_timeout_seconds"),
+            connect_timeout_seconds=seconds("api_connect_timeout_seconds"),
+            backoff_initial_seconds=seconds("backoff_initial_seconds"),
+            backoff_max_seconds=seconds("backoff_max_seconds"),
+            backoff_reset_after_seconds=seconds("backoff_reset_after_seconds"),
+            unhealthy_after_seconds=seconds("unhealthy_after_seconds"),
             resync_interval_seconds=resync if resync > 0 else None,
         )
     except ValueError as err:

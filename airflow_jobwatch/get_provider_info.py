@@ -92,6 +92,20 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "600",
                     },
+                    "job_label_selector": {
+                        "description": "JobTrigger: a label selector (e.g. \"kubernetes_pod_operator=True\", which KubernetesJobOperator\nputs on every Job it creates) that restricts the Job watch of each namespace. Empty (the\ndefault) watches every Job in the namespace. Trade-off: with a selector the triggerer caches\nonly matching Jobs, so other teams' Jobs (CronJobs, Spark, Argo) cost no memory or traffic; a\ndeferred Job that does not match is not in the cache and is read with one GET every\npoll_interval instead (like upstream's KubernetesJobTrigger), so its result arrives up to\npoll_interval late. The pods of Jobs are always selected by their controller-uid label.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "kubernetes_pod_operator=True",
+                        "default": "",
+                    },
+                    "namespace_watch_linger_seconds": {
+                        "description": "JobTrigger: when the last deferred task of a namespace leaves a triggerer, the namespace's\nJob and pod watches stay open this long, so that the next task deferred there joins a warm\ncache instead of starting with a full LIST. 0 closes them at once.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "60",
+                    },
                     "api_failure_tolerance_seconds": {
                         "description": 'How long a JobTrigger keeps waiting while the Kubernetes API is unreachable before it\nends with status "error" and the last API error in its message.\n',
                         "version_added": "0.1.0",

@@ -172,12 +172,12 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(quick: bool) -> dict[str, Any]:
-    pods = 2000 if quick else 10000
+def run(quick: bool, n_pods: int | None = None) -> dict[str, Any]:
+    pods = n_pods or (2000 if quick else 10000)
     watchers = 10 if quick else 50
     changes = 4000 if quick else 20000
-    list_reps = 3 if quick else 10
-    model_reps = 1 if quick else 3
+    list_reps = 3 if quick else (10 if pods <= 10000 else 5)
+    model_reps = 1 if quick or pods > 10000 else 3
     results: dict[str, Any] = {"pods": pods, "watchers": watchers, "changes": changes, "quick": quick}
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench-sandbox-{os.getpid()}.kubeconfig"
     with SandboxThread(
@@ -253,21 +253,27 @@ def table(r: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="2,000 pods, 10 watchers, 4,000 changes")
+    parser.add_argument(
+        "--pods", type=int, default=None, help="pods stored (default 10,000; 2,000 with --quick)"
+    )
     parser.add_argument("--output", default=str(REPO / "docs" / "benchmarks" / "sandbox.md"))
     args = parser.parse_args()
-    results = run(args.quick)
+    results = run(args.quick, args.pods)
     text = table(results)
     print(text)
     mode = "quick mode" if args.quick else "full mode"
     doc = (
         "# Sandbox benchmark\n\n"
-        f"`python bench/bench_sandbox.py{' --quick' if args.quick else ''}` ({mode}, "
+        f"`python bench/bench_sandbox.py{' --quick' if args.quick else ''}"
+        f"{f' --pods {args.pods}' if args.pods else ''}` ({mode}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, shared with other work: "
         "absolute numbers are noisy).\n\n"
         "List latencies are end to end from a client on the same machine. Fan-out: status changes go "
         "through the server's status-patch path inside the sandbox's event loop; the watchers run in a "
         "separate process and count lines. Issue targets: a full list of 10,000 pods well under a second; "
-        "at least 2,000 pod status changes per second to 50 watchers on 2 cores.\n\n" + text + "\n"
+        "at least 2,000 pod status changes per second to 50 watchers on 2 cores. Issue 11 asks for the "
+        "50,000-pod figures, to show the sandbox is not the bottleneck of the trigger and informer "
+        "benchmarks (which list at most 50,000 pods once per relist).\n\n" + text + "\n"
     )
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ common = dict(
     config_file=KUBECONFIG,
     in_cluster=False,
     deferrable=True,
+    wait_until_job_complete=True,  # as with upstream's operator, deferrable only waits with this
     backoff_limit=0,
     get_logs=True,
     job_poll_interval=30,

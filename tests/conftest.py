@@ -4,6 +4,14 @@ Options of the sandbox can be set per test with the ``sandbox`` marker::
 
     @pytest.mark.sandbox(history_window=1, bookmark_interval=None)
     def test_something(sandbox): ...
+
+Real-deployment modes (docs/sandbox.md has the full list):
+
+* ``in_cluster``: a service-account volume and ``KUBERNETES_SERVICE_HOST/PORT``, with both Python
+  clients' in-cluster loaders pointed at it (options: ``@pytest.mark.in_cluster(...)``);
+* ``exec_kubeconfig``: a kubeconfig whose user is an exec plugin handing out short-lived tokens
+  (options: ``@pytest.mark.exec_credential(user=..., token_ttl=...)``);
+* ``rbac``: RBAC switched on, and kubeconfigs for users with their own tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from typing import Any
 import pytest
 
 from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch.sandbox.incluster import InCluster
+from airflow_jobwatch.sandbox.rbac import RbacUsers
 
 # Bookmarks every 0.5 s so tests that rely on them don't wait for the 5 s production-like default.
 TEST_BOOKMARK_INTERVAL = 0.5
@@ -26,6 +36,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "sandbox(**options): keyword options for the `sandbox` fixture's SandboxThread "
         "(history_window, bookmark_interval, kubelet, job_controller, pod_start_delay, ...)",
     )
+    config.addinivalue_line(
+        "markers",
+        "in_cluster(**options): options of the `in_cluster` fixture "
+        "(service_account='ns:name', token_ttl=seconds, rotate=bool)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "exec_credential(**options): options of the `exec_kubeconfig` fixture (user=..., token_ttl=seconds)",
+    )
 
 
 def sandbox_options(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -35,7 +54,19 @@ def sandbox_options(request: pytest.FixtureRequest) -> dict[str, Any]:
         if marker.args:
             raise pytest.UsageError("@pytest.mark.sandbox takes keyword options only, e.g. history_window=1")
         options.update(marker.kwargs)
+    if "in_cluster" in request.fixturenames:
+        # load_incluster_config() always speaks https:// and verifies against ca.crt.
+        options["tls"] = True
     return options
+
+
+def _marker_options(request: pytest.FixtureRequest, name: str) -> dict[str, Any]:
+    marker = request.node.get_closest_marker(name)
+    if marker is None:
+        return {}
+    if marker.args:
+        raise pytest.UsageError(f"@pytest.mark.{name} takes keyword options only")
+    return dict(marker.kwargs)
 
 
 @pytest.fixture
@@ -68,7 +99,54 @@ async def k8s_async_client(kubeconfig: Path) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
+def in_cluster(
+    sandbox: SandboxThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> InCluster:
+    """The sandbox seen from inside a pod: a service-account volume (token, ca.crt, namespace) in a
+    temporary directory, ``KUBERNETES_SERVICE_HOST``/``PORT`` in the environment, and the token/CA
+    paths of ``kubernetes.config.incluster_config`` and ``kubernetes_asyncio.config.incluster_config``
+    pointed at it, so ``load_incluster_config()`` (and cncf.kubernetes' ``in_cluster=True``) connect
+    to the sandbox. Options: ``@pytest.mark.in_cluster(service_account="ns:name", token_ttl=S, rotate=True)``.
+    The sandbox runs with TLS for this fixture.
+    """
+    import kubernetes.config.incluster_config as sync_incluster
+    import kubernetes_asyncio.config.incluster_config as async_incluster
+
+    directory = tmp_path / "serviceaccount"
+    info = sandbox.enable_in_cluster(directory, **_marker_options(request, "in_cluster"))
+    env = sandbox.in_cluster_env()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for module in (sync_incluster, async_incluster):
+        monkeypatch.setattr(module, "SERVICE_TOKEN_FILENAME", info["token"])
+        monkeypatch.setattr(module, "SERVICE_CERT_FILENAME", info["ca.crt"])
+    return InCluster(sandbox=sandbox, dir=directory, user=info["user"], env=env)
+
+
+@pytest.fixture
+def exec_kubeconfig(sandbox: SandboxThread, tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """A kubeconfig whose user is the exec plugin ``python -m airflow_jobwatch.sandbox.credential``
+    (tokens for ``sandbox-exec-user`` valid 60 s by default; the server answers 401 after that).
+    Options: ``@pytest.mark.exec_credential(user="...", token_ttl=S)``."""
+    path = tmp_path / "exec-kubeconfig"
+    sandbox.write_exec_kubeconfig(path, **_marker_options(request, "exec_credential"))
+    return path
+
+
+@pytest.fixture
 def tls_sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxThread]:
     """A sandbox serving HTTPS with a throw-away self-signed certificate (``sandbox.sandbox.ca_pem``)."""
     with SandboxThread(**{**sandbox_options(request), "tls": True}) as sb:
         yield sb
+
+
+@pytest.fixture
+def rbac(sandbox: SandboxThread, tmp_path: Path) -> RbacUsers:
+    """RBAC on for the test's sandbox (every user but the admin token needs a rule; 403 otherwise).
+    ``rbac.kubeconfig(user, ttl=None)`` -> kubeconfig Path for a new token of ``user``;
+    ``rbac.grant(user, verbs=[...], resources=[...], namespace=None)``; ``rbac.load(yaml_text)``.
+    With ``in_cluster``, grant to ``in_cluster.user``."""
+    sandbox.set_rbac(True)
+    directory = tmp_path / "rbac"
+    directory.mkdir()
+    return RbacUsers(sandbox, directory)

@@ -66,19 +66,33 @@ STATUS_FILE_INTERVAL_SECONDS = 1.0
 STATUS_REPORTS_KEPT = 500
 
 
-def informer_config_from_conf() -> InformerConfig:
-    """Build the watch engine's configuration from the ``[jobwatch]`` section."""
-    return jobwatch_config.informer_config()
+def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
+    """A float option; ``source`` is a team's ``ExecutorConf`` (Airflow 3.2+ multi-team) or the global conf.
+
+    ``ExecutorConf`` has no ``getfloat``, hence ``get`` and a conversion with a clear error.
+    """
+    value = (source or conf).get(section, key, fallback=None)
+    if value is None or str(value).strip() == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"[{section}] {key} must be a number of seconds, got {value!r}") from None
 
 
-def cluster_config_from_conf() -> ClusterConfig:
+def informer_config_from_conf(source: Any = None) -> InformerConfig:
+    """Build the watch engine's configuration from the ``[jobwatch]`` section (of a team, if given)."""
+    return jobwatch_config.informer_config(source=source)
+
+
+def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
     """The ``[kubernetes_executor]`` connection options, as the watch engine's ClusterConfig."""
     from airflow_jobwatch.kube.client import ClusterConfig
 
     return ClusterConfig(
-        config_file=conf.get(K8S_SECTION, "config_file", fallback=None) or None,
-        cluster_context=conf.get(K8S_SECTION, "cluster_context", fallback=None) or None,
-        in_cluster=conf.getboolean(K8S_SECTION, "in_cluster", fallback=True),
+        config_file=(source or conf).get(K8S_SECTION, "config_file", fallback=None) or None,
+        cluster_context=(source or conf).get(K8S_SECTION, "cluster_context", fallback=None) or None,
+        in_cluster=(source or conf).getboolean(K8S_SECTION, "in_cluster", fallback=True),
     )
 
 
@@ -106,6 +120,7 @@ class JobWatchExecutor(BaseExecutor):
     """
 
     supports_ad_hoc_ti_run: bool = True
+    supports_multi_team: bool = True
     is_local: bool = False
     is_production: bool = True
     serve_logs: bool = False
@@ -114,7 +129,15 @@ class JobWatchExecutor(BaseExecutor):
         super().__init__(*args, **kwargs)
         from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
 
-        self.kube_config: KubeConfig = KubeConfig()
+        # Airflow 3.2+ multi-team: BaseExecutor sets self.conf to an ExecutorConf of this executor's
+        # team, which reads AIRFLOW__<TEAM>___KUBERNETES_EXECUTOR__... / [<team>=kubernetes_executor]
+        # before the global options. Every option is read through it, as upstream's executor does.
+        if not hasattr(self, "conf") or not hasattr(self.conf, "getint"):
+            self.conf = conf  # type: ignore[assignment]
+        self.kube_config: KubeConfig = KubeConfig(executor_conf=self.conf)
+        if getattr(self, "team_name", None):
+            # A team's [core] parallelism (upstream does the same; without a team the constructor's wins).
+            self.parallelism = self.kube_config.parallelism
         fatal = self.kube_config.worker_pod_pending_fatal_container_state_reasons
         from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
 
@@ -131,6 +154,7 @@ class JobWatchExecutor(BaseExecutor):
         self._workloads: dict[TaskInstanceKey, workloads.ExecuteTask] = {}
         self._create_paused_until = 0.0  # after a 429 Retry-After
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
+        self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
         self._counters: dict[str, int] = {
             "pods_launched": 0,
             "create_retries": 0,
@@ -138,9 +162,10 @@ class JobWatchExecutor(BaseExecutor):
             "success": 0,
             "failed": 0,
             "adopted": 0,
+            "completed_pods_cleaned": 0,
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
-        self._status_file = jobwatch_config.get_str("executor_status_file")
+        self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         self._status_written_at = 0.0
         self._restarts_reported = 0  # watcher restarts already sent as a metric
         self._last_result_at: float | None = None  # when the watcher last reported a pod change
@@ -156,7 +181,7 @@ class JobWatchExecutor(BaseExecutor):
 
             from airflow_jobwatch.kube.client import sync_api_client
 
-            self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf()))
+            self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf(self.conf)))
         return self._core_v1
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -193,15 +218,16 @@ class JobWatchExecutor(BaseExecutor):
             self._namespaces(),
         )
         self.supervisor = WatcherSupervisor(
-            cluster=cluster_config_from_conf(),
+            cluster=cluster_config_from_conf(self.conf),
             namespaces=self._namespaces(),
             label_selector=worker_label_selector(self.scheduler_job_id),
-            informer_config=informer_config_from_conf(),
+            informer_config=informer_config_from_conf(self.conf),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
-            read_pod=self._read_pod,
-            unresponsive_after=jobwatch_config.get_float("watcher_unresponsive_after_seconds"),
-            restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds"),
-            restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds"),
+            unresponsive_after=jobwatch_config.get_float(
+                "watcher_unresponsive_after_seconds", source=self.conf
+            ),
+            restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds", source=self.conf),
+            restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds", source=self.conf),
             name=f"jobwatch-executor-{self.scheduler_job_id}",
         )
         self.supervisor.start()
@@ -233,6 +259,11 @@ class JobWatchExecutor(BaseExecutor):
         restarts = self.supervisor.counters.restarts
         metrics.watcher_restarts(restarts - self._restarts_reported)
         self._restarts_reported = restarts
+        now = time.monotonic()
+        if now >= self._next_completed_cleanup:
+            interval = _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            self._next_completed_cleanup = now + interval
+            self._cleanup_completed_pods()
         self._retry_cleanup()
         self._launch_pending()
         self._write_status()
@@ -291,26 +322,31 @@ class JobWatchExecutor(BaseExecutor):
                 return True
         pod = launch.pod
         namespace, name = pod.metadata.namespace, pod.metadata.name
+        if not self._ensure_watched(key, namespace):
+            return True
         body = self.core_v1.api_client.sanitize_for_serialization(pod)
+        # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
+        # (a timeout on a create the server carried out), the pod's events are still reported, and a
+        # short task that ends before the retry is not dropped as "not ours".
+        assert self.supervisor is not None
+        self.supervisor.track(namespace, name, key, confirmed=False)
         try:
             self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
         except ApiException as err:
             status = err.status or 0
             metrics.pod_create_error(status)
             message = _api_message(err)
-            if status == HTTPStatus.CONFLICT and self._already_created(namespace, name, key):
-                # An earlier attempt did create it (its answer was lost): that is a success.
-                self._launched(key, namespace, name)
-                return True
+            if status == HTTPStatus.CONFLICT:
+                return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
             retry_after = _retry_after(err)
             transient = (
                 (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
-                or status == HTTPStatus.CONFLICT
                 or status == HTTPStatus.TOO_MANY_REQUESTS
                 or status >= 500
                 or status == 0
             )
             if not transient:
+                self.supervisor.untrack(namespace, name)
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
@@ -329,15 +365,80 @@ class JobWatchExecutor(BaseExecutor):
         self._launched(key, namespace, name)
         return True
 
-    def _already_created(self, namespace: str, name: str, key: TaskInstanceKey) -> bool:
+    def _on_conflict(
+        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
+    ) -> bool:
+        """A 409 AlreadyExists: an earlier attempt of ours (whose answer was lost), or someone else's pod.
+
+        Ours (its annotations name this very try) -> created, and tracked as our own (relabelled if
+        another scheduler's label is on it). Someone else's -> a new name on the next attempt, at once:
+        retrying the same name would meet the same pod for ever. Unknown (the GET failed, or the pod
+        has just gone) -> retry later with backoff.
+        """
+        assert self.supervisor is not None and self.scheduler_job_id is not None
         try:
             pod = self._read_pod(namespace, name)
-        except Exception:
-            return False
-        return (
-            pod is not None
-            and key_from_annotations((pod.get("metadata") or {}).get("annotations") or {}) == key
+        except Exception as err:
+            self._retry_launch(key, launch, f"{error}; reading the existing pod failed: {err}", None)
+            return True
+        if pod is None:
+            self._retry_launch(key, launch, f"{error}; the existing pod is gone now", None)
+            return True
+        meta = pod.get("metadata") or {}
+        if key_from_annotations(meta.get("annotations") or {}) == key:
+            # An earlier attempt did create it (its answer was lost): that is a success.
+            from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+            mine = make_safe_label_value(self.scheduler_job_id)
+            if (meta.get("labels") or {}).get(WORKER_LABEL) != mine:
+                try:
+                    self.core_v1.patch_namespaced_pod(
+                        name,
+                        namespace,
+                        {"metadata": {"labels": {WORKER_LABEL: mine}}},
+                        _request_timeout=API_REQUEST_TIMEOUT,
+                    )
+                except Exception as err:
+                    self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
+                    return True
+            self._launched(key, namespace, name)
+            return True
+        self.supervisor.untrack(namespace, name)
+        launch.pod = None  # rebuilt with a new name on the next attempt
+        launch.not_before = 0.0
+        self._counters["create_retries"] += 1
+        self.log.warning(
+            "Pod %s/%s already exists and is not the pod of %s (%s); creating it under a new name",
+            namespace,
+            name,
+            key,
+            error,
         )
+        return True
+
+    def _ensure_watched(self, key: TaskInstanceKey, namespace: str) -> bool:
+        """Make sure a pod in ``namespace`` will be watched, or fail the task at once saying why.
+
+        A ``pod_override`` may put a pod outside the configured namespaces. With an explicit
+        ``multi_namespace_mode_namespace_list`` that namespace is forbidden (the deployment declared
+        where workers may run, and RBAC is usually granted there only); otherwise the namespace gets
+        its own watcher, so the pod's end is never missed.
+        """
+        assert self.supervisor is not None
+        if self.supervisor.watches(namespace):
+            return True
+        kc = self.kube_config
+        if kc.multi_namespace_mode and kc.multi_namespace_mode_namespace_list:
+            listed = ", ".join(str(n) for n in self._namespaces())
+            self._fail_launch(
+                key,
+                f"the task's pod_override puts its pod in namespace {namespace!r}, which is not in "
+                f"[kubernetes_executor] multi_namespace_mode_namespace_list ({listed}); the executor "
+                "watches only those. Add the namespace to the list, or remove it from pod_override.",
+            )
+            return False
+        self.supervisor.add_namespace(namespace)
+        return True
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
@@ -406,6 +507,14 @@ class JobWatchExecutor(BaseExecutor):
 
     def _on_result(self, result: PodResult) -> None:
         key = cast("TaskInstanceKey", result.key)
+        launch = self._pending.get(key)
+        if (
+            launch is not None
+            and launch.pod is not None
+            and (launch.pod.metadata.namespace, launch.pod.metadata.name) == (result.namespace, result.name)
+        ):
+            # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
+            self._launched(key, result.namespace, result.name)
         if self._pods.get(key) != (result.namespace, result.name):
             # A stale pod of a key that has since been relaunched (e.g. resumed after deferral).
             return
@@ -510,12 +619,16 @@ class JobWatchExecutor(BaseExecutor):
     # Adoption, revocation, logs
     # ------------------------------------------------------------------------------------------
 
-    def _list_pods(self, label_selector: str) -> list[dict[str, Any]]:
+    def _list_pods(self, label_selector: str, field_selector: str | None = None) -> list[dict[str, Any]]:
         pods: list[dict[str, Any]] = []
-        for ns in self._namespaces():
+        extra: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
+        # Configured namespaces, plus those a pod_override added while running.
+        namespaces = self.supervisor.namespaces() if self.supervisor is not None else self._namespaces()
+        for ns in namespaces:
             if ns is None:
                 resp = self.core_v1.list_pod_for_all_namespaces(
                     label_selector=label_selector,
+                    **extra,
                     _preload_content=False,
                     _request_timeout=API_REQUEST_TIMEOUT,
                 )
@@ -523,11 +636,82 @@ class JobWatchExecutor(BaseExecutor):
                 resp = self.core_v1.list_namespaced_pod(
                     ns,
                     label_selector=label_selector,
+                    **extra,
                     _preload_content=False,
                     _request_timeout=API_REQUEST_TIMEOUT,
                 )
             pods.extend(json.loads(resp.data).get("items") or [])
         return pods
+
+    def _alive_other_scheduler_job_ids(self) -> set[str]:
+        """Ids of the other scheduler jobs that are running and heartbeating (none if the DB can't say)."""
+        try:
+            from datetime import UTC, datetime, timedelta
+
+            from airflow.jobs.job import Job
+            from airflow.utils.session import create_session
+            from airflow.utils.state import JobState
+            from sqlalchemy import select
+
+            threshold = conf.getint("scheduler", "scheduler_health_check_threshold", fallback=30)
+            cutoff = datetime.now(UTC) - timedelta(seconds=threshold)
+            # Not the scheduler's scoped session: this may run inside its adoption transaction.
+            with create_session(scoped=False) as session:
+                return {
+                    str(jid)
+                    for jid in session.scalars(
+                        select(Job.id).where(
+                            Job.job_type == "SchedulerJob",
+                            Job.state == JobState.RUNNING,
+                            Job.latest_heartbeat >= cutoff,
+                        )
+                    )
+                    if str(jid) != self.scheduler_job_id
+                }
+        except Exception as err:
+            self.log.debug("Could not read the alive scheduler jobs (%s); excluding only this one", err)
+            return set()
+
+    def _cleanup_completed_pods(self) -> None:
+        """Clean up the Succeeded worker pods that schedulers which are gone left behind.
+
+        Upstream's ``_adopt_completed_pods``, with the same selection: ``Succeeded`` pods with
+        ``kubernetes_executor=True``, not marked done, whose ``airflow-worker`` is neither this
+        scheduler nor a live one (so HA schedulers do not fight over each other's pods). Upstream
+        relabels them so that its watcher deletes them; here they are deleted (or, with
+        ``delete_worker_pods = False``, labelled done) directly. Their task instances need no event:
+        a Succeeded worker pod means the task already recorded its own end through the execution API
+        (an orphaned one is handed to :meth:`try_adopt_task_instances` by the scheduler).
+        Failed pods are kept for inspection, as upstream keeps them.
+        """
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+        assert self.scheduler_job_id is not None
+        excluded = sorted(
+            {
+                make_safe_label_value(j)
+                for j in {self.scheduler_job_id, *self._alive_other_scheduler_job_ids()}
+            }
+        )
+        selector = f"kubernetes_executor=True,{WORKER_LABEL} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
+        try:
+            pods = self._list_pods(selector, field_selector="status.phase=Succeeded")
+        except Exception as err:
+            self.log.warning("Could not list finished worker pods of gone schedulers: %s", err)
+            return
+        tracked = self.supervisor.tracked() if self.supervisor is not None else {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            ref = (meta.get("namespace", ""), meta.get("name", ""))
+            if ref in tracked:
+                continue  # adopted by us meanwhile: its report cleans it up
+            self.log.info(
+                "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
+                *ref,
+                (meta.get("labels") or {}).get(WORKER_LABEL),
+            )
+            self._counters["completed_pods_cleaned"] += 1
+            self._cleanup.append((ref[0], ref[1], self.kube_config.delete_worker_pods))
 
     def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
         """Adopt the worker pods of dead schedulers: relabel them and watch them as our own.
@@ -597,6 +781,8 @@ class JobWatchExecutor(BaseExecutor):
                             observed_at=time.time(),
                         )
                     )
+        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
+        self._cleanup_completed_pods()
         self._retry_cleanup()
         # Already adopted by a previous (retried) call: do not hand them back for reset.
         not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
@@ -607,9 +793,14 @@ class JobWatchExecutor(BaseExecutor):
         key = ti.key
         self.running.discard(key)
         self.queued_tasks.pop(key, None)
-        self._pending.pop(key, None)
+        launch = self._pending.pop(key, None)
         self._workloads.pop(key, None)
         ref = self._pods.pop(key, None)
+        if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
+            # A create may have been sent (its answer lost): delete the pod in case it exists (404 is fine).
+            pending_ref = (launch.pod.metadata.namespace, launch.pod.metadata.name)
+            if pending_ref in self.supervisor.tracked():
+                ref = pending_ref
         if ref is None:
             return
         if self.supervisor is not None:
@@ -638,13 +829,15 @@ class JobWatchExecutor(BaseExecutor):
             if not pods:
                 return [f"No worker pod found for {ti.key} (selector {selector})"], []
             meta = pods[0]["metadata"]
-            text = self.core_v1.read_namespaced_pod_log(
+            response = self.core_v1.read_namespaced_pod_log(
                 meta["name"],
                 meta["namespace"],
                 container="base",
                 tail_lines=RUNNING_POD_LOG_LINES,
                 _request_timeout=API_REQUEST_TIMEOUT,
+                _preload_content=False,  # the raw bytes: the client's str() of them reads "b'...'"
             )
+            text = response.data.decode("utf-8", errors="backslashreplace")
             messages.append(
                 f"Log of pod {meta['namespace']}/{meta['name']} (last {RUNNING_POD_LOG_LINES} lines)"
             )

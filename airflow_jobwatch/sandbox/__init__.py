@@ -29,9 +29,35 @@ and waits for its ``ready <url>`` line.
 The sandbox never imports the code it is used to test.
 """
 
-from .admin import AdminClient
-from .process import SandboxProcess, SandboxStartError
-from .sandbox import Sandbox
-from .thread import SandboxThread
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .admin import AdminClient
+    from .process import SandboxProcess, SandboxStartError
+    from .sandbox import Sandbox
+    from .thread import SandboxThread
+
+# Loaded on first use, so that small entry points (the exec-plugin command ``.credential``, which a
+# client may run before every request) do not pay for importing aiohttp.
+_LAZY = {
+    "AdminClient": ".admin",
+    "Sandbox": ".sandbox",
+    "SandboxProcess": ".process",
+    "SandboxStartError": ".process",
+    "SandboxThread": ".thread",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError", "SandboxThread"]

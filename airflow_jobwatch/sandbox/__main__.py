@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from pathlib import Path
 
 from .sandbox import Sandbox
 
@@ -33,6 +34,57 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-job-controller", action="store_true", help="do not run the Job controller")
     p.add_argument("--token", default=None, help="bearer token (random by default)")
     p.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed; needed for kubectl)")
+    g = p.add_argument_group("in-cluster mode (implies --tls)")
+    g.add_argument(
+        "--in-cluster-dir",
+        default=None,
+        help="write a service-account volume (token, ca.crt, namespace) here, "
+        "like /var/run/secrets/kubernetes.io/serviceaccount",
+    )
+    g.add_argument(
+        "--service-account",
+        default="default:default",
+        help="namespace:name of the in-cluster service account",
+    )
+    g.add_argument(
+        "--token-ttl",
+        type=float,
+        default=None,
+        help="seconds the in-cluster token is valid (default: forever)",
+    )
+    g.add_argument(
+        "--no-token-rotation",
+        action="store_true",
+        help="do not rewrite the token file at 80%% of --token-ttl (the token then just expires: 401)",
+    )
+    g.add_argument(
+        "--in-cluster-env",
+        default=None,
+        help="write `export KUBERNETES_SERVICE_HOST=...` / `..._PORT=...` lines to this file",
+    )
+    e = p.add_argument_group("exec-plugin credentials")
+    e.add_argument(
+        "--exec-kubeconfig",
+        default=None,
+        help="also write a kubeconfig whose user is the exec plugin `python -m airflow_jobwatch.sandbox.credential`",
+    )
+    e.add_argument("--exec-user", default="sandbox-exec-user", help="user of the exec plugin's tokens")
+    e.add_argument(
+        "--exec-token-ttl", type=float, default=60.0, help="seconds each exec-plugin token is valid"
+    )
+    r = p.add_argument_group("RBAC")
+    r.add_argument(
+        "--rbac",
+        action="store_true",
+        help="authorize requests with RBAC (403 without a rule; admin token exempt)",
+    )
+    r.add_argument(
+        "--rbac-manifests",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="load Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML (repeatable; implies --rbac)",
+    )
     return p
 
 
@@ -46,6 +98,11 @@ async def _main(args: argparse.Namespace) -> None:
         job_controller=not args.no_job_controller,
         token=args.token,
         tls=args.tls,
+        in_cluster_dir=args.in_cluster_dir,
+        service_account=args.service_account,
+        token_ttl=args.token_ttl,
+        rotate_tokens=not args.no_token_rotation,
+        rbac=args.rbac,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,7 +114,14 @@ async def _main(args: argparse.Namespace) -> None:
             sb.set_image_pull_failure(args.fail_images)
         if args.error_rate:
             sb.set_error_rate(args.error_rate, status=args.error_status)
-        sb.write_kubeconfig(args.kubeconfig)
+        for manifest in args.rbac_manifests:
+            sb.load_rbac_manifests(Path(manifest).read_text())  # noqa: ASYNC240 - start-up
+        if args.exec_kubeconfig:
+            sb.write_exec_kubeconfig(args.exec_kubeconfig, user=args.exec_user, token_ttl=args.exec_token_ttl)
+        if args.in_cluster_env:
+            env = "".join(f"export {k}={v}\n" for k, v in sb.in_cluster_env().items())
+            Path(args.in_cluster_env).write_text(env)  # noqa: ASYNC240 - start-up, nothing else runs yet
+        sb.write_kubeconfig(args.kubeconfig)  # last: SandboxProcess reads it after `ready`
         print(f"ready {sb.url}", flush=True)
         await stop.wait()
     finally:
@@ -68,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         asyncio.run(_main(args))
+    except ValueError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"sandbox: cannot start on 127.0.0.1:{args.port}: {exc}", file=sys.stderr)
         return 1

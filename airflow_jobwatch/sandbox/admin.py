@@ -39,6 +39,14 @@ FAULT_ACTIONS = frozenset(
         "reset_counters",
         "objects",
         "get_object",
+        "issue_token",
+        "expire_token",
+        "tokens_seen",
+        "rotate_service_account_token",
+        "set_rbac",
+        "grant",
+        "load_rbac_manifests",
+        "clear_rbac",
     }
 )
 

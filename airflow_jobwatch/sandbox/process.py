@@ -16,6 +16,7 @@ Stdlib only, like the rest of this package's client side: benchmarks, the Airflo
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -133,6 +134,24 @@ class SandboxProcess:
             self.stop()
             raise
         return self
+
+    def write_kubeconfig(self, path: str | os.PathLike[str], token: str) -> str:
+        """A kubeconfig for this sandbox with another user's ``token`` (e.g. from
+        ``admin.fault("issue_token", user=..., ttl=...)``), mode 0600."""
+        from .kubeconfig import kubeconfig_text, write_private_file
+
+        data = json.loads(self.kubeconfig.read_text())
+        ca_b64 = data["clusters"][0]["cluster"].get("certificate-authority-data")
+        ca_pem = base64.b64decode(ca_b64) if ca_b64 else None
+        return write_private_file(path, kubeconfig_text(self.url, token, ca_pem=ca_pem))
+
+    def in_cluster_env(self) -> dict[str, str]:
+        """``KUBERNETES_SERVICE_HOST`` / ``_PORT`` for a sandbox started with ``--in-cluster-dir``."""
+        if not self.url:
+            raise RuntimeError("the sandbox process is not started; call start() first")
+        host_port = self.url.split("://", 1)[1]
+        host, _, port = host_port.rpartition(":")
+        return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
 
     def _read_ready_line(self) -> str:
         """The first stdout line, read without blocking past the deadline (readline() could hang forever)."""

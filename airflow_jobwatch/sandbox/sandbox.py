@@ -14,9 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
+from .auth import Authenticator, service_account_user
 from .errors import ApiError, not_found
 from .gc import GarbageCollector
-from .kubeconfig import write_kubeconfig_file
+from .incluster import ROTATE_AT_SHARE_OF_TTL, ServiceAccountVolume, parse_service_account
+from .kubeconfig import exec_kubeconfig_text, kubeconfig_text, write_private_file
+from .rbac import Rbac
 from .server import ApiServer
 from .store import Store, clone
 
@@ -44,6 +47,14 @@ class Sandbox:
     :param namespaces: namespaces that exist at start.
     :param tls: serve HTTPS with a throw-away self-signed certificate (its CA goes into the
         kubeconfig). Needed for kubectl, which sends the bearer token only over TLS.
+    :param signing_key: HMAC key of the signed (expiring) tokens (random when None).
+    :param in_cluster_dir: write a service-account volume (``token``, ``ca.crt``, ``namespace``) to
+        this directory at start, see :meth:`enable_in_cluster`. Implies ``tls=True``.
+    :param service_account: ``"namespace:name"`` of the in-cluster service account.
+    :param token_ttl: seconds the in-cluster token is valid (None: it never expires).
+    :param rotate_tokens: rewrite the in-cluster token file at 80% of ``token_ttl`` like the kubelet.
+    :param rbac: authorize requests with RBAC rules (:meth:`grant`, :meth:`load_rbac_manifests`);
+        off: every authenticated user may do everything. The admin token is never refused.
     """
 
     def __init__(
@@ -60,6 +71,12 @@ class Sandbox:
         namespaces: Iterable[str] = ("default",),
         host: str = "127.0.0.1",
         tls: bool = False,
+        signing_key: bytes | None = None,
+        in_cluster_dir: str | os.PathLike[str] | None = None,
+        service_account: str = "default:default",
+        token_ttl: float | None = None,
+        rotate_tokens: bool = True,
+        rbac: bool = False,
     ) -> None:
         if history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {history_window}")
@@ -67,15 +84,35 @@ class Sandbox:
             raise ValueError(f"bookmark_interval must be > 0 seconds or None, got {bookmark_interval}")
         if pod_start_delay < 0:
             raise ValueError(f"pod_start_delay must be >= 0 seconds, got {pod_start_delay}")
+        if token_ttl is not None and token_ttl <= 0:
+            raise ValueError(f"token_ttl must be > 0 seconds or None, got {token_ttl}")
+        parse_service_account(service_account)  # fail early on a malformed one
         self.host = host
         self.port = port
-        self.tls = tls
+        self.tls = tls or in_cluster_dir is not None
+        self._in_cluster_options: dict[str, Any] | None = (
+            {
+                "directory": in_cluster_dir,
+                "service_account": service_account,
+                "token_ttl": token_ttl,
+                "rotate": rotate_tokens,
+            }
+            if in_cluster_dir is not None
+            else None
+        )
+        self.sa_volume: ServiceAccountVolume | None = None
+        self._sa_user = ""
+        self._sa_namespace = ""
+        self._sa_token_ttl: float | None = None
+        self._sa_rotate_task: asyncio.Task[None] | None = None
         self._ssl_context: Any = None
         self.ca_pem: bytes | None = None
         self.bookmark_interval = bookmark_interval
         self.pod_start_delay = pod_start_delay
         self.inherit_env = inherit_env
         self.token = token or secrets.token_urlsafe(24)
+        self.auth = Authenticator(self.token, signing_key)
+        self.rbac = Rbac(enabled=rbac)
         self._initial_namespaces = tuple(namespaces)
         self._want_kubelet = kubelet
         self._want_job_controller = job_controller
@@ -123,6 +160,8 @@ class Sandbox:
             self.kubelet.start()
         if self.job_controller is not None:
             self.job_controller.start()
+        if self._in_cluster_options is not None:
+            self.enable_in_cluster(**self._in_cluster_options)
         return self
 
     async def _open_site(self) -> None:
@@ -139,6 +178,8 @@ class Sandbox:
         """Stop everything: watches end, pod processes are killed, the port is closed."""
         if self._outage_task is not None:
             self._outage_task.cancel()
+        if self._sa_rotate_task is not None:
+            self._sa_rotate_task.cancel()
         if self.job_controller is not None:
             await self.job_controller.stop()
         if self.kubelet is not None:
@@ -156,9 +197,161 @@ class Sandbox:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        """Write a kubeconfig (server = url, user = bearer token, current-context set), mode 0600."""
-        return write_kubeconfig_file(path, self.url, self.token, ca_pem=self.ca_pem)
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str], *, token: str | None = None, namespace: str = "default"
+    ) -> str:
+        """Write a kubeconfig (server = url, user = bearer token, current-context set), mode 0600.
+
+        :param token: the user's bearer token (default: the admin token, which RBAC never refuses);
+            e.g. one from :meth:`issue_token`.
+        """
+        text = kubeconfig_text(self.url, token or self.token, ca_pem=self.ca_pem, namespace=namespace)
+        return write_private_file(path, text)
+
+    def write_exec_kubeconfig(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        user: str = "sandbox-exec-user",
+        token_ttl: float = 60.0,
+        key_file: str | os.PathLike[str] | None = None,
+        namespace: str = "default",
+    ) -> str:
+        """Write a kubeconfig whose user is an exec plugin (``python -m airflow_jobwatch.sandbox.credential``)
+        handing out tokens for ``user`` that expire after ``token_ttl`` seconds, like EKS or GKE.
+
+        The plugin needs the token-signing key: it is written to ``key_file`` (default: ``path`` +
+        ``.signing-key``), mode 0600. Returns the kubeconfig's path.
+        """
+        if token_ttl <= 0:
+            raise ValueError(f"token_ttl must be > 0 seconds, got {token_ttl}")
+        key_path = os.fspath(key_file) if key_file is not None else os.fspath(path) + ".signing-key"
+        write_private_file(key_path, self.auth.key)
+        text = exec_kubeconfig_text(
+            self.url,
+            key_file=os.path.abspath(key_path),
+            user=user,
+            token_ttl=token_ttl,
+            ca_pem=self.ca_pem,
+            namespace=namespace,
+        )
+        return write_private_file(path, text)
+
+    # ---- credentials -----------------------------------------------------------------------------
+    def issue_token(self, user: str, *, groups: Iterable[str] | None = None, ttl: float | None = None) -> str:
+        """A new bearer token for ``user`` (e.g. ``system:serviceaccount:airflow:scheduler``) that the
+        server refuses with 401 once ``ttl`` seconds have passed (None: never)."""
+        return self.auth.issue(user, groups=tuple(groups) if groups is not None else None, ttl=ttl)
+
+    def expire_token(self, token: str) -> None:
+        """Refuse ``token`` with 401 from now on (as if it had expired)."""
+        self.auth.expire(token)
+
+    def tokens_seen(self, user: str) -> int:
+        """How many distinct tokens the server accepted for ``user`` (2+ shows a client refreshed)."""
+        return self.auth.tokens_seen(user)
+
+    # ---- RBAC ------------------------------------------------------------------------------------
+    def set_rbac(self, on: bool) -> None:
+        """Switch RBAC on (users need a rule for every request; 403 otherwise) or off."""
+        self.rbac.enabled = bool(on)
+
+    def grant(
+        self,
+        subject: str,
+        *,
+        verbs: list[str],
+        resources: list[str],
+        namespace: str | None = None,
+        resource_names: list[str] | None = None,
+    ) -> None:
+        """Allow ``subject`` (a user, e.g. ``system:serviceaccount:airflow:scheduler``, or
+        ``group:<name>``) ``verbs`` on ``resources`` (``pods``, ``pods/log``, ``jobs``, ``*``...) in
+        ``namespace`` (None: every namespace and cluster scope). Turns RBAC on."""
+        self.rbac.grant(
+            subject,
+            verbs=verbs,
+            resources=resources,
+            namespace=namespace,
+            resource_names=resource_names or (),
+        )
+        self.rbac.enabled = True
+
+    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
+        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) and turn
+        RBAC on. Returns what was loaded (``kind/namespace/name``)."""
+        loaded = self.rbac.load_manifests(manifests)
+        self.rbac.enabled = True
+        return loaded
+
+    def clear_rbac(self) -> None:
+        """Forget every role, binding and grant (RBAC stays on or off as it is)."""
+        self.rbac.clear()
+
+    # ---- in-cluster mode -------------------------------------------------------------------------
+    def enable_in_cluster(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        service_account: str = "default:default",
+        token_ttl: float | None = None,
+        rotate: bool = True,
+    ) -> dict[str, str]:
+        """Write a service-account volume (``token``, ``ca.crt``, ``namespace``) to ``directory``.
+
+        The token is for ``system:serviceaccount:<namespace>:<name>``; with ``token_ttl`` it expires
+        (401 afterwards) and, when ``rotate``, a new one is written at 80% of its lifetime, like the
+        kubelet does for projected tokens. The service account's namespace is created if missing.
+        Returns :meth:`in_cluster_env` plus the file paths.
+        """
+        if not self.tls or self.ca_pem is None:
+            raise RuntimeError(
+                "in-cluster mode needs the sandbox to serve HTTPS (Sandbox(tls=True)): "
+                "load_incluster_config() always connects to https://KUBERNETES_SERVICE_HOST:PORT"
+            )
+        if token_ttl is not None and token_ttl <= 0:
+            raise ValueError(f"token_ttl must be > 0 seconds or None, got {token_ttl}")
+        ns, name = parse_service_account(service_account)
+        if self.store.get("namespaces", "", ns) is None:
+            self.api.create("namespaces", None, {"metadata": {"name": ns}})
+        self.sa_volume = ServiceAccountVolume(directory)
+        self._sa_user = service_account_user(ns, name)
+        self._sa_namespace = ns
+        self._sa_token_ttl = token_ttl
+        self.rotate_service_account_token()
+        if self._sa_rotate_task is not None:
+            self._sa_rotate_task.cancel()
+            self._sa_rotate_task = None
+        if token_ttl is not None and rotate:
+            self._sa_rotate_task = asyncio.get_running_loop().create_task(self._rotate_forever(token_ttl))
+        return {
+            **self.in_cluster_env(),
+            "token": str(self.sa_volume.token_path),
+            "ca.crt": str(self.sa_volume.ca_path),
+            "namespace": str(self.sa_volume.namespace_path),
+            "user": self._sa_user,
+        }
+
+    def in_cluster_env(self) -> dict[str, str]:
+        """The environment a pod gets: ``KUBERNETES_SERVICE_HOST`` and ``KUBERNETES_SERVICE_PORT``."""
+        return {"KUBERNETES_SERVICE_HOST": self.host, "KUBERNETES_SERVICE_PORT": str(self.port)}
+
+    def rotate_service_account_token(self, *, expire_old: bool = False) -> str:
+        """Write a new service-account token to the in-cluster token file (atomically); the old one
+        keeps working until its own expiry unless ``expire_old``. Returns the new token."""
+        if self.sa_volume is None or self.ca_pem is None:
+            raise RuntimeError("in-cluster mode is off: call enable_in_cluster(directory) first")
+        old = self.sa_volume.read_token() if self.sa_volume.token_path.exists() else None
+        token = self.auth.issue(self._sa_user, ttl=self._sa_token_ttl)
+        self.sa_volume.write(token=token, ca_pem=self.ca_pem, namespace=self._sa_namespace)
+        if expire_old and old:
+            self.auth.expire(old)
+        return token
+
+    async def _rotate_forever(self, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(ttl * ROTATE_AT_SHARE_OF_TTL)
+            self.rotate_service_account_token()
 
     # ---- inspection ------------------------------------------------------------------------------
     def current_resource_version(self) -> int:

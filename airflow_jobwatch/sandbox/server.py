@@ -23,16 +23,17 @@ import json
 import logging
 import random
 import re
-import secrets
 from collections import Counter
 from typing import Any
 
 from aiohttp import web
 
 from . import discovery, tables
+from .auth import Identity
 from .errors import ApiError, bad_request, status_object
 from .gc import GarbageCollector
 from .kubeconfig import kubeconfig_text, write_kubeconfig_file
+from .rbac import Request as AuthzRequest
 from .reads import ReadsMixin
 from .responses import JSON, _bool_param, _error_response, _json_response
 from .store import Store
@@ -75,6 +76,22 @@ def _verb(method: str, name: str | None, sub: str | None, query: Any) -> str:
     return verb
 
 
+def _authz_request(
+    verb: str, resource: str, sub: str | None, ns: str | None, name: str | None, query: Any
+) -> AuthzRequest:
+    """The RBAC attributes of a request, as ``requestinfo.go`` derives them: a namespace object's
+    namespace is its name, and a list/watch selecting ``metadata.name=X`` is about the object X."""
+    namespace = ns or ""
+    if resource == "namespaces" and name:
+        namespace = name
+    if name is None and verb in ("list", "watch"):
+        for part in (query.get("fieldSelector") or "").split(","):
+            key, sep, value = part.partition("=")
+            if sep and key.strip() == "metadata.name" and not key.endswith("!"):
+                name = value.lstrip("=").strip()
+    return AuthzRequest(verb, resource, sub or "", namespace, name or "")
+
+
 class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
     """HTTP handlers. Owns no state of its own beyond faults and counters: objects live in the store."""
 
@@ -92,10 +109,17 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
 
     # ---- entry point -----------------------------------------------------------------------------
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        if not self._authorized(request):
+        identity = self.sb.auth.authenticate(request.headers.get("Authorization", ""))
+        if identity is None:
+            # The real server's body for a missing, unknown or expired token (no details).
             return _json_response(status_object(401, "Unauthorized"), 401)
         path = request.path
         if path.startswith("/_sandbox/"):
+            if not identity.is_admin:
+                return _json_response(
+                    status_object(403, f'forbidden: User "{identity.user}" cannot use the sandbox admin API'),
+                    403,
+                )
             answer: web.StreamResponse = await self.sb.admin.handle(request)
             return answer
         try:
@@ -107,13 +131,9 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             match = _PATH.match(path)
             if match is None:
                 raise ApiError(404, "the server could not find the requested resource", details={})
-            return await self._resource_request(request, match)
+            return await self._resource_request(request, match, identity)
         except ApiError as err:
             return _error_response(err)
-
-    def _authorized(self, request: web.BaseRequest) -> bool:
-        header = request.headers.get("Authorization", "")
-        return secrets.compare_digest(header.encode(), f"Bearer {self.sb.token}".encode())
 
     def _discovery(self, path: str, request: web.BaseRequest) -> dict[str, Any] | None:
         path = path.rstrip("/") or "/"
@@ -138,7 +158,9 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
         return None
 
     # ---- resource requests -----------------------------------------------------------------------
-    async def _resource_request(self, request: web.BaseRequest, match: re.Match[str]) -> web.StreamResponse:
+    async def _resource_request(
+        self, request: web.BaseRequest, match: re.Match[str], identity: Identity
+    ) -> web.StreamResponse:
         resource = match["resource"]
         ns = match["ns"]
         name = match["name"]
@@ -154,6 +176,7 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
         verb = _verb(request.method, name, sub, query)
         counted = f"{resource}/{sub}" if sub else resource
         self.counters[f"{verb} {counted}"] += 1
+        self.sb.rbac.authorize(identity, _authz_request(verb, resource, sub, ns, name, query))
         self._maybe_inject_fault(verb)
 
         if sub == "log":

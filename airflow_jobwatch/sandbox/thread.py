@@ -117,8 +117,63 @@ class SandboxThread:
     def port(self) -> int:
         return self.sandbox.port
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> str:
-        return self.sandbox.write_kubeconfig(path)
+    @property
+    def ca_pem(self) -> bytes | None:
+        return self.sandbox.ca_pem
+
+    def write_kubeconfig(
+        self, path: str | os.PathLike[str], *, token: str | None = None, namespace: str = "default"
+    ) -> str:
+        return self.sandbox.write_kubeconfig(path, token=token, namespace=namespace)
+
+    def write_exec_kubeconfig(self, path: str | os.PathLike[str], **options: Any) -> str:
+        """See :meth:`Sandbox.write_exec_kubeconfig`."""
+        return self.sandbox.write_exec_kubeconfig(path, **options)
+
+    # ---- credentials and in-cluster mode ---------------------------------------------------------
+    def issue_token(self, user: str, *, groups: Iterable[str] | None = None, ttl: float | None = None) -> str:
+        return str(self._call(lambda sb: sb.issue_token(user, groups=groups, ttl=ttl)))
+
+    def expire_token(self, token: str) -> None:
+        self._call(lambda sb: sb.expire_token(token))
+
+    def tokens_seen(self, user: str) -> int:
+        return int(self._call(lambda sb: sb.tokens_seen(user)))
+
+    def enable_in_cluster(self, directory: str | os.PathLike[str], **options: Any) -> dict[str, str]:
+        """See :meth:`Sandbox.enable_in_cluster`."""
+        return dict(self._call(lambda sb: sb.enable_in_cluster(directory, **options)))
+
+    def in_cluster_env(self) -> dict[str, str]:
+        return self.sandbox.in_cluster_env()
+
+    def set_rbac(self, on: bool) -> None:
+        self._call(lambda sb: sb.set_rbac(on))
+
+    def grant(
+        self,
+        subject: str,
+        *,
+        verbs: list[str],
+        resources: list[str],
+        namespace: str | None = None,
+        resource_names: list[str] | None = None,
+    ) -> None:
+        """See :meth:`Sandbox.grant`."""
+        self._call(
+            lambda sb: sb.grant(
+                subject, verbs=verbs, resources=resources, namespace=namespace, resource_names=resource_names
+            )
+        )
+
+    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
+        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests)))
+
+    def clear_rbac(self) -> None:
+        self._call(lambda sb: sb.clear_rbac())
+
+    def rotate_service_account_token(self, *, expire_old: bool = False) -> str:
+        return str(self._call(lambda sb: sb.rotate_service_account_token(expire_old=expire_old)))
 
     # ---- the Sandbox API, synchronously ----------------------------------------------------------
     def set_history_window(self, n: int) -> None:

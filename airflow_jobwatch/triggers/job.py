@@ -43,6 +43,7 @@ from airflow_jobwatch.kube.states import (
     DEFAULT_FATAL_WAITING_REASONS,
     TERMINAL_PHASES,
     classify_job,
+    classify_pod,
     pod_summary,
 )
 from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
@@ -75,11 +76,24 @@ _MISSING_GRACE_SECONDS = 2.0
 #: completions): the result is then reported with the pod as it is.
 _POD_SETTLE_SECONDS = 1.0
 
+#: The event's ``status``: upstream's ``KubernetesJobTrigger`` vocabulary, kept so that code written
+#: for upstream's events (``event["status"] == "error"``) reads ours the same way.
 STATUS_SUCCESS = "success"
-STATUS_FAILED = "failed"
-STATUS_DELETED = "deleted"
-STATUS_TIMEOUT = "timeout"
 STATUS_ERROR = "error"
+
+#: The event's ``outcome``: our finer reading of how the wait ended (``status`` is ``success`` only for
+#: ``OUTCOME_SUCCESS``, ``error`` for every other outcome).
+OUTCOME_SUCCESS = "success"
+OUTCOME_FAILED = "failed"
+OUTCOME_DELETED = "deleted"
+OUTCOME_TIMEOUT = "timeout"
+OUTCOME_ERROR = "error"
+
+#: What upstream's XCom sidecar reports for an empty ``return.json``; our event uses the same marker.
+EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
+
+#: Propagation policies ``on_kill`` may send (the API server's own list).
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
 def _conf_float(option: str, fallback: float | None = None) -> float:
@@ -129,11 +143,24 @@ class JobTrigger(BaseTrigger):
     """
     Wait for a Kubernetes Job to end, through the triggerer's shared watch of the Job's namespace.
 
-    Yields exactly one :class:`~airflow.triggers.base.TriggerEvent` whose payload is a dict with
-    ``status`` (``success``, ``failed``, ``deleted``, ``timeout`` or ``error``), ``reason`` (a short
-    word: ``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``, ``ErrImagePull``, ``Deleted``,
-    ``Timeout``, ``ApiUnreachable``...), ``message`` (a sentence for the task log), ``name``,
-    ``namespace``, ``uid`` and ``pods`` (one ``{"name", "phase", "exit_code", "reason"}`` per pod).
+    Yields exactly one :class:`~airflow.triggers.base.TriggerEvent`. Its payload has every key of
+    upstream's ``KubernetesJobTrigger`` event, with the same meaning:
+
+    * ``status``: ``success`` or ``error`` (upstream's two words; any ending but success is ``error``);
+    * ``message``: a sentence for the task log;
+    * ``name`` / ``namespace``: the Job's;
+    * ``job``: the Job as ``kubernetes.client.V1Job.to_dict()`` gives it (None if it was never read);
+    * ``pod_names`` / ``pod_namespace``: the Job's pods (every pod, retried ones included);
+    * ``xcom_result``: with ``do_xcom_push``, one string per succeeded pod (the base container's
+      termination message, i.e. its ``/airflow/xcom/return.json``), else None;
+
+    and adds:
+
+    * ``outcome``: ``success``, ``failed``, ``deleted``, ``timeout`` or ``error``;
+    * ``reason``: a short word (``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``,
+      ``ErrImagePull``, ``Deleted``, ``Timeout``, ``ApiUnreachable``...);
+    * ``uid``: the Job's uid;
+    * ``pods``: one ``{"name", "phase", "exit_code", "reason"}`` per pod.
 
     :param job_name: name of the Job.
     :param namespace: namespace of the Job.
@@ -155,7 +182,16 @@ class JobTrigger(BaseTrigger):
         ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).
     :param job_uid: uid of the Job the operator created. A different Job re-created under the same
         name is then not mistaken for it.
-    :param delete_on_kill: delete the Job (Foreground propagation) when a user kills the deferred task.
+    :param delete_on_kill: delete the Job when a user kills the deferred task.
+    :param do_xcom_push: put the base container's termination message of each succeeded pod in the
+        event's ``xcom_result``.
+    :param base_container_name: the container whose termination message is the XCom result.
+    :param on_kill_propagation_policy: how ``on_kill`` deletes the Job: ``Foreground`` (default),
+        ``Background`` or ``Orphan``, as upstream's operator.
+    :param termination_grace_period: grace period in seconds ``on_kill`` gives the Job's deletion
+        (None: the server's default).
+    :param delete_pods_on_kill: ``on_kill`` also deletes the Job's pods itself (upstream's
+        ``on_kill_action="delete_pod"``); matters with ``Orphan``, which leaves them otherwise.
     """
 
     def __init__(
@@ -173,6 +209,11 @@ class JobTrigger(BaseTrigger):
         api_failure_tolerance: float | None = None,
         job_uid: str | None = None,
         delete_on_kill: bool = False,
+        do_xcom_push: bool = False,
+        base_container_name: str = "base",
+        on_kill_propagation_policy: str = "Foreground",
+        termination_grace_period: int | None = None,
+        delete_pods_on_kill: bool = False,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if not job_name:
@@ -183,6 +224,15 @@ class JobTrigger(BaseTrigger):
             raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         if api_failure_tolerance is not None and api_failure_tolerance < 0:
             raise ValueError(f"api_failure_tolerance must be >= 0 seconds, got {api_failure_tolerance!r}")
+        if on_kill_propagation_policy not in PROPAGATION_POLICIES:
+            raise ValueError(
+                f"on_kill_propagation_policy must be one of {', '.join(PROPAGATION_POLICIES)}, "
+                f"got {on_kill_propagation_policy!r}"
+            )
+        if termination_grace_period is not None and termination_grace_period < 0:
+            raise ValueError(
+                f"termination_grace_period must be >= 0 seconds, got {termination_grace_period!r}"
+            )
         self.job_name = job_name
         self.namespace = namespace
         self.kubernetes_conn_id = kubernetes_conn_id
@@ -197,6 +247,11 @@ class JobTrigger(BaseTrigger):
         self.api_failure_tolerance = api_failure_tolerance
         self.job_uid = job_uid
         self.delete_on_kill = delete_on_kill
+        self.do_xcom_push = do_xcom_push
+        self.base_container_name = base_container_name
+        self.on_kill_propagation_policy = on_kill_propagation_policy
+        self.termination_grace_period = termination_grace_period
+        self.delete_pods_on_kill = delete_pods_on_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -214,6 +269,11 @@ class JobTrigger(BaseTrigger):
                 "api_failure_tolerance": self.api_failure_tolerance,
                 "job_uid": self.job_uid,
                 "delete_on_kill": self.delete_on_kill,
+                "do_xcom_push": self.do_xcom_push,
+                "base_container_name": self.base_container_name,
+                "on_kill_propagation_policy": self.on_kill_propagation_policy,
+                "termination_grace_period": self.termination_grace_period,
+                "delete_pods_on_kill": self.delete_pods_on_kill,
             },
         )
 
@@ -265,7 +325,7 @@ class JobTrigger(BaseTrigger):
         return config
 
     @contextlib.asynccontextmanager
-    async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[None]:
+    async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[NamespaceWatch]:
         """Keep this trigger's namespace watch open (and synced, waiting up to ``sync_timeout`` s).
 
         The operator's in-worker wait enters this *before* it creates the Job, so that a Job that ends
@@ -278,29 +338,52 @@ class JobTrigger(BaseTrigger):
         )
         try:
             await subscription.watch.wait_synced(sync_timeout)
-            yield
+            yield subscription.watch
         finally:
             await asyncio.shield(subscription.close())
 
     # -- deciding --------------------------------------------------------------------------------------
     def _payload(
         self,
-        status: str,
+        outcome: str,
         reason: str | None,
         message: str,
         *,
         job: dict[str, Any] | None = None,
         pods: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
+        ordered = sorted(pods or [], key=_pod_sort_key)
         return {
-            "status": status,
-            "reason": reason,
+            # upstream's keys, with upstream's meaning
+            "status": STATUS_SUCCESS if outcome == OUTCOME_SUCCESS else STATUS_ERROR,
             "message": message,
             "name": self.job_name,
             "namespace": self.namespace,
+            "job": client_job_dict(job),
+            "pod_names": [str((p.get("metadata") or {}).get("name")) for p in ordered],
+            "pod_namespace": self.namespace,
+            "xcom_result": self._xcom_results(ordered) if self.do_xcom_push else None,
+            # ours
+            "outcome": outcome,
+            "reason": reason,
             "uid": _uid(job) or self.job_uid,
-            "pods": [pod_summary(p) for p in sorted(pods or [], key=_pod_sort_key)],
+            "pods": [pod_summary(p) for p in ordered],
         }
+
+    def _xcom_results(self, pods: list[dict[str, Any]]) -> list[str]:
+        """The base container's termination message of every succeeded pod (oldest first)."""
+        results = []
+        for pod in pods:
+            # classified, not the raw phase: the kubelet reports the container terminated a moment
+            # before the pod's phase; kube/states reads a pod whose containers all succeeded as succeeded
+            if classify_pod(pod).phase != "succeeded":
+                continue
+            status = pod.get("status") or {}
+            for cs in status.get("containerStatuses") or []:
+                if cs.get("name") == self.base_container_name:
+                    terminated = (cs.get("state") or {}).get("terminated") or {}
+                    results.append(terminated.get("message") or EMPTY_XCOM_RESULT)
+        return results
 
     def _ours(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         """``job`` if it is the Job this trigger waits for (same uid when the uid is known)."""
@@ -330,13 +413,13 @@ class JobTrigger(BaseTrigger):
         if not state.terminal:
             return None
         if state.phase == "succeeded":
-            status = STATUS_SUCCESS
+            outcome = OUTCOME_SUCCESS
         elif state.reason == "Deleted":
-            status = STATUS_DELETED
+            outcome = OUTCOME_DELETED
         else:
-            status = STATUS_FAILED
-        metrics.job_detected(job, status=status)
-        return self._payload(status, state.reason, state.message, job=job, pods=pods)
+            outcome = OUTCOME_FAILED
+        metrics.job_detected(job, status=outcome)
+        return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
 
     def _current_state_note(
         self, watch: NamespaceWatch | None
@@ -398,7 +481,7 @@ class JobTrigger(BaseTrigger):
             nonlocal held, settle_handle
             if outcome.done():
                 return
-            if payload["status"] not in (STATUS_SUCCESS, STATUS_FAILED) or _pods_final(payload):
+            if payload["outcome"] not in (OUTCOME_SUCCESS, OUTCOME_FAILED) or _pods_final(payload):
                 settle(payload)
                 return
             held = payload
@@ -422,7 +505,7 @@ class JobTrigger(BaseTrigger):
             note, job, pods = self._current_state_note(watch)
             settle(
                 self._payload(
-                    STATUS_TIMEOUT,
+                    OUTCOME_TIMEOUT,
                     "Timeout",
                     f"Job {self.namespace}/{self.job_name} did not finish before its deadline "
                     f"{self.deadline.isoformat() if self.deadline else '?'}; {note}",
@@ -448,7 +531,7 @@ class JobTrigger(BaseTrigger):
             except Exception as e:
                 settle(
                     self._payload(
-                        STATUS_ERROR,
+                        OUTCOME_ERROR,
                         "ConfigError",
                         f"Cannot watch Job {self.namespace}/{self.job_name}: {type(e).__name__}: {e}",
                     )
@@ -502,7 +585,7 @@ class JobTrigger(BaseTrigger):
             elif time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
                 settle(
                     self._payload(
-                        STATUS_DELETED,
+                        OUTCOME_DELETED,
                         "Deleted",
                         f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted before "
                         "its result could be read.",
@@ -513,7 +596,7 @@ class JobTrigger(BaseTrigger):
             if failing_for is not None and failing_for >= tolerance:
                 settle(
                     self._payload(
-                        STATUS_ERROR,
+                        OUTCOME_ERROR,
                         "ApiUnreachable",
                         f"The Kubernetes API failed for {failing_for:.0f} s (tolerance {tolerance:g} s) "
                         f"while waiting for Job {self.namespace}/{self.job_name}; last error: "
@@ -534,7 +617,8 @@ class JobTrigger(BaseTrigger):
                 await asyncio.wait_for(asyncio.shield(outcome), timeout=wait_for)
 
     async def on_kill(self) -> None:
-        """Delete the Job with Foreground propagation, when the operator asked for it.
+        """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when
+        the operator asked for it, and its pods too with ``delete_pods_on_kill``.
 
         Airflow calls this only when a user acts on the deferred task (mark failed / clear / mark
         success), never on triggerer shutdown, hand-over or timeout, so an in-flight Job survives a
@@ -542,7 +626,7 @@ class JobTrigger(BaseTrigger):
         """
         if not self.delete_on_kill:
             return
-        from kubernetes_asyncio.client import BatchV1Api, V1DeleteOptions, V1Preconditions
+        from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, V1DeleteOptions, V1Preconditions
         from kubernetes_asyncio.client.exceptions import ApiException
 
         client = await kube_client.async_api_client(await self._resolved_cluster_config())
@@ -552,20 +636,60 @@ class JobTrigger(BaseTrigger):
                 self.job_name,
                 self.namespace,
                 body=V1DeleteOptions(
-                    propagation_policy="Foreground",
+                    propagation_policy=self.on_kill_propagation_policy,
+                    grace_period_seconds=self.termination_grace_period,
                     preconditions=V1Preconditions(uid=self.job_uid) if self.job_uid else None,
                 ),
             )
         except ApiException as e:
             if e.status not in (404, 409):  # already gone / a different Job now has this name
                 raise
+        try:
+            if self.delete_pods_on_kill and self.job_uid:
+                await CoreV1Api(client).delete_collection_namespaced_pod(
+                    self.namespace, label_selector=f"controller-uid={self.job_uid}"
+                )
         finally:
             await client.close()
 
 
+class _Response:
+    """What ``ApiClient.deserialize`` reads from an HTTP response: its body."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+_model_client: Any = None
+
+
+def client_job_dict(job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Job (API JSON) as ``kubernetes.client.V1Job.to_dict()`` returns it: the shape upstream puts
+    in its event's ``job`` and in the ``job`` XCom (snake_case keys, datetimes)."""
+    global _model_client
+    if job is None:
+        return None
+    import json
+
+    from kubernetes.client import ApiClient
+
+    if _model_client is None:
+        _model_client = ApiClient()
+    model = _model_client.deserialize(_Response(json.dumps(job)), "V1Job")
+    return model.to_dict()  # type: ignore[no-any-return]
+
+
 def _pods_final(payload: dict[str, Any]) -> bool:
-    """Whether every pod in a payload's summary is in a terminal phase (as classified by kube/states)."""
-    return all(pod["phase"] in TERMINAL_PHASES for pod in payload["pods"])
+    """Whether every pod in a payload's summary is in a terminal phase (as classified by kube/states),
+    and the pod watch has shown at least as many ended pods as the Job counts, and one for a success
+    (the pods' events can lag behind the Job's: a payload without them would lack their exit codes and
+    XCom results)."""
+    status = (payload.get("job") or {}).get("status") or {}
+    counted = (status.get("succeeded") or 0) + (status.get("failed") or 0)
+    if payload["outcome"] == OUTCOME_SUCCESS:
+        counted = max(counted, 1)  # a Job succeeds through at least one succeeded pod
+    ended = sum(1 for pod in payload["pods"] if pod["phase"] in TERMINAL_PHASES)
+    return ended == len(payload["pods"]) and ended >= counted
 
 
 def _pod_sort_key(pod: dict[str, Any]) -> tuple[str, str]:

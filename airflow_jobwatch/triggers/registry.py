@@ -60,6 +60,39 @@ _POD_OWNER_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 TOMBSTONE_MAX_ENTRIES = 10_000
 TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
+#: ``[jobwatch] namespace_watch_linger_seconds`` default. When the last trigger of a namespace leaves, its
+#: two watches stay open this long in case another trigger arrives: a DAG whose deferred tasks follow one
+#: another in one namespace then keeps one warm cache instead of paying a full LIST per task. Idle, a
+#: lingering watch costs two open connections and its cache; 60 s is about one task's start-up time.
+DEFAULT_LINGER_SECONDS = 60.0
+
+
+def _conf_str(key: str, default: str) -> str:
+    try:
+        from airflow.configuration import conf
+    except ImportError:  # pragma: no cover - the registry is usable without Airflow (benchmarks, tests)
+        return default
+    return str(conf.get("jobwatch", key, fallback=default) or default).strip()
+
+
+def job_label_selector_from_conf() -> str | None:
+    """``[jobwatch] job_label_selector``: restricts the per-namespace Job informer (None = every Job)."""
+    return _conf_str("job_label_selector", "") or None
+
+
+def linger_seconds_from_conf() -> float:
+    """``[jobwatch] namespace_watch_linger_seconds`` (>= 0)."""
+    raw = _conf_str("namespace_watch_linger_seconds", str(DEFAULT_LINGER_SECONDS))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(
+            f"[jobwatch] namespace_watch_linger_seconds must be a number of seconds >= 0, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"[jobwatch] namespace_watch_linger_seconds must be >= 0, got {raw!r}")
+    return value
+
 
 @dataclass(frozen=True)
 class WatchKey:
@@ -108,10 +141,21 @@ class NamespaceWatch:
     the index below is always consistent with what the informers have delivered.
     """
 
-    def __init__(self, key: WatchKey, client_factory: ClientFactory, *, config: InformerConfig) -> None:
+    def __init__(
+        self,
+        key: WatchKey,
+        client_factory: ClientFactory,
+        *,
+        config: InformerConfig,
+        job_label_selector: str | None = None,
+    ) -> None:
         self.key = key
         self._client_factory = client_factory
         self._config = config
+        self.job_label_selector = job_label_selector or None
+        # Set while no trigger uses the watch and it lingers before stopping (see DEFAULT_LINGER_SECONDS).
+        self.linger_task: asyncio.Task[None] | None = None
+        self.idle_since: float | None = None
         self._api_client: Any = None
         self.jobs: Informer | None = None
         self.pods: Informer | None = None
@@ -138,12 +182,16 @@ class NamespaceWatch:
     async def _start(self) -> None:
         self._api_client = await self._client_factory()
         ns = self.key.namespace
+        # Jobs: every Job of the namespace (a trigger may wait for any of them), unless the user narrowed it
+        # with [jobwatch] job_label_selector; a Job outside the selector is then read by a GET every
+        # poll_interval instead (JobTrigger's fallback for a Job missing from the cache).
         self.jobs = Informer(
             self._api_client,
             kind="jobs",
             namespace=ns,
+            label_selector=self.job_label_selector,
             config=self._config,
-            name=f"jobs/{ns}",
+            name=f"jobs/{ns}" + (f" l={self.job_label_selector}" if self.job_label_selector else ""),
             observer=metrics.InformerMetrics("triggerer", "jobs", ns),
         )
         self.pods = Informer(
@@ -343,8 +391,17 @@ class Subscription:
 class InformerRegistry:
     """The shared watches of one event loop (a triggerer runs all its triggers in one loop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, linger_seconds: float | None = None, job_label_selector: str | None = None) -> None:
+        """:param linger_seconds: how long an unused watch stays open (None: ``[jobwatch]
+            namespace_watch_linger_seconds``, read when a watch becomes idle).
+        :param job_label_selector: restricts the Job informers (None: ``[jobwatch] job_label_selector``,
+            read when a watch starts)."""
         self._watches: dict[WatchKey, NamespaceWatch] = {}
+        self._linger_seconds = linger_seconds
+        self._job_label_selector = job_label_selector
+        #: Lingering watches that were picked up again by a new trigger, and ones closed after lingering.
+        self.linger_reuses = 0
+        self.linger_closes = 0
 
     def active(self) -> dict[WatchKey, int]:
         """Subscriber count per shared watch (for tests, logs and the benchmark)."""
@@ -368,8 +425,18 @@ class InformerRegistry:
         watch = self._watches.get(key)
         if watch is None:
             # Created and registered with no await in between, so concurrent subscribers share it.
-            watch = NamespaceWatch(key, client_factory, config=config)
+            selector = (
+                self._job_label_selector
+                if self._job_label_selector is not None
+                else job_label_selector_from_conf()
+            )
+            watch = NamespaceWatch(key, client_factory, config=config, job_label_selector=selector)
             self._watches[key] = watch
+        elif watch.linger_task is not None:
+            task, watch.linger_task = watch.linger_task, None  # cleared first: the task then closes nothing
+            task.cancel()
+            watch.idle_since = None
+            self.linger_reuses += 1
         watch.refcount += 1
         metrics.shared_watches(self.active())
         remove = watch.listen(job_name, on_change)
@@ -386,13 +453,50 @@ class InformerRegistry:
         if watch.refcount > 0:
             metrics.shared_watches(self.active())
             return
+        linger = self._linger_seconds if self._linger_seconds is not None else linger_seconds_from_conf()
+        ready = watch._ready
+        started_ok = (
+            ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None
+        )
+        if linger > 0 and started_ok:
+            # Keep the warm cache for a while: the next trigger of this namespace joins it without a LIST.
+            log.debug("Last JobTrigger left %s; keeping its informers for %.0f s", watch.key, linger)
+            watch.idle_since = time.monotonic()
+            watch.linger_task = asyncio.get_running_loop().create_task(
+                self._linger(watch, linger), name=f"jobwatch-linger-{watch.key.namespace}"
+            )
+            return
+        await self._close(watch)
+
+    async def _linger(self, watch: NamespaceWatch, seconds: float) -> None:
+        """Close ``watch`` after ``seconds`` unless a trigger picked it up again (which clears
+        ``linger_task`` before cancelling this). Also closes it when the loop shuts down and cancels every
+        task (``asyncio.run`` in the operator's worker mode), so no client session is left open."""
+        me = asyncio.current_task()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if watch.linger_task is me and watch.refcount == 0:
+                watch.linger_task = None
+                self.linger_closes += 1
+                await self._close(watch)
+
+    async def _close(self, watch: NamespaceWatch) -> None:
         # Unregister before awaiting the stop, so a subscriber arriving meanwhile starts a fresh watch
         # instead of joining one that is shutting down.
         if self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
         metrics.shared_watches(self.active())
-        log.debug("Last JobTrigger left %s; stopping its informers", watch.key)
+        log.debug("Closing the informers of %s (no JobTrigger uses them)", watch.key)
         await watch.stop()
+
+    async def close(self) -> None:
+        """Stop every watch at once, lingering or not (tests, shutdown)."""
+        for watch in list(self._watches.values()):
+            if watch.linger_task is not None:
+                task, watch.linger_task = watch.linger_task, None
+                task.cancel()
+            await self._close(watch)
 
 
 _REGISTRIES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, InformerRegistry] = (

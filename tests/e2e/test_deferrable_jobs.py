@@ -60,5 +60,6 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     assert "ErrImagePull" in stack.task_log(DAG_ID, run_id, "bad_image", 1) or "ImagePullBackOff" in (
         stack.task_log(DAG_ID, run_id, "bad_image", 1)
     )
-    # on_finish_action="delete_pod": every Job of the run is gone
-    wait_until(lambda: not stack.admin.objects("jobs", "default"), timeout=30, what="the Jobs' deletion")
+    # on_finish_action="delete_pod" (upstream's meaning): the Jobs' pods are gone, the Jobs stay
+    wait_until(lambda: not stack.admin.objects("pods", "default"), timeout=30, what="the pods' deletion")
+    assert len(stack.admin.objects("jobs", "default")) == 5

@@ -9,6 +9,7 @@ this package, never Airflow: a spawned child starts in about a second.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import queue
@@ -19,7 +20,14 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.executors.watcher.messages import PodUpdate, Synced, WatcherSpec, WatcherStats
+from airflow_jobwatch.executors.watcher.messages import (
+    PodGone,
+    PodRef,
+    PodUpdate,
+    Synced,
+    WatcherSpec,
+    WatcherStats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +37,28 @@ CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
 # The child reports its informer's counters (relists, watches, health) at most this often; they
 # feed logs, the status file and the benchmark, none of which needs sub-second freshness.
 CHILD_STATS_INTERVAL_SECONDS = 1.0
-# A new child that has not beaten yet gets at least this long (imports, client set-up) before it is
+# Pods the parent expects but the first list did not contain are checked with this many GETs at
+# once: enough to confirm a few thousand missing pods in seconds, few enough not to look like a
+# burst to the API server's priority and fairness.
+MISSING_CHECK_CONCURRENCY = 8
+# Read timeout of each of those GETs; a GET that times out is retried with backoff, so a slow or
+# black-holed API server only delays the check (it runs in this process, never in the scheduler loop).
+MISSING_CHECK_READ_TIMEOUT_SECONDS = 30.0
 
 
-def child_main(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
-    """Entry point of the KubernetesJobWatcher process."""
+def child_main(
+    spec: WatcherSpec,
+    conn: Connection,
+    heartbeat: Any,
+    parent_pid: int,
+    expected: frozenset[PodRef] = frozenset(),
+) -> None:
+    """Entry point of the KubernetesJobWatcher process.
+
+    :param expected: pods the parent launched (or adopted) and has not seen end yet. Those absent from
+        this child's first list are checked with a GET here, off the scheduler loop (see
+        :func:`check_missing`).
+    """
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s] {%(name)s} %(levelname)s - %(processName)s: %(message)s"
     )
@@ -42,13 +67,19 @@ def child_main(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        asyncio.run(child_run(spec, conn, heartbeat, parent_pid))
+        asyncio.run(child_run(spec, conn, heartbeat, parent_pid, expected))
     except Exception:
         log.exception("KubernetesJobWatcher %s failed; the scheduler will start a new one", spec.name)
         raise
 
 
-async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_pid: int) -> None:
+async def child_run(
+    spec: WatcherSpec,
+    conn: Connection,
+    heartbeat: Any,
+    parent_pid: int,
+    expected: frozenset[PodRef] = frozenset(),
+) -> None:
     from airflow_jobwatch.kube.client import async_api_client
     from airflow_jobwatch.kube.informer import EventType, Informer, InformerEvent
     from airflow_jobwatch.kube.states import classify_pod
@@ -72,8 +103,12 @@ async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
 
     last_sent: dict[str, tuple[Any, ...]] = {}
+    # Every pod this child's informer has delivered: a missing-pod check that answers after the watch
+    # has seen the pod must not contradict the watch.
+    seen: set[PodRef] = set()
 
     def on_event(event: InformerEvent) -> None:
+        seen.add((event.namespace or "", event.name))
         deleted = event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN)
         state = classify_pod(event.obj, deleted=deleted, fatal_waiting_reasons=spec.fatal_waiting_reasons)
         signature = (state.phase, state.terminal, state.reason)
@@ -120,6 +155,7 @@ async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_
     )
     informer.subscribe(on_event)
 
+    checker: asyncio.Task[None] | None = None
     try:
         await informer.start()
         await informer.wait_synced()
@@ -128,6 +164,12 @@ async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_
             for o in informer.items()
         )
         outbox.put(Synced(keys=keys))
+        missing = sorted(ref for ref in expected if ref not in keys)
+        checker = (
+            asyncio.create_task(check_missing(api_client, spec, missing, seen, outbox.put))
+            if missing
+            else None
+        )
         last_stats: WatcherStats | None = None
         while True:
             health = informer.health
@@ -144,6 +186,104 @@ async def child_run(spec: WatcherSpec, conn: Connection, heartbeat: Any, parent_
             await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
     finally:
         beat_task.cancel()
+        if checker is not None:
+            checker.cancel()
         await informer.stop()
         await api_client.close()
         outbox.put(None)
+
+
+async def check_missing(
+    api_client: Any,
+    spec: WatcherSpec,
+    missing: list[PodRef],
+    seen: set[PodRef],
+    send: Any,
+) -> None:
+    """Find out what became of pods the parent expects that this child's first list did not contain.
+
+    Pods deleted while no watcher ran are simply absent from a new list: no event will ever say
+    they ended. Each is read with a GET (``MISSING_CHECK_CONCURRENCY`` at a time): 404 -> a
+    :class:`PodGone` for the parent, which reports the task's pod deleted; found -> its current
+    state as a :class:`PodUpdate` (it may have finished before this watch began). A failed GET (API
+    down, 5xx, timeout) is retried with backoff, never guessed. This runs here, in the child's event
+    loop, so that thousands of missing pods or a slow API server never stall the scheduler's loop
+    (the parent used to do these GETs inside ``executor.sync()``).
+    """
+    import aiohttp
+
+    from airflow_jobwatch.kube.backoff import Backoff
+    from airflow_jobwatch.kube.states import classify_pod
+
+    cfg = spec.informer_config
+    sem = asyncio.Semaphore(MISSING_CHECK_CONCURRENCY)
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=cfg.connect_timeout_seconds, sock_read=MISSING_CHECK_READ_TIMEOUT_SECONDS
+    )
+    log.info("%s: checking %d expected pod(s) absent from the first list", spec.name, len(missing))
+
+    async def check(ref: PodRef) -> None:
+        namespace, name = ref
+        backoff = Backoff(
+            initial_seconds=cfg.backoff_initial_seconds,
+            max_seconds=cfg.backoff_max_seconds,
+            reset_after_seconds=cfg.backoff_reset_after_seconds,
+        )
+        while ref not in seen:
+            error: str
+            try:
+                async with sem:
+                    if ref in seen:
+                        return
+                    resp = await api_client.call_api(
+                        f"/api/v1/namespaces/{namespace}/pods/{name}",
+                        "GET",
+                        header_params={"Accept": "application/json"},
+                        auth_settings=["BearerToken"],
+                        _preload_content=False,
+                        _request_timeout=timeout,
+                    )
+                    try:
+                        body = await resp.read()
+                    finally:
+                        resp.release()
+                if resp.status == 404:
+                    if ref not in seen:
+                        send(PodGone(namespace=namespace, name=name, observed_at=time.time()))
+                    return
+                if 200 <= resp.status < 300:
+                    if ref not in seen:
+                        pod = json.loads(body)
+                        meta = pod.get("metadata") or {}
+                        send(
+                            PodUpdate(
+                                namespace=namespace,
+                                name=name,
+                                uid=meta.get("uid", ""),
+                                state=classify_pod(
+                                    pod, fatal_waiting_reasons=spec.fatal_waiting_reasons
+                                ).as_dict(),
+                                annotations=dict(meta.get("annotations") or {}),
+                                deleted=False,
+                                observed_at=time.time(),
+                            )
+                        )
+                    return
+                error = f"{resp.status} {resp.reason}"
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # connection refused/reset, timeouts, TLS
+                error = f"{type(err).__name__}: {err}"
+            delay = backoff.failure(time.monotonic())
+            log.warning(
+                "%s: could not check whether pod %s/%s still exists (%s); retrying in %.1f s",
+                spec.name,
+                namespace,
+                name,
+                error,
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+    await asyncio.gather(*(check(ref) for ref in missing))
+    log.info("%s: checked the %d expected pod(s) absent from the first list", spec.name, len(missing))

@@ -43,6 +43,18 @@ class Synced:
 
 
 @dataclass(frozen=True, slots=True)
+class PodGone:
+    """A pod the parent expected is absent from the child's first list and a GET answered 404.
+
+    It was deleted while no watcher ran; its final state is unknown.
+    """
+
+    namespace: str
+    name: str
+    observed_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class WatcherStats:
     relists: int
     watches: int

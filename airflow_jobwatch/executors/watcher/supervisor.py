@@ -3,11 +3,15 @@
 What the upstream watcher gets wrong and this side answers (see docs/executor.md):
 
 * A dead or wedged child loses whatever happened until its replacement lists again. Pods deleted in
-  that gap are simply *absent* from the replacement's first list, so only the PARENT can notice
+  that gap are simply *absent* from the replacement's first list, so only the PARENT knows to miss
   them: it remembers which pods it launched and has not yet seen finish
-  (:meth:`WatcherSupervisor.track`), and when a replacement child reports its initial sync
-  (:class:`Synced` with the keys it saw) every tracked pod missing from it is checked with a GET;
-  a 404 means the pod is gone for good and it is reported ``failed``/``Deleted`` exactly once.
+  (:meth:`WatcherSupervisor.track`) and hands that set to each new child, which checks every one
+  missing from its first list with a GET - in the child, so that thousands of them or a slow API
+  server never stall the scheduler loop. A 404 (:class:`PodGone`) means the pod is gone for good and
+  it is reported ``failed``/``Deleted`` exactly once.
+* A pod is tracked from the moment its create is *sent* (:meth:`WatcherSupervisor.track` with
+  ``confirmed=False``), so a create whose answer is lost (a timeout on a create the server carried
+  out) still has its events reported.
 * No resourceVersion is handed between processes (the upstream ``ResourceVersion`` singleton was
   written in the child and read in the parent, which never worked): each child starts with a list.
 * Liveness is a heartbeat written by the child's *event loop* into shared memory, so a child whose
@@ -20,13 +24,14 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, child_main
 from airflow_jobwatch.executors.watcher.messages import (
+    PodGone,
     PodRef,
     PodResult,
     PodUpdate,
@@ -69,6 +74,9 @@ class _Tracked:
     name: str
     reported_running: bool = False
     last_phase: str = "pending"
+    # False while the create has been sent but not answered: the pod may or may not exist, so a 404
+    # proves nothing and such a pod is not handed to a new child as expected.
+    confirmed: bool = True
 
 
 @dataclass
@@ -126,8 +134,6 @@ class WatcherSupervisor:
     :param label_selector: selects this scheduler's worker pods.
     :param informer_config: watch timeouts and backoff of the children's informers.
     :param fatal_waiting_reasons: waiting reasons that make a Pending pod failed (ErrImagePull ...).
-    :param read_pod: ``(namespace, name) -> pod dict | None`` (None on 404); raises on other API
-        errors. Used only to confirm that a pod absent from a new child's first list is really gone.
     :param unresponsive_after: seconds without a heartbeat from a child's event loop before it is
         presumed wedged and replaced.
     :param restart_backoff_initial: first delay before restarting a failed child; doubles (with
@@ -142,7 +148,6 @@ class WatcherSupervisor:
         label_selector: str,
         informer_config: InformerConfig,
         fatal_waiting_reasons: Collection[str],
-        read_pod: Callable[[str, str], dict[str, Any] | None],
         unresponsive_after: float = 60.0,
         restart_backoff_initial: float = 0.8,
         restart_backoff_max: float = 30.0,
@@ -159,7 +164,6 @@ class WatcherSupervisor:
                 f"restart backoff must satisfy 0 < initial <= max; got initial={restart_backoff_initial!r}, "
                 f"max={restart_backoff_max!r}"
             )
-        self._read_pod = read_pod
         self._unresponsive_after = unresponsive_after
         self._backoff_initial = restart_backoff_initial
         self._backoff_max = restart_backoff_max
@@ -168,24 +172,17 @@ class WatcherSupervisor:
         # runs threads. A spawned child imports only kube/ and this module (about a second), which
         # matters only on (re)start.
         self._ctx = multiprocessing.get_context(mp_context or "spawn")
+        self._cluster = cluster
+        self._label_selector = label_selector
+        self._informer_config = informer_config
+        self._fatal_waiting_reasons = frozenset(fatal_waiting_reasons)
+        self._name = name
         self._slots: dict[str | None, _Slot] = {}
         for ns in namespaces:
-            spec = WatcherSpec(
-                cluster=cluster,
-                namespace=ns,
-                label_selector=label_selector,
-                informer_config=informer_config,
-                fatal_waiting_reasons=frozenset(fatal_waiting_reasons),
-                name=f"{name}-{ns or 'all-namespaces'}",
-            )
-            self._slots[ns] = _Slot(spec=spec, backoff=self._new_backoff())
+            self._slots[ns] = self._new_slot(ns)
         if not self._slots:
             raise ValueError("WatcherSupervisor needs at least one namespace scope (None = all namespaces)")
         self._tracked: dict[PodRef, _Tracked] = {}
-        # Tracked pods absent from a new child's first list, waiting for a GET to confirm they are gone.
-        self._to_verify: set[PodRef] = set()
-        self._verify_not_before = 0.0
-        self._verify_backoff = self._new_backoff()
         self.counters = SupervisorCounters()
         self._started = False
 
@@ -197,16 +194,55 @@ class WatcherSupervisor:
             reset_after_seconds=RESTART_BACKOFF_RESET_AFTER_SECONDS,
         )
 
+    def _new_slot(self, ns: str | None) -> _Slot:
+        spec = WatcherSpec(
+            cluster=self._cluster,
+            namespace=ns,
+            label_selector=self._label_selector,
+            informer_config=self._informer_config,
+            fatal_waiting_reasons=self._fatal_waiting_reasons,
+            name=f"{self._name}-{ns or 'all-namespaces'}",
+        )
+        return _Slot(spec=spec, backoff=self._new_backoff())
+
+    # --- namespaces -----------------------------------------------------------------------
+
+    def watches(self, namespace: str) -> bool:
+        """Whether pods in ``namespace`` are watched (by its own child or a cluster-wide one)."""
+        return None in self._slots or namespace in self._slots
+
+    def add_namespace(self, namespace: str) -> None:
+        """Watch one more namespace (a ``pod_override`` put a pod there); started at once if running."""
+        if self.watches(namespace):
+            return
+        slot = self._new_slot(namespace)
+        self._slots[namespace] = slot
+        log.info("Watching namespace %s too (a task's pod_override puts its pod there)", namespace)
+        if self._started:
+            self._start_child(slot)
+
+    def namespaces(self) -> list[str | None]:
+        return list(self._slots)
+
     # --- tracking -------------------------------------------------------------------------
 
-    def track(self, namespace: str, name: str, key: Hashable) -> None:
-        """Remember a pod we created (or adopted) until its terminal state has been reported."""
-        self._tracked[(namespace, name)] = _Tracked(key=key, namespace=namespace, name=name)
+    def track(self, namespace: str, name: str, key: Hashable, *, confirmed: bool = True) -> None:
+        """Remember a pod we created (or adopted) until its terminal state has been reported.
+
+        Call it with ``confirmed=False`` *before* sending the create, and again (``confirmed=True``)
+        once the server answered: events that arrive in between (or after a create whose answer was
+        lost) are reported all the same.
+        """
+        ref = (namespace, name)
+        tracked = self._tracked.get(ref)
+        if tracked is not None and tracked.key == key:
+            tracked.confirmed = tracked.confirmed or confirmed
+            return
+        self._tracked[ref] = _Tracked(key=key, namespace=namespace, name=name, confirmed=confirmed)
 
     def untrack(self, namespace: str, name: str) -> None:
         """Forget a pod (revoked task): nothing more will be reported for it."""
         self._tracked.pop((namespace, name), None)
-        self._to_verify.discard((namespace, name))
 
     def tracked(self) -> dict[PodRef, Hashable]:
         return {ref: t.key for ref, t in self._tracked.items()}
@@ -254,7 +290,6 @@ class WatcherSupervisor:
                     slot.backoff.reset()
             if slot.child is None and now >= slot.next_start_at:
                 self._start_child(slot)
-        self._verify_missing(results)
         self._update_counters()
         return results
 
@@ -265,7 +300,7 @@ class WatcherSupervisor:
         heartbeat = self._ctx.RawValue("d", 0.0)  # 0.0 = has not beaten yet
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=child_main,
-            args=(slot.spec, writer, heartbeat, os.getpid()),
+            args=(slot.spec, writer, heartbeat, os.getpid(), self._expected(slot.spec.namespace)),
             name=f"KubernetesJobWatcher[{slot.spec.namespace or 'all-namespaces'}]",
             daemon=True,
         )
@@ -280,6 +315,14 @@ class WatcherSupervisor:
             slot.spec.namespace or "all namespaces",
             slot.generation,
             process.pid,
+        )
+
+    def _expected(self, scope: str | None) -> frozenset[PodRef]:
+        """The pods a new child of ``scope`` must account for: tracked, confirmed, in its scope."""
+        return frozenset(
+            ref
+            for ref, t in self._tracked.items()
+            if t.confirmed and (ref[0] == scope if scope is not None else ref[0] not in self._slots)
         )
 
     def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
@@ -375,21 +418,10 @@ class WatcherSupervisor:
         if isinstance(msg, PodUpdate):
             self._on_update(msg, results)
         elif isinstance(msg, Synced):
+            # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True
-            scope = slot.spec.namespace
-            missing = {
-                ref for ref in self._tracked if (scope is None or ref[0] == scope) and ref not in msg.keys
-            }
-            if missing:
-                log.info(
-                    "KubernetesJobWatcher for %s synced; %d tracked pod(s) absent from its list will be "
-                    "checked: %s",
-                    scope or "all namespaces",
-                    len(missing),
-                    ", ".join(f"{ns}/{n}" for ns, n in sorted(missing)[:20]),
-                )
-            self._to_verify |= missing
-            self._verify_not_before = 0.0
+        elif isinstance(msg, PodGone):
+            self._on_gone(msg, results)
         elif isinstance(msg, WatcherStats):
             slot.stats = msg
         else:
@@ -400,7 +432,7 @@ class WatcherSupervisor:
         tracked = self._tracked.get(ref)
         if tracked is None:
             return  # not ours, revoked, or already reported terminal
-        self._to_verify.discard(ref)
+        tracked.confirmed = True  # an event proves the pod exists
         state = upd.state
         phase = state.get("phase", "pending")
         terminal = bool(state.get("terminal"))
@@ -436,62 +468,31 @@ class WatcherSupervisor:
             gap=gap,
         )
 
-    def _verify_missing(self, results: list[PodResult]) -> None:
-        """Confirm with a GET that tracked pods absent from a new child's first list are gone."""
-        if not self._to_verify or time.monotonic() < self._verify_not_before:
-            return
+    def _on_gone(self, msg: PodGone, results: list[PodResult]) -> None:
+        """A pod handed to a new child as expected was absent from its list, and a GET said 404."""
         from airflow_jobwatch.kube.states import classify_pod
 
-        for ref in sorted(self._to_verify):
-            tracked = self._tracked.get(ref)
-            if tracked is None:
-                self._to_verify.discard(ref)
-                continue
-            try:
-                pod = self._read_pod(*ref)
-            except Exception as err:
-                # API unreachable: try again later, with backoff, rather than guess.
-                now = time.monotonic()
-                self._verify_not_before = now + self._verify_backoff.failure(now)
-                log.warning("Could not check whether pod %s/%s still exists (%s); will retry", *ref, err)
-                return
-            self._verify_backoff.reset()
-            self._to_verify.discard(ref)
-            if pod is None:
-                # Gone while nobody watched. The last state we knew is all there is: let
-                # states.py say what a vanished pod in that phase means.
-                stub = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"namespace": ref[0], "name": ref[1]},
-                    "status": {"phase": "Running" if tracked.last_phase == "running" else "Pending"},
-                }
-                state = classify_pod(stub, deleted=True).as_dict()
-                state["message"] = (
-                    f"{state.get('message') or 'The pod was deleted.'} (pod {ref[0]}/{ref[1]} was deleted "
-                    "while the KubernetesJobWatcher was not running; its final state is unknown)"
-                )
-                del self._tracked[ref]
-                self.counters.gap_deleted += 1
-                self.counters.terminal_reports += 1
-                results.append(self._result(tracked, state, {}, time.time(), gap=True))
-            else:
-                # Still there: the watch will deliver its changes; report what it is now in case
-                # it already finished (and its events predate the new watch).
-                state = classify_pod(pod).as_dict()
-                annotations = dict((pod.get("metadata") or {}).get("annotations") or {})
-                self._on_update(
-                    PodUpdate(
-                        namespace=ref[0],
-                        name=ref[1],
-                        uid=(pod.get("metadata") or {}).get("uid", ""),
-                        state=state,
-                        annotations=annotations,
-                        deleted=False,
-                        observed_at=time.time(),
-                    ),
-                    results,
-                )
+        ref = (msg.namespace, msg.name)
+        tracked = self._tracked.get(ref)
+        if tracked is None or not tracked.confirmed:
+            return
+        # Gone while nobody watched. The last state we knew is all there is: let states.py say what a
+        # vanished pod in that phase means.
+        stub = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"namespace": ref[0], "name": ref[1]},
+            "status": {"phase": "Running" if tracked.last_phase == "running" else "Pending"},
+        }
+        state = classify_pod(stub, deleted=True).as_dict()
+        state["message"] = (
+            f"{state.get('message') or 'The pod was deleted.'} (pod {ref[0]}/{ref[1]} was deleted "
+            "while the KubernetesJobWatcher was not running; its final state is unknown)"
+        )
+        del self._tracked[ref]
+        self.counters.gap_deleted += 1
+        self.counters.terminal_reports += 1
+        results.append(self._result(tracked, state, {}, msg.observed_at, gap=True))
 
     def _update_counters(self) -> None:
         c = self.counters

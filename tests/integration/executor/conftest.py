@@ -1,4 +1,4 @@
-"""Fixtures for the KubernetesJobWatcher tests: a sandbox, a sync client, and a supervisor factory."""
+"""Fixtures for the executor tests: a sandbox, a sync client, and a JobWatchExecutor factory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
 from airflow_jobwatch.sandbox import SandboxThread
 
@@ -36,3 +37,54 @@ def core_v1(kube_sandbox: tuple[SandboxThread, str]) -> Iterator[Any]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sandbox_opts(**kwargs): options of the kube_sandbox fixture")
+
+
+@pytest.fixture
+def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``make(job_id="42", kubeconfig=None, **env)`` -> a started JobWatchExecutor (ended at teardown).
+
+    ``kubeconfig`` replaces the sandbox's (e.g. one pointing at a fault proxy); ``env`` are extra
+    ``AIRFLOW__...`` settings.
+    """
+    _, kubeconfig = kube_sandbox
+    template = tmp_path / "pod_template.yaml"
+    template.write_text(pod_template_yaml())
+    env = {
+        "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": kubeconfig,
+        "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
+        "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": "default",
+        "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
+        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS": "True",
+        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE": "False",
+        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE": "8",
+        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
+        "AIRFLOW__JOBWATCH__BACKOFF_INITIAL_SECONDS": "0.1",
+        "AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS": "1",
+        "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "5",
+        "AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS": "3",
+        "AIRFLOW__JOBWATCH__WATCHER_UNRESPONSIVE_AFTER_SECONDS": "5",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
+
+    # Pod creation retries start at 1 s in production; 0.1 s keeps this test short.
+    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_INITIAL_SECONDS", 0.1)
+    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_MAX_SECONDS", 0.5)
+    created: list[JobWatchExecutor] = []
+
+    def make(job_id: str = "42", kubeconfig: str | None = None, **extra_env: str) -> JobWatchExecutor:
+        if kubeconfig is not None:
+            monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE", kubeconfig)
+        for k, v in extra_env.items():
+            monkeypatch.setenv(k, v)
+        ex = JobWatchExecutor(parallelism=16)
+        ex.job_id = job_id
+        ex.start()
+        created.append(ex)
+        return ex
+
+    yield make
+    for ex in created:
+        ex.end()

@@ -8,83 +8,16 @@ Covers what the e2e tests cannot force: API errors on pod creation, upstream-com
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from exec_helpers import heartbeat_until as _heartbeat_until
+from exec_helpers import submit as _submit
+from exec_helpers import terminal as _terminal
 
-from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.devtools.workloads import make_workload
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    _, kubeconfig = kube_sandbox
-    template = tmp_path / "pod_template.yaml"
-    template.write_text(pod_template_yaml())
-    env = {
-        "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": kubeconfig,
-        "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
-        "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": "default",
-        "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
-        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS": "True",
-        "AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE": "False",
-        "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE": "8",
-        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
-        "AIRFLOW__JOBWATCH__BACKOFF_INITIAL_SECONDS": "0.1",
-        "AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS": "1",
-        "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "5",
-        "AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS": "3",
-        "AIRFLOW__JOBWATCH__WATCHER_UNRESPONSIVE_AFTER_SECONDS": "5",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    from airflow_jobwatch.executors import jobwatch_executor
-    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
-
-    # Pod creation retries start at 1 s in production; 0.1 s keeps this test short.
-    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_INITIAL_SECONDS", 0.1)
-    monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_MAX_SECONDS", 0.5)
-    created: list[JobWatchExecutor] = []
-
-    def make(job_id: str = "42") -> JobWatchExecutor:
-        ex = JobWatchExecutor(parallelism=16)
-        ex.job_id = job_id
-        ex.start()
-        created.append(ex)
-        return ex
-
-    yield make
-    for ex in created:
-        ex.end()
-
-
-def _submit(executor: Any, *workloads: Any) -> None:
-    from unittest import mock
-
-    for w in workloads:
-        executor.queue_workload(w, session=mock.sentinel.unused_session)
-
-
-def _heartbeat_until(
-    executor: Any, cond: Callable[[dict[Any, Any]], bool], *, timeout: float
-) -> dict[Any, Any]:
-    events: dict[Any, Any] = {}
-    deadline = time.monotonic() + timeout
-    while True:
-        executor.heartbeat()
-        events.update(executor.get_event_buffer())
-        if cond(events):
-            return events
-        assert time.monotonic() < deadline, f"timed out; events so far: {events}"
-        time.sleep(0.1)
-
-
-def _terminal(events: dict[Any, Any]) -> dict[str, tuple[str, Any]]:
-    return {k.task_id: (str(s), info) for k, (s, info) in events.items() if str(s) in ("success", "failed")}
 
 
 def test_success_and_failure_reported_with_upstream_labels(executor_factory, kube_sandbox):
@@ -293,8 +226,61 @@ def test_get_task_log_reads_the_running_pods_log(executor_factory, kube_sandbox)
             break
         assert time.monotonic() < deadline, (messages, logs)
         time.sleep(0.2)
-    assert "line-one" in logs[0]
+    assert logs[0].splitlines()[:2] == ["line-one", "line-two"]  # decoded text, not "b'line-one\\n..."
     assert any("Log of pod default/" in m for m in messages)
     # A try without a pod says so instead of raising.
     messages, logs = ex.get_task_log(ti, 2)
     assert logs == [] and "No worker pod" in messages[0]
+
+
+def test_finished_pods_of_gone_schedulers_are_cleaned_up(executor_factory, kube_sandbox, core_v1):
+    """Upstream's _adopt_completed_pods: Succeeded pods a dead scheduler left behind are removed."""
+    sandbox, _ = kube_sandbox
+
+    def leftover(name: str, command: str, job_id: str = "99", **labels: str) -> None:
+        core_v1.create_namespaced_pod(
+            "default",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes_executor": "True", "airflow-worker": job_id, **labels},
+                    "annotations": {"dag_id": "d", "task_id": name, "run_id": "r", "try_number": "1"},
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "base", "image": "python", "command": ["sh", "-c", command]}],
+                },
+            },
+        )
+
+    leftover("dead-succeeded", "exit 0")
+    leftover("dead-failed", "exit 1")
+    leftover("dead-running", "sleep 120")
+    leftover("dead-succeeded-done", "exit 0", airflow_executor_done="True")
+    leftover("not-an-executor-pod", "exit 0", kubernetes_executor="False")
+
+    def phases() -> dict[str, str]:
+        return {
+            p["metadata"]["name"]: p["status"].get("phase", "") for p in sandbox.objects("pods", "default")
+        }
+
+    deadline = time.monotonic() + 30
+    while not (
+        phases().get("dead-succeeded") == "Succeeded"
+        and phases().get("dead-failed") == "Failed"
+        and phases().get("dead-running") == "Running"
+    ):
+        assert time.monotonic() < deadline, phases()
+        time.sleep(0.1)
+    ex = executor_factory(job_id="43")
+    deadline = time.monotonic() + 30
+    while "dead-succeeded" in phases():
+        ex.heartbeat()
+        assert time.monotonic() < deadline, "the dead scheduler's Succeeded pod was not cleaned up"
+        time.sleep(0.1)
+    assert ex.status()["completed_pods_cleaned"] == 1
+    # Failed pods stay for inspection, running ones are adoption's business, the rest is not ours.
+    assert {"dead-failed", "dead-running", "dead-succeeded-done", "not-an-executor-pod"} <= set(phases())
+    assert not ex.get_event_buffer(), "cleaning up another scheduler's pods reports nothing"

@@ -7,7 +7,6 @@ tracked pod, at most one ``running`` and exactly one terminal result, with the r
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -76,21 +75,6 @@ def poll_for(supervisor: Any, seconds: float, results: list[Any]) -> None:
         time.sleep(0.05)
 
 
-def _read_pod(core_v1: Any):
-    from kubernetes.client.exceptions import ApiException
-
-    def read(namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            resp = core_v1.read_namespaced_pod(name, namespace, _preload_content=False)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return json.loads(resp.data)
-
-    return read
-
-
 @pytest.fixture
 def make_supervisor(kube_sandbox, core_v1) -> Iterator[Any]:
     created: list[WatcherSupervisor] = []
@@ -102,7 +86,6 @@ def make_supervisor(kube_sandbox, core_v1) -> Iterator[Any]:
             "label_selector": worker_label_selector(JOB_ID),
             "informer_config": FAST_INFORMER,
             "fatal_waiting_reasons": DEFAULT_FATAL_WAITING_REASONS,
-            "read_pod": _read_pod(core_v1),
             "unresponsive_after": 5.0,
             "restart_backoff_initial": 0.1,
             "restart_backoff_max": 0.5,

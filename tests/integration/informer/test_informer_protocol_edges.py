@@ -203,7 +203,7 @@ async def test_managed_fields_are_stripped_unless_asked_to_keep_them(server: Scr
     server.lists = [list_of(listed, rv=5)]
     server.watches = [stream(line("MODIFIED", watched))]
     for strip in (True, False):
-        config = InformerConfig(**{**FAST.__dict__, "strip_managed_fields": strip})
+        config = InformerConfig(**{**FAST.__dict__, "strip_managed_fields": strip, "projection": False})
         informer, rec, client = await start(server, config)
         try:
             await eventually(lambda: phase_of(informer, "uid-a") == "Running")  # noqa: B023

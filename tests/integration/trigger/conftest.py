@@ -28,6 +28,7 @@ def _fast_watch_config(monkeypatch: pytest.MonkeyPatch) -> None:
         "UNHEALTHY_AFTER_SECONDS": "1",
         "RESYNC_INTERVAL_SECONDS": "0",
         "API_FAILURE_TOLERANCE_SECONDS": "60",
+        "NAMESPACE_WATCH_LINGER_SECONDS": "0",  # tests assert the watch closes with its last trigger
     }.items():
         monkeypatch.setenv(f"AIRFLOW__JOBWATCH__{option}", value)
 

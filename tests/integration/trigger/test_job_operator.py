@@ -64,7 +64,7 @@ def _rendered(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def test_waits_in_worker_logs_and_deletes_job(sandbox, kubeconfig):
+def test_waits_in_worker_logs_keeps_job_deletes_pods(sandbox, kubeconfig):
     op = make_operator(
         kubeconfig,
         cmds=["sh", "-c", "echo hello-from-the-job"],
@@ -75,11 +75,17 @@ def test_waits_in_worker_logs_and_deletes_job(sandbox, kubeconfig):
     context = make_context()
     with structlog.testing.capture_logs() as logs:
         op.execute(context)
-    assert "hello-from-the-job" in _rendered(logs)
-    assert context["ti"].xcoms["job_namespace"] == NS
-    name = context["ti"].xcoms["job_name"]
-    # on_finish_action=delete_pod (default): the Job goes, with its pods
-    wait_until_sync(lambda: sandbox.get_object("jobs", NS, name) is None, "Job deletion")
+    text = _rendered(logs)
+    assert "[base] hello-from-the-job" in text
+    assert "b'" not in text  # decoded text, not a bytes repr
+    xcoms = context["ti"].xcoms
+    assert xcoms["job_namespace"] == NS
+    name = xcoms["job_name"]
+    assert xcoms["job"]["metadata"]["name"] == name
+    assert xcoms["job"]["status"]["conditions"], xcoms["job"]["status"]  # the Job as it ended
+    # on_finish_action=delete_pod (default): upstream's meaning, the Job's pods go, the Job stays
+    wait_until_sync(lambda: not sandbox.objects("pods", NS), "the pods' deletion")
+    assert sandbox.get_object("jobs", NS, name) is not None
 
 
 def test_failed_job_raises_with_reason(sandbox, kubeconfig):
@@ -93,6 +99,7 @@ def test_failed_job_raises_with_reason(sandbox, kubeconfig):
     with pytest.raises(AirflowException, match="BackoffLimitExceeded") as info:
         op.execute(make_context())
     assert "failed" in str(info.value)
+    assert op.job is not None
 
 
 def test_get_logs_is_best_effort(sandbox, kubeconfig):
@@ -112,14 +119,47 @@ def test_get_logs_is_best_effort(sandbox, kubeconfig):
 
 
 def test_create_only_returns_at_once(sandbox, kubeconfig):
-    op = make_operator(kubeconfig, cmds=["sleep", "30"], wait_until_job_complete=False, deferrable=False)
+    op = make_operator(
+        kubeconfig,
+        cmds=["sleep", "30"],
+        wait_until_job_complete=False,
+        deferrable=False,
+        labels={"team": "a", "task_id": "users-own-value"},
+    )
     context = make_context()
     assert op.execute(context) is None
     job = sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"])
     assert job is not None
-    # the Job carries this try's labels, so a retried worker can find it
-    assert job["metadata"]["labels"]["try_number"] == "1"
-    assert job["metadata"]["labels"]["task_id"] == "task"
+    # the Job's labels are exactly the user's (upstream's); this try's labels are on its pod template,
+    # where upstream puts them too, so a retried worker can still find it
+    # (plus what the API server itself adds: job-name, controller-uid)
+    labels = job["metadata"]["labels"]
+    assert {k: v for k, v in labels.items() if "job-name" not in k and "controller-uid" not in k} == {
+        "team": "a",
+        "task_id": "users-own-value",
+    }
+    template_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert template_labels["try_number"] == "1"
+    assert template_labels["task_id"] == "task"
+    assert context["ti"].xcoms["job"]["metadata"]["uid"] == job["metadata"]["uid"]
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_parallelism_zero_with_waiting_fails_before_creating(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["true"], wait_until_job_complete=True, parallelism=0)
+    with pytest.raises(AirflowException, match="parallelism cannot be less than 1"):
+        op.execute(make_context())
+    assert not sandbox.objects("jobs", NS)
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_deferrable_without_waiting_warns_and_returns(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["true"], deferrable=True, wait_until_job_complete=False)
+    context = make_context()
+    with structlog.testing.capture_logs() as logs:
+        assert op.execute(context) is None  # no TaskDeferred
+    assert "wait_until_job_complete=True" in _rendered(logs)
+    assert sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is not None
 
 
 @pytest.mark.sandbox(job_controller=False, kubelet=False)
@@ -137,6 +177,7 @@ def test_deferrable_defers_with_deadline_and_uid(sandbox, kubeconfig):
         kubeconfig,
         cmds=["true"],
         deferrable=True,
+        wait_until_job_complete=True,
         execution_timeout=datetime.timedelta(minutes=10),
         fatal_waiting_reasons=["ErrImagePull"],
     )
@@ -155,7 +196,12 @@ def test_deferrable_defers_with_deadline_and_uid(sandbox, kubeconfig):
 
 def test_deferred_end_to_end_through_the_trigger(sandbox, kubeconfig):
     op = make_operator(
-        kubeconfig, cmds=["sh", "-c", "echo deferred-log"], deferrable=True, on_finish_action="keep_pod"
+        kubeconfig,
+        cmds=["sh", "-c", "echo deferred-log"],
+        deferrable=True,
+        wait_until_job_complete=True,
+        on_finish_action="keep_pod",
+        get_logs=True,
     )
     context = make_context()
     with pytest.raises(TaskDeferred) as info:
@@ -164,11 +210,15 @@ def test_deferred_end_to_end_through_the_trigger(sandbox, kubeconfig):
     trigger = JobTrigger(**kwargs)  # what the triggerer does
     event = asyncio.run(trigger.wait())
     assert event["status"] == "success"
-    assert op.execute_complete(context, event) is None
+    with structlog.testing.capture_logs() as logs:
+        assert op.execute_complete(context, event) is None
+    assert "] [base] deferred-log" in _rendered(logs)
     assert sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is not None  # kept
+    [pod] = sandbox.objects("pods", NS)  # kept, and marked as upstream marks the pods it keeps
+    assert pod["metadata"]["labels"]["already_checked"] == "True"
 
 
-@pytest.mark.sandbox(job_controller=False, kubelet=False)
+@pytest.mark.sandbox(kubelet=False)
 def test_adopts_job_of_the_same_try_instead_of_409(sandbox, kubeconfig):
     first = make_operator(kubeconfig, name="fixed", random_name_suffix=False, cmds=["true"])
     first.execute(make_context())
@@ -179,7 +229,8 @@ def test_adopts_job_of_the_same_try_instead_of_409(sandbox, kubeconfig):
     )
     again.execute(make_context())
     assert again.job.metadata.uid == uid
-    # the label search finds it too
+    # the label search (through the pods, which carry the try's labels) finds it too
+    wait_until_sync(lambda: bool(sandbox.objects("pods", NS)), "the Job's pod")
     third = make_operator(kubeconfig, name="other-name", cmds=["true"])
     third.execute(make_context())
     assert third.job.metadata.uid == uid
@@ -194,7 +245,7 @@ def test_name_taken_by_another_try_fails_clearly(sandbox, kubeconfig):
         op.execute(make_context(FakeTI(try_number=2)))
 
 
-def test_on_kill_deletes_job_foreground(sandbox, kubeconfig):
+def test_on_kill_deletes_job_foreground_by_default(sandbox, kubeconfig):
     op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=False)
     context = make_context()
     op.execute(context)
@@ -213,17 +264,48 @@ def test_on_kill_deletes_job_foreground(sandbox, kubeconfig):
     assert not sandbox.objects("pods", NS)
 
 
-def test_on_kill_keep_pod_keeps_job(sandbox, kubeconfig):
-    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=False, on_kill_action="keep_pod")
+def test_on_kill_orphan_keep_pod_deletes_job_keeps_pods(sandbox, kubeconfig):
+    """Upstream always deletes the Job on kill; on_kill_action only says what happens to the pods."""
+    op = make_operator(
+        kubeconfig,
+        cmds=["sleep", "30"],
+        deferrable=False,
+        on_kill_action="keep_pod",
+        on_kill_propagation_policy="Orphan",
+    )
     context = make_context()
     op.execute(context)
+    wait_until_sync(lambda: bool(sandbox.objects("pods", NS)), "the Job's pod")
     op.on_kill()
-    assert sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is not None
+    wait_until_sync(
+        lambda: sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is None, "deletion"
+    )
+    assert len(sandbox.objects("pods", NS)) == 1  # orphaned, kept
+
+
+def test_on_kill_orphan_delete_pod_deletes_both(sandbox, kubeconfig):
+    op = make_operator(
+        kubeconfig, cmds=["sleep", "30"], on_kill_propagation_policy="Orphan", termination_grace_period=0
+    )
+    context = make_context()
+    op.execute(context)
+    wait_until_sync(lambda: bool(sandbox.objects("pods", NS)), "the Job's pod")
+    op.on_kill()
+    # The pods are being deleted. (They keep the Job controller's tracking finalizer here: the real
+    # controller removes it from orphaned pods, the sandbox's does not yet, so "gone" is not awaited.)
+    wait_until_sync(
+        lambda: (
+            sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"]) is None
+            and all(p["metadata"].get("deletionTimestamp") for p in sandbox.objects("pods", NS))
+        ),
+        "the Job's and its pods' deletion",
+        state=lambda: sandbox.objects("pods", NS),
+    )
 
 
 async def test_trigger_cancel_keeps_job_but_on_kill_deletes_it(sandbox, kubeconfig):
     """Triggerer restart / hand-over cancels run(): the Job must survive. A user's kill deletes it."""
-    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=True)
+    op = make_operator(kubeconfig, cmds=["sleep", "30"], deferrable=True, wait_until_job_complete=True)
     context = make_context()
     with pytest.raises(TaskDeferred) as info:
         await asyncio.to_thread(op.execute, context)
@@ -288,3 +370,51 @@ def wait_until_sync(predicate, what: str, limit: float = 20.0, state=None) -> No
                 f"timed out after {limit} s waiting for {what}" + (f"; state: {state()}" if state else "")
             )
         time.sleep(0.05)
+
+
+def test_xcom_of_4000_bytes_works(sandbox, kubeconfig, tmp_path):
+    path = tmp_path / "return.json"
+    value = "x" * 3990  # with its quotes and newline, just under the 4096-byte termination message
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '\"{value}\"' > {path}"],
+        wait_until_job_complete=True,
+        do_xcom_push=True,
+        xcom_path=str(path),
+    )
+    assert op.execute(make_context()) == value
+
+
+def test_xcom_over_4096_bytes_fails_naming_the_limit(sandbox, kubeconfig, tmp_path):
+    path = tmp_path / "return.json"
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", f"echo '\"{'y' * 10240}\"' > {path}"],
+        wait_until_job_complete=True,
+        do_xcom_push=True,
+        xcom_path=str(path),
+    )
+    with pytest.raises(AirflowException, match="4096 bytes") as info:
+        op.execute(make_context())
+    assert "object storage" in str(info.value)
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
+def test_user_termination_message_path_with_xcom_is_refused(sandbox, kubeconfig):
+    from kubernetes.client import models as k8s
+
+    op = make_operator(
+        kubeconfig,
+        cmds=["true"],
+        do_xcom_push=True,
+        wait_until_job_complete=True,
+        full_pod_spec=k8s.V1Pod(
+            spec=k8s.V1PodSpec(
+                containers=[k8s.V1Container(name="base", termination_message_path="/tmp/mine")]
+            )
+        ),
+    )
+    with pytest.raises(AirflowException, match="terminationMessagePath='/tmp/mine'") as info:
+        op.execute(make_context())
+    assert "4096" in str(info.value)
+    assert not sandbox.objects("jobs", NS)  # refused before anything was created

@@ -28,6 +28,13 @@ async def test_success_reports_pods(sandbox, kubeconfig, k8s_async_client):
     assert (event["name"], event["namespace"], event["uid"]) == ("ok", NS, job["metadata"]["uid"])
     assert [p["phase"] for p in event["pods"]] == ["succeeded"]
     assert event["pods"][0]["exit_code"] == 0
+    # upstream's keys, with upstream's shapes
+    assert event["outcome"] == "success"
+    assert event["pod_names"] == [event["pods"][0]["name"]]
+    assert event["pod_namespace"] == NS
+    assert event["xcom_result"] is None  # do_xcom_push is off
+    assert event["job"]["metadata"]["uid"] == job["metadata"]["uid"]
+    assert event["job"]["status"]["succeeded"] == 1  # kubernetes.client.V1Job.to_dict()'s snake_case
     # the shared watch is gone with its last subscriber
     assert get_registry().active() == {}
 
@@ -35,7 +42,8 @@ async def test_success_reports_pods(sandbox, kubeconfig, k8s_async_client):
 async def test_failure_with_reason_names_exit_code(sandbox, kubeconfig, k8s_async_client):
     await create_job(k8s_async_client, job_manifest("bad", ["sh", "-c", "exit 3"]))
     [event] = await collect(make_trigger(sandbox, kubeconfig, "bad"))
-    assert event["status"] == "failed"
+    assert event["outcome"] == "failed"
+    assert event["status"] == "error"  # upstream's word for a failed Job
     assert event["reason"] == "BackoffLimitExceeded"
     assert event["pods"][0]["exit_code"] == 3
     assert "3" in event["message"]
@@ -70,7 +78,7 @@ async def test_failed_condition_without_reason_is_a_failure_and_false_is_not_fin
     assert not task.done(), task.result() if task.done() else None
     await set_conditions([{"type": "Failed", "status": "True", "lastTransitionTime": now}])
     [event] = await task
-    assert event["status"] == "failed", event
+    assert event["outcome"] == "failed", event
     assert event["reason"] == "Failed"
 
 
@@ -87,7 +95,7 @@ async def test_backoff_retries_then_success(sandbox, kubeconfig, k8s_async_clien
 async def test_deadline_exceeded(sandbox, kubeconfig, k8s_async_client):
     await create_job(k8s_async_client, job_manifest("slow", ["sleep", "30"], activeDeadlineSeconds=1))
     [event] = await collect(make_trigger(sandbox, kubeconfig, "slow"))
-    assert event["status"] == "failed"
+    assert event["outcome"] == "failed"
     assert event["reason"] == "DeadlineExceeded"
 
 
@@ -108,7 +116,7 @@ async def test_suspended_past_deadline_is_timeout(sandbox, kubeconfig, k8s_async
     await create_job(k8s_async_client, job_manifest("susp2", ["true"], suspend=True))
     started = time.monotonic()
     [event] = await collect(make_trigger(sandbox, kubeconfig, "susp2", timeout=1.5))
-    assert event["status"] == "timeout"
+    assert event["outcome"] == "timeout"
     assert "suspended" in event["message"]
     assert time.monotonic() - started >= 1.4
 
@@ -119,7 +127,7 @@ async def test_deleted_while_waiting(sandbox, kubeconfig, k8s_async_client):
     await wait_until(lambda: bool(sandbox.objects("pods", NS)), what="the Job's pod")
     await BatchV1Api(k8s_async_client).delete_namespaced_job("gone", NS, propagation_policy="Background")
     [event] = await task
-    assert event["status"] == "deleted", event
+    assert event["outcome"] == "deleted", event
     assert event["reason"] == "Deleted"
 
 
@@ -143,7 +151,7 @@ async def test_job_finished_before_trigger_started_is_reported_at_once(sandbox, 
 
 async def test_job_deleted_before_trigger_started(sandbox, kubeconfig, k8s_async_client):
     [event] = await collect(make_trigger(sandbox, kubeconfig, "never-existed"))
-    assert event["status"] == "deleted"
+    assert event["outcome"] == "deleted"
 
 
 async def test_unpullable_image_fails_fast(sandbox, kubeconfig, k8s_async_client):
@@ -154,7 +162,7 @@ async def test_unpullable_image_fails_fast(sandbox, kubeconfig, k8s_async_client
     )
     started = time.monotonic()
     [event] = await collect(make_trigger(sandbox, kubeconfig, "pull", timeout=60))
-    assert event["status"] == "failed", event
+    assert event["outcome"] == "failed", event
     assert event["reason"] in ("ErrImagePull", "ImagePullBackOff")
     assert time.monotonic() - started < 30  # long before the 60 s timeout
 
@@ -244,7 +252,7 @@ async def test_timeout_racing_success_first_result_wins(sandbox, kubeconfig, k8s
     )
     results = await asyncio.gather(*tasks)
     assert all(len(events) == 1 for events in results)
-    statuses = [events[0]["status"] for events in results]
+    statuses = [events[0]["outcome"] for events in results]
     assert set(statuses) <= {"success", "timeout"}
     assert "timeout" in statuses and "success" in statuses, statuses
     first_success = statuses.index("success")
@@ -305,7 +313,7 @@ async def test_watch_per_namespace_starts_with_first_and_stops_after_last(
     # a new subscriber starts a fresh watch
     tc = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "a", timeout=0.5)))
     [event] = await tc
-    assert event["status"] == "timeout"
+    assert event["outcome"] == "timeout"
     assert "running" in event["message"] or "pending" in event["message"]
     assert sandbox.counters().get("list jobs") == 1
 

@@ -136,3 +136,36 @@ def test_api_error_parsing():
     plain.headers = {"Retry-After": "soon"}
     assert _api_message(plain) == "upstream connect error"
     assert _retry_after(plain) is None
+
+
+def test_team_aware_kubernetes_executor_config(monkeypatch: pytest.MonkeyPatch):
+    """Airflow 3.2+ multi-team: a team's [kubernetes_executor] and [jobwatch] options win for its executor."""
+    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor, cluster_config_from_conf
+
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE", "shared")
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER", "False")
+    monkeypatch.setenv("AIRFLOW__TEAM_A___KUBERNETES_EXECUTOR__NAMESPACE", "team-a-workers")
+    monkeypatch.setenv("AIRFLOW__TEAM_A___KUBERNETES_EXECUTOR__CONFIG_FILE", "/etc/team-a/kubeconfig")
+    monkeypatch.setenv("AIRFLOW__TEAM_A___KUBERNETES_EXECUTOR__DELETE_WORKER_PODS", "False")
+    monkeypatch.setenv("AIRFLOW__TEAM_A___CORE__PARALLELISM", "7")
+    monkeypatch.setenv("AIRFLOW__TEAM_A___JOBWATCH__WATCH_TIMEOUT_SECONDS", "123")
+
+    assert JobWatchExecutor.supports_multi_team
+    team = JobWatchExecutor(team_name="team_a")
+    assert team._namespaces() == ["team-a-workers"]
+    assert team.kube_config.delete_worker_pods is False
+    assert team.parallelism == 7
+    assert cluster_config_from_conf(team.conf).config_file == "/etc/team-a/kubeconfig"
+    assert informer_config_from_conf(team.conf).watch_timeout_seconds == 123
+
+    other = JobWatchExecutor()
+    assert other._namespaces() == ["shared"]
+    assert other.kube_config.delete_worker_pods is True
+    assert cluster_config_from_conf(other.conf).config_file is None
+    assert informer_config_from_conf(other.conf).watch_timeout_seconds != 123
+
+
+def test_non_numeric_jobwatch_option_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "five minutes")
+    with pytest.raises(ValueError, match=r"\[jobwatch\] watch_timeout_seconds must be a number"):
+        informer_config_from_conf()

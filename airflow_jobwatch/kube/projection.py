@@ -1,0 +1,120 @@
+"""What the informers keep of each Pod and Job: only the fields something reads.
+
+A triggerer in a namespace with 20,000 foreign Jobs and 50,000 foreign pods, or an executor watcher with
+thousands of worker pods, holds every one of them in its informer's store. A full pod is 4-8 KiB of JSON and
+several times that as Python objects; what :mod:`airflow_jobwatch.kube.states`, the pod summary, the
+trigger's pod index and the executor's watcher read of it is a few hundred bytes. The informer therefore
+stores the projection below, declared next to ``states.py`` so that a new field read there is added here
+in one edit (and ``tests/unit/test_projection.py`` fails until it is: it records every field
+``classify_pod`` / ``classify_job`` / ``pod_summary`` try to read and requires the projection to keep it, and
+property tests require the same classification for projected and full objects).
+
+Who reads what:
+
+* ``metadata``: name, generateName and namespace (messages), uid and resourceVersion (the informer's store
+  and ordering), labels (``controller-uid`` / ``job-name`` for the trigger's pod index, ``airflow-worker`` for
+  the executor), annotations (the executor maps a pod back to its task instance by Airflow's annotations),
+  ownerReferences (a pod's controlling Job), deletionTimestamp (a graceful delete in progress),
+  creationTimestamp (the most recent failed pod explains a Job's failure; pods are listed in creation order).
+* Pod ``spec``: which init containers are sidecars (``restartPolicy: Always``).
+* Pod ``status``: phase, reason, message, conditions (DisruptionTarget, PodScheduled), and the container
+  statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons).
+* Job ``spec``: suspend (and the sizing fields, small and useful in messages).
+* Job ``status``: conditions and the pod counters.
+
+A spec is ``True`` (keep the value whole), a dict of key -> spec (keep those keys of a mapping, each
+projected by its own spec), or a one-element list ``[spec]`` (a list whose items are each projected by
+``spec``). A value whose type does not fit its spec (a malformed object) is kept as it is, so that
+``states.py`` sees exactly what it would have seen in the full object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeAlias
+
+__all__ = ["JOB_FIELDS", "POD_FIELDS", "Spec", "project", "project_job", "project_pod", "projector"]
+
+Spec: TypeAlias = bool | dict[str, "Spec"] | list["Spec"]
+
+_CONDITION: Spec = {"type": True, "status": True, "reason": True, "message": True}
+
+METADATA_FIELDS: dict[str, Spec] = {
+    "name": True,
+    "generateName": True,
+    "namespace": True,
+    "uid": True,
+    "resourceVersion": True,
+    "labels": True,
+    "annotations": True,
+    "ownerReferences": True,
+    "deletionTimestamp": True,
+    "creationTimestamp": True,
+}
+
+_CONTAINER_STATUS: Spec = {"name": True, "state": True, "lastState": True}
+
+POD_FIELDS: dict[str, Spec] = {
+    "kind": True,
+    "apiVersion": True,
+    "metadata": METADATA_FIELDS,
+    "spec": {"initContainers": [{"name": True, "restartPolicy": True}]},
+    "status": {
+        "phase": True,
+        "reason": True,
+        "message": True,
+        "conditions": [_CONDITION],
+        "initContainerStatuses": [_CONTAINER_STATUS],
+        "containerStatuses": [_CONTAINER_STATUS],
+    },
+}
+
+JOB_FIELDS: dict[str, Spec] = {
+    "kind": True,
+    "apiVersion": True,
+    "metadata": METADATA_FIELDS,
+    "spec": {"suspend": True, "parallelism": True, "completions": True, "backoffLimit": True},
+    "status": {
+        "conditions": [_CONDITION],
+        "active": True,
+        "ready": True,
+        "succeeded": True,
+        "failed": True,
+        "terminating": True,
+        "startTime": True,
+        "completionTime": True,
+    },
+}
+
+
+def project(value: Any, spec: Spec) -> Any:
+    """``value`` reduced to what ``spec`` keeps (a new object; ``value`` is not modified)."""
+    if spec is True:
+        return value
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return value
+        return {key: project(value[key], sub) for key, sub in spec.items() if key in value}
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return value
+        (item_spec,) = spec
+        return [project(item, item_spec) for item in value]
+    return value
+
+
+def project_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """The stored form of a Pod (see :data:`POD_FIELDS`)."""
+    result: dict[str, Any] = project(pod, POD_FIELDS)
+    return result
+
+
+def project_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The stored form of a Job (see :data:`JOB_FIELDS`)."""
+    result: dict[str, Any] = project(job, JOB_FIELDS)
+    return result
+
+
+def projector(kind: Literal["pods", "jobs"]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The projection function for an informer of ``kind``."""
+    return project_pod if kind == "pods" else project_job

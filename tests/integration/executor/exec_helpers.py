@@ -1,0 +1,44 @@
+"""Helpers shared by the executor tests that drive JobWatchExecutor as the scheduler loop does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def submit(executor: Any, *workloads: Any) -> None:
+    from unittest import mock
+
+    for w in workloads:
+        executor.queue_workload(w, session=mock.sentinel.unused_session)
+
+
+def heartbeat_until(
+    executor: Any,
+    cond: Callable[[dict[Any, Any]], bool],
+    *,
+    timeout: float,
+    events: dict[Any, Any] | None = None,
+    all_events: list[tuple[Any, Any]] | None = None,
+) -> dict[Any, Any]:
+    """Heartbeat (as the scheduler does) until ``cond(events)`` or the deadline.
+
+    ``all_events`` (if given) gets every event in order, so a test can check that no key got two.
+    """
+    events = events if events is not None else {}
+    deadline = time.monotonic() + timeout
+    while True:
+        executor.heartbeat()
+        buffered = executor.get_event_buffer()
+        if all_events is not None:
+            all_events.extend(buffered.items())
+        events.update(buffered)
+        if cond(events):
+            return events
+        assert time.monotonic() < deadline, f"timed out; events so far: {events}"
+        time.sleep(0.1)
+
+
+def terminal(events: dict[Any, Any]) -> dict[str, tuple[str, Any]]:
+    return {k.task_id: (str(s), info) for k, (s, info) in events.items() if str(s) in ("success", "failed")}
