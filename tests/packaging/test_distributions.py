@@ -67,6 +67,8 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
         "airflow_jobwatch/devtools/stack.py",
         "dags_example/executor_basics.py",
         "docs/architecture.md",
+        "docs/index.md",
+        "docs/conf.py",
         "provider.yaml",
         "constraints.txt",
         "LICENSE",

@@ -44,3 +44,25 @@ def test_license_and_notice_exist():
 def test_cryptography_is_a_runtime_dependency():
     # The sandbox's TLS certificates are made with it.
     assert any(re.match(r"cryptography\b", d) for d in _pyproject()["dependencies"])
+
+
+REPO_BLOB = "https://github.com/airflow-jobwatch/airflow-jobwatch/blob/main/"
+
+
+def test_readme_links_work_on_pypi():
+    """PyPI renders README.md out of the repository, so relative links break there: every link is
+    absolute, and each link into this repository names a file that exists."""
+    links = re.findall(r"\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+    assert links
+    for link in links:
+        assert link.startswith(("https://", "http://")), f"relative link {link!r} breaks on PyPI"
+        if link.startswith(REPO_BLOB):
+            path = link.removeprefix(REPO_BLOB).split("#")[0]
+            assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
+
+
+def test_docs_site_lists_every_guide():
+    """Every Markdown page of docs/ is reachable from the site's index (explicitly or by its glob)."""
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert ":glob:" in index and "\n*\n" in index
+    assert (ROOT / "docs" / "failure-modes.md").exists()
