@@ -120,6 +120,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "60",
                     },
+                    "worker_pod_labels": {
+                        "description": 'JobWatchExecutor: which labels mark its worker pods. "upstream" (default): the upstream\nKubernetesExecutor\'s (airflow-worker=<scheduler job id>, kubernetes_executor=True), so pods\nstay adoptable when switching between the two executors. "jobwatch": its own\n(airflow-jobwatch-worker=<scheduler job id>, jobwatch_executor=True), for running both\nexecutors side by side ([core] executor = KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\nthen neither watches, adopts, deletes or reports the other\'s pods. Adoption recognises both.\n',
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "jobwatch",
+                        "default": "upstream",
+                    },
                     "executor_status_file": {
                         "description": "JobWatchExecutor: if set, the path of a small JSON file the executor rewrites at most once\na second with its counters (pods launched, terminal reports, watcher restarts, relists,\npods found deleted after a watcher gap). Empty disables it.\n",
                         "version_added": "0.1.0",

@@ -9,10 +9,17 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-#: Worker pods: the labels JobWatchExecutor (like KubernetesExecutor) puts on every pod it creates.
-#: Upstream's command also matches KubernetesPodOperator pods (no ``kubernetes_executor`` label); this one
-#: touches executor worker pods only.
+#: Worker pods: the labels JobWatchExecutor (like KubernetesExecutor) puts on every pod it creates, with
+#: ``[jobwatch] worker_pod_labels = upstream`` (the default); ``jobwatch_executor`` replaces
+#: ``kubernetes_executor`` with ``worker_pod_labels = jobwatch``. Upstream's command also matches
+#: KubernetesPodOperator pods (no executor label); this one touches executor worker pods only.
 WORKER_POD_SELECTOR = "kubernetes_executor=True,dag_id,task_id,try_number"
+
+
+def worker_pod_selector(executor_label: str = "kubernetes_executor") -> str:
+    return f"{executor_label}=True,dag_id,task_id,try_number"
+
+
 #: Upstream's floor: a pod pending for less than this is never deleted (it may just be scheduling).
 MIN_PENDING_MINUTES_FLOOR = 5
 PAGE_SIZE = 500
@@ -79,10 +86,10 @@ def verdict(
     return None
 
 
-def _pages(core_v1: Any, namespace: str) -> Iterator[dict[str, Any]]:
+def _pages(core_v1: Any, namespace: str, selector: str) -> Iterator[dict[str, Any]]:
     token: str | None = None
     while True:
-        kwargs: dict[str, Any] = {"label_selector": WORKER_POD_SELECTOR, "limit": PAGE_SIZE}
+        kwargs: dict[str, Any] = {"label_selector": selector, "limit": PAGE_SIZE}
         if token:
             kwargs["_continue"] = token
         page = json.loads(
@@ -106,6 +113,7 @@ def cleanup_pods(
     verbose: bool = False,
     out: Callable[[str], None] = print,
     now: datetime.datetime | None = None,
+    executor_label: str = "kubernetes_executor",
 ) -> tuple[list[str], list[str]]:
     """Delete the worker pods in ``namespace`` that upstream's ``cleanup-pods`` would delete.
 
@@ -117,9 +125,10 @@ def cleanup_pods(
     now = now or datetime.datetime.now(datetime.UTC)
     deleted: list[str] = []
     failed: list[str] = []
+    selector = worker_pod_selector(executor_label)
     if verbose:
-        out(f"Listing worker pods in namespace {namespace} ({WORKER_POD_SELECTOR})")
-    for pod in _pages(core_v1, namespace):
+        out(f"Listing worker pods in namespace {namespace} ({selector})")
+    for pod in _pages(core_v1, namespace, selector):
         meta = pod.get("metadata") or {}
         name = meta.get("name", "")
         why = verdict(

@@ -31,8 +31,10 @@ def cleanup_pods(args: argparse.Namespace) -> None:
     """``airflow jobwatch cleanup-pods``: delete finished and long-pending worker pods (upstream's rules)."""
     from kubernetes.client import CoreV1Api
 
+    from airflow_jobwatch import config
     from airflow_jobwatch.cli.cleanup import cleanup_pods as run
     from airflow_jobwatch.executors.jobwatch_executor import cluster_config_from_conf
+    from airflow_jobwatch.executors.pods import label_scheme
     from airflow_jobwatch.kube.client import sync_api_client
 
     if args.verbose:
@@ -51,6 +53,7 @@ def cleanup_pods(args: argparse.Namespace) -> None:
             min_completed_minutes=args.min_completed_minutes,
             dry_run=args.dry_run,
             verbose=args.verbose,
+            executor_label=label_scheme(config.get_str("worker_pod_labels")).executor,
         )
     finally:
         api.close()

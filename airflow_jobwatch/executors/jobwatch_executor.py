@@ -27,11 +27,13 @@ from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
+    JOBWATCH_LABELS,
+    UPSTREAM_LABELS,
     WORKER_LABEL,
     build_worker_pod,
     key_from_annotations,
+    label_scheme,
     new_pod_name,
-    worker_label_selector,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
 from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
@@ -166,6 +168,9 @@ class JobWatchExecutor(BaseExecutor):
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
+        # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
+        # beside the upstream KubernetesExecutor in one scheduler). See docs/executor.md, "Hybrid".
+        self.labels = label_scheme(jobwatch_config.get_str("worker_pod_labels", source=self.conf))
         self._status_written_at = 0.0
         self._restarts_reported = 0  # watcher restarts already sent as a metric
         self._last_result_at: float | None = None  # when the watcher last reported a pod change
@@ -220,7 +225,7 @@ class JobWatchExecutor(BaseExecutor):
         self.supervisor = WatcherSupervisor(
             cluster=cluster_config_from_conf(self.conf),
             namespaces=self._namespaces(),
-            label_selector=worker_label_selector(self.scheduler_job_id),
+            label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
             unresponsive_after=jobwatch_config.get_float(
@@ -316,6 +321,7 @@ class JobWatchExecutor(BaseExecutor):
                     kube_config=self.kube_config,
                     scheduler_job_id=self.scheduler_job_id,
                     pod_name=new_pod_name(key),
+                    labels=self.labels,
                 )
             except Exception as err:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
@@ -390,12 +396,12 @@ class JobWatchExecutor(BaseExecutor):
             from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
             mine = make_safe_label_value(self.scheduler_job_id)
-            if (meta.get("labels") or {}).get(WORKER_LABEL) != mine:
+            if (meta.get("labels") or {}).get(self.labels.worker) != mine:
                 try:
                     self.core_v1.patch_namespaced_pod(
                         name,
                         namespace,
-                        {"metadata": {"labels": {WORKER_LABEL: mine}}},
+                        {"metadata": {"labels": {self.labels.worker: mine}}},
                         _request_timeout=API_REQUEST_TIMEOUT,
                     )
                 except Exception as err:
@@ -693,7 +699,8 @@ class JobWatchExecutor(BaseExecutor):
                 for j in {self.scheduler_job_id, *self._alive_other_scheduler_job_ids()}
             }
         )
-        selector = f"kubernetes_executor=True,{WORKER_LABEL} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
+        scheme = self.labels
+        selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
         try:
             pods = self._list_pods(selector, field_selector="status.phase=Succeeded")
         except Exception as err:
@@ -708,7 +715,7 @@ class JobWatchExecutor(BaseExecutor):
             self.log.info(
                 "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
                 *ref,
-                (meta.get("labels") or {}).get(WORKER_LABEL),
+                (meta.get("labels") or {}).get(scheme.worker),
             )
             self._counters["completed_pods_cleaned"] += 1
             self._cleanup.append((ref[0], ref[1], self.kube_config.delete_worker_pods))
@@ -727,10 +734,23 @@ class JobWatchExecutor(BaseExecutor):
         by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
         not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
         my_label = make_safe_label_value(self.scheduler_job_id)
-        for job_id in {ti.queued_by_job_id for ti in by_key.values()}:
-            selector = f"kubernetes_executor=True,{WORKER_LABEL}={make_safe_label_value(str(job_id))},{DONE_LABEL}!=True"
+        other = JOBWATCH_LABELS if self.labels == UPSTREAM_LABELS else UPSTREAM_LABELS
+        # Our labels now, then the other scheme's: a pod launched before a switch of executor (or of
+        # worker_pod_labels) is adopted all the same and relabelled to ours.
+        relabel: dict[str, str | None] = {
+            self.labels.worker: my_label,
+            self.labels.executor: "True",
+            other.worker: None,
+            other.executor: None,
+        }
+        searches = [
+            (scheme, job_id)
+            for job_id in {ti.queued_by_job_id for ti in by_key.values()}
+            for scheme in (self.labels, other)
+        ]
+        for scheme, job_id in searches:
             try:
-                pods = self._list_pods(selector)
+                pods = self._list_pods(scheme.selector(str(job_id)))
             except Exception:
                 self.log.exception("Could not list the worker pods of scheduler job %s for adoption", job_id)
                 continue
@@ -738,6 +758,8 @@ class JobWatchExecutor(BaseExecutor):
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
                 ns, name = meta["namespace"], meta["name"]
+                if (key is None or key not in by_key) and scheme != self.labels:
+                    continue  # not one of our task instances, and under the other labels: not ours
                 if key is None or key not in by_key:
                     # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
                     # already recorded): nobody else will ever clean it up.
@@ -752,7 +774,7 @@ class JobWatchExecutor(BaseExecutor):
                     self.core_v1.patch_namespaced_pod(
                         name,
                         ns,
-                        {"metadata": {"labels": {WORKER_LABEL: my_label}}},
+                        {"metadata": {"labels": relabel}},
                         _request_timeout=API_REQUEST_TIMEOUT,
                     )
                 except Exception as err:
@@ -825,6 +847,16 @@ class JobWatchExecutor(BaseExecutor):
                 run_id=ti.run_id,
                 airflow_worker=ti.queued_by_job_id,
             )
+            if self.labels != UPSTREAM_LABELS:
+                # Same selector, with our labels in place of upstream's worker/executor labels.
+                selector = ",".join(
+                    self.labels.worker
+                    if part == WORKER_LABEL
+                    else part.replace(f"{WORKER_LABEL}=", f"{self.labels.worker}=").replace(
+                        "kubernetes_executor=True", f"{self.labels.executor}=True"
+                    )
+                    for part in selector.split(",")
+                )
             pods = self._list_pods(selector)
             if not pods:
                 return [f"No worker pod found for {ti.key} (selector {selector})"], []
