@@ -120,6 +120,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "60",
                     },
+                    "pod_creation_concurrency": {
+                        "description": "JobWatchExecutor: worker pod creates in flight at once, sent from a small thread pool so that\nthe scheduler loop never waits for the API server (at least worker_pods_creation_batch_size).\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "16",
+                        "default": "8",
+                    },
                     "worker_pod_labels": {
                         "description": 'JobWatchExecutor: which labels mark its worker pods. "upstream" (default): the upstream\nKubernetesExecutor\'s (airflow-worker=<scheduler job id>, kubernetes_executor=True), so pods\nstay adoptable when switching between the two executors. "jobwatch": its own\n(airflow-jobwatch-worker=<scheduler job id>, jobwatch_executor=True), for running both\nexecutors side by side ([core] executor = KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\nthen neither watches, adopts, deletes or reports the other\'s pods. Adoption recognises both.\n',
                         "version_added": "0.1.0",
