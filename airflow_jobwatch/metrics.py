@@ -21,7 +21,9 @@ import datetime
 import json
 import logging
 import os
+import queue
 import re
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -95,7 +97,19 @@ def configure() -> None:
     _stats = None
 
 
-def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None = None) -> None:
+# Metrics are handed to a sender thread, so that a call site (the watch engine's event loop, the
+# scheduler loop) never waits: resolving Airflow's stats backend the first time imports and configures
+# Airflow's metrics modules, which takes seconds on a busy machine - long enough for the executor to
+# take its watcher's event loop for wedged. Bounded: if the backend cannot keep up, metrics are dropped
+# (and counted), the work goes on.
+_QUEUE_SIZE = 10_000
+_queue: queue.Queue[Any] | None = None
+_sender_pid: int | None = None
+_sender_lock = threading.Lock()
+dropped = 0  # metrics dropped because the queue was full
+
+
+def _deliver(kind: str, name: str, value: Any, tags: dict[str, Any] | None) -> None:
     try:
         stats = _backend()
         tags = {k: str(v) for k, v in (tags or {}).items()}
@@ -107,6 +121,43 @@ def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None =
             stats.timing(name, value, tags=tags)
     except Exception:  # never let metrics break the work
         log.debug("Could not send metric %s", name, exc_info=True)
+
+
+def _sender(q: queue.Queue[Any]) -> None:
+    while True:
+        item = q.get()
+        if isinstance(item, threading.Event):  # flush() marker: everything before it was sent
+            item.set()
+            continue
+        _deliver(*item)
+
+
+def _sender_queue() -> queue.Queue[Any]:
+    """This process's queue and sender thread (started on first use, and again after a fork)."""
+    global _queue, _sender_pid
+    if _queue is not None and _sender_pid == os.getpid():
+        return _queue
+    with _sender_lock:
+        if _queue is None or _sender_pid != os.getpid():
+            q: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_SIZE)
+            threading.Thread(target=_sender, args=(q,), name="jobwatch-metrics", daemon=True).start()
+            _queue, _sender_pid = q, os.getpid()
+    return _queue
+
+
+def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None = None) -> None:
+    global dropped
+    try:
+        _sender_queue().put_nowait((kind, name, value, tags))
+    except queue.Full:
+        dropped += 1
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until every metric sent so far has been handed to Airflow's stats backend (tests use it)."""
+    marker = threading.Event()
+    _sender_queue().put(marker, timeout=timeout)
+    return marker.wait(timeout)
 
 
 def incr(name: str, count: int = 1, *, tags: dict[str, Any] | None = None) -> None:
@@ -336,6 +387,7 @@ def job_detected(job: dict[str, Any] | None, *, status: str) -> None:
 __all__ = [
     "InformerMetrics",
     "configure",
+    "flush",
     "detection_delay",
     "gauge",
     "incr",

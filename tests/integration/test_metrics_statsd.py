@@ -96,6 +96,28 @@ def test_executor_and_triggerer_metrics_names(monkeypatch):
     assert statsd.values(P + "triggerer.detection_delay") == ["250.000000|ms"]
 
 
+def test_metric_calls_never_wait_for_the_backend(monkeypatch):
+    """A slow backend (here: blocked) must not hold up the caller - the watch engine's event loop and the
+    scheduler loop call these. Metrics queue up and are sent once the backend answers."""
+    import threading
+
+    gate = threading.Event()
+    got: list[str] = []
+
+    class Slow:
+        def incr(self, name, count=1, tags=None):
+            gate.wait(30)
+            got.append(name)
+
+    monkeypatch.setattr(metrics, "_backend", lambda: Slow())
+    for _ in range(100):
+        metrics.pod_created(launch_seconds=0.1)  # would take 100 x 30 s if it waited
+    assert got == []
+    gate.set()
+    assert metrics.flush(30)
+    assert got.count("jobwatch.executor.pods_created") == 100
+
+
 def test_a_broken_metrics_backend_never_raises(monkeypatch):
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
     monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "no-such-host.invalid")
@@ -103,6 +125,7 @@ def test_a_broken_metrics_backend_never_raises(monkeypatch):
     try:
         metrics.pod_created(launch_seconds=1.0)  # must not raise
         metrics.InformerMetrics("executor", "pods", None).on_event("ADDED")
+        assert metrics.flush(30)
     finally:
         monkeypatch.undo()
         metrics.configure()

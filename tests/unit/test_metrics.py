@@ -18,16 +18,22 @@ class Recorder:
     """Stands in for Airflow's stats module: the metrics backend itself is not what is tested here."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, str, Any, dict[str, Any]]] = []
+        self._sent: list[tuple[str, str, Any, dict[str, Any]]] = []
+
+    @property
+    def sent(self) -> list[tuple[str, str, Any, dict[str, Any]]]:
+        """What reached the backend (metrics go through a sender thread: wait for it first)."""
+        assert metrics.flush()
+        return self._sent
 
     def incr(self, name: str, count: int = 1, tags: dict[str, Any] | None = None) -> None:
-        self.sent.append(("counter", name, count, tags or {}))
+        self._sent.append(("counter", name, count, tags or {}))
 
     def gauge(self, name: str, value: float, tags: dict[str, Any] | None = None) -> None:
-        self.sent.append(("gauge", name, value, tags or {}))
+        self._sent.append(("gauge", name, value, tags or {}))
 
     def timing(self, name: str, value: float, tags: dict[str, Any] | None = None) -> None:
-        self.sent.append(("timer", name, value, tags or {}))
+        self._sent.append(("timer", name, value, tags or {}))
 
 
 @pytest.fixture
