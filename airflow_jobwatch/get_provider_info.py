@@ -454,6 +454,40 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "60",
                     },
+                    "pod_creation_concurrency": {
+                        "description": "JobWatchExecutor: "
+                        "worker "
+                        "pod "
+                        "creates "
+                        "in "
+                        "flight "
+                        "at "
+                        "once, "
+                        "sent "
+                        "from "
+                        "a "
+                        "small "
+                        "thread "
+                        "pool "
+                        "so "
+                        "that\n"
+                        "the "
+                        "scheduler "
+                        "loop "
+                        "never "
+                        "waits "
+                        "for "
+                        "the "
+                        "API "
+                        "server "
+                        "(at "
+                        "least "
+                        "worker_pods_creation_batch_size).\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "16",
+                        "default": "8",
+                    },
                     "worker_pod_labels": {
                         "description": "JobWatchExecutor: "
                         "which "

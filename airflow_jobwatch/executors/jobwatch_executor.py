@@ -15,6 +15,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -58,6 +59,10 @@ CREATE_BACKOFF_MAX_SECONDS = 60.0
 # Timeout of each synchronous API call the scheduler loop makes (create, delete, patch, get): the
 # loop must never hang on a black-holed connection. (connect, read) seconds.
 API_REQUEST_TIMEOUT = (10.0, 30.0)
+# Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
+# takes one API round trip (~10-50 ms on a healthy server); 8 in parallel keep up with a scheduler that
+# queues hundreds of tasks per second, without looking like a burst to API priority and fairness.
+DEFAULT_CREATE_CONCURRENCY = 8
 # Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
 RUNNING_POD_LOG_LINES = 100
 # The status file is rewritten at most this often.
@@ -101,14 +106,26 @@ def informer_config_from_conf(source: Any = None) -> InformerConfig:
 
 
 def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
-    """The ``[kubernetes_executor]`` connection options, as the watch engine's ClusterConfig."""
-    from airflow_jobwatch.kube.client import ClusterConfig
+    """The ``[kubernetes_executor]`` client options (in_cluster, config_file, cluster_context, verify_ssl,
+    ssl_ca_cert, TCP keepalive, retries, request timeout), as :mod:`airflow_jobwatch.connections` reads
+    them for every process that builds a client (the scheduler's and the watcher's)."""
+    from airflow_jobwatch.connections import cluster_config_from_executor_conf
 
-    return ClusterConfig(
-        config_file=(source or conf).get(K8S_SECTION, "config_file", fallback=None) or None,
-        cluster_context=(source or conf).get(K8S_SECTION, "cluster_context", fallback=None) or None,
-        in_cluster=(source or conf).getboolean(K8S_SECTION, "in_cluster", fallback=True),
-    )
+    return cluster_config_from_executor_conf(source)
+
+
+def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
+    """An API error for a log line or a task's failure: the explained 401/403 (what to grant), else
+    status, reason and the server's message. Never the response headers the exception would print."""
+    from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+    denied = access_denied_from_exception(err, verb=verb, resource=resource, namespace=namespace)
+    if denied is not None:
+        return denied.message()
+    status = getattr(err, "status", None)
+    if status is None:
+        return f"{type(err).__name__}: {err}"
+    return f"{status} {getattr(err, 'reason', '')}: {_api_message(err)}"
 
 
 @dataclass
@@ -119,6 +136,7 @@ class _PendingLaunch:
     pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
     attempts: int = 0
     backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
+    revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
     not_before: float = 0.0
     last_error: str | None = None
 
@@ -169,6 +187,12 @@ class JobWatchExecutor(BaseExecutor):
         self._create_paused_until = 0.0  # after a 429 Retry-After
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
+        # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
+        self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
+        self._create_pool: ThreadPoolExecutor | None = None
+        self._create_concurrency = max(
+            1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
+        )
         self._counters: dict[str, int] = {
             "pods_launched": 0,
             "create_retries": 0,
@@ -190,6 +214,17 @@ class JobWatchExecutor(BaseExecutor):
     # ------------------------------------------------------------------------------------------
 
     @property
+    def _request_timeout(self) -> Any:
+        """``kube_client_request_args["_request_timeout"]`` if configured, else API_REQUEST_TIMEOUT."""
+        configured = self.kube_config.kube_client_request_args.get("_request_timeout")
+        return configured if configured is not None else API_REQUEST_TIMEOUT
+
+    @property
+    def _create_args(self) -> dict[str, Any]:
+        """What upstream passes to create_namespaced_pod: kube_client_request_args, with our timeout."""
+        return {**self.kube_config.kube_client_request_args, "_request_timeout": self._request_timeout}
+
+    @property
     def core_v1(self) -> CoreV1Api:
         if self._core_v1 is None:
             from kubernetes.client import CoreV1Api
@@ -204,7 +239,7 @@ class JobWatchExecutor(BaseExecutor):
 
         try:
             resp = self.core_v1.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT
+                name, namespace, _preload_content=False, _request_timeout=self._request_timeout
             )
         except ApiException as err:
             if err.status == HTTPStatus.NOT_FOUND:
@@ -226,6 +261,20 @@ class JobWatchExecutor(BaseExecutor):
     # ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        from airflow.exceptions import AirflowConfigException
+
+        from airflow_jobwatch.kube.client import ClusterConfigError
+
+        try:
+            # As upstream's start() (get_kube_client): an unusable kubeconfig or in-cluster environment
+            # stops the scheduler here, with the reason, instead of crash-looping the watcher for ever.
+            cluster = cluster_config_from_conf(self.conf)
+            _ = self.core_v1
+        except ClusterConfigError as err:
+            raise AirflowConfigException(
+                f"JobWatchExecutor cannot start: the Kubernetes client cannot be configured from "
+                f"[kubernetes_executor]: {err}"
+            ) from None
         self.scheduler_job_id = str(self.job_id)
         self.log.info(
             "Starting JobWatchExecutor (scheduler job %s, namespaces %s)",
@@ -233,7 +282,7 @@ class JobWatchExecutor(BaseExecutor):
             self._namespaces(),
         )
         self.supervisor = WatcherSupervisor(
-            cluster=cluster_config_from_conf(self.conf),
+            cluster=cluster,
             namespaces=self._namespaces(),
             label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
@@ -282,6 +331,7 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         self.log.info("Shutting down JobWatchExecutor")
+        self._stop_creates(wait=True)
         for result in self.supervisor.stop():
             self._on_result(result)
         self._retry_cleanup()
@@ -290,34 +340,49 @@ class JobWatchExecutor(BaseExecutor):
 
     def terminate(self) -> None:
         """SIGTERM on the scheduler: stop the watcher at once (pods are left for adoption)."""
+        self._stop_creates(wait=False)
         if self.supervisor is not None:
             self.supervisor.stop(timeout=1.0)
             self.supervisor = None
+
+    def _stop_creates(self, *, wait: bool) -> None:
+        """Stop the creator threads; with ``wait``, the answers of creates already sent are handled."""
+        if self._create_pool is None:
+            return
+        self._create_pool.shutdown(wait=wait, cancel_futures=True)
+        self._create_pool = None
+        if wait:
+            self._collect_creates()
 
     # ------------------------------------------------------------------------------------------
     # Launching
     # ------------------------------------------------------------------------------------------
 
     def _launch_pending(self) -> None:
+        """Hand pending workloads' creates to the creator threads; handle the answers that came back.
+
+        The creates themselves run in a small thread pool (``[jobwatch] pod_creation_concurrency``), so a
+        slow API server (or a create that takes its whole 30 s timeout) never holds the scheduler loop:
+        ``sync()`` only builds pods, submits them and reads finished answers.
+        """
+        keep_going = self._collect_creates()
         now = time.monotonic()
-        if now < self._create_paused_until or not self._pending:
+        if not keep_going or now < self._create_paused_until or not self._pending:
             return
-        budget = max(1, self.kube_config.worker_pods_creation_batch_size)
+        cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
+        in_flight = len(self._inflight)
         ordered = sorted(self._pending.items(), key=lambda kv: -kv[1].workload.ti.priority_weight)
         for key, launch in ordered:
-            if budget <= 0:
+            if in_flight >= cap:
                 break
-            if launch.not_before > now:
+            if key in self._inflight or launch.not_before > now:
                 continue
-            budget -= 1
-            if not self._launch_one(key, launch):
-                break  # rate limited: stop creating pods this loop
+            if self._start_create(key, launch):
+                in_flight += 1
 
-    def _launch_one(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
-        """Try to create one worker pod. Returns False if pod creation must pause (429)."""
-        from kubernetes.client.exceptions import ApiException
-
-        assert self.scheduler_job_id is not None
+    def _start_create(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
+        """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
+        assert self.scheduler_job_id is not None and self.supervisor is not None
         if launch.pod is None:
             try:
                 launch.pod = build_worker_pod(
@@ -329,20 +394,57 @@ class JobWatchExecutor(BaseExecutor):
                 )
             except Exception as err:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
-                return True
+                return False
         pod = launch.pod
         namespace, name = pod.metadata.namespace, pod.metadata.name
         if not self._ensure_watched(key, namespace):
-            return True
+            return False
         body = self.core_v1.api_client.sanitize_for_serialization(pod)
         # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
-        assert self.supervisor is not None
         self.supervisor.track(namespace, name, key, confirmed=False)
-        try:
-            self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
-        except ApiException as err:
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(
+                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-create"
+            )
+        core_v1 = self.core_v1
+        future = self._create_pool.submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
+        self._inflight[key] = (launch, namespace, name, future)
+        return True
+
+    def _collect_creates(self) -> bool:
+        """Handle the creates that were answered. Returns False if creation must pause this loop."""
+        keep_going = True
+        for key, (launch, namespace, name, future) in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[key]
+            if self._pending.get(key) is not launch:
+                # Revoked, or already seen by the watch (launched, maybe even reported) meanwhile.
+                if launch.revoked and future.exception() is None:
+                    self._cleanup.append((namespace, name, True))
+                continue
+            keep_going = self._finish_create(key, launch, namespace, name, future.exception()) and keep_going
+        return keep_going
+
+    def _finish_create(
+        self,
+        key: TaskInstanceKey,
+        launch: _PendingLaunch,
+        namespace: str,
+        name: str,
+        error: BaseException | None,
+    ) -> bool:
+        """The answer to one create. Returns False if pod creation must pause (429, API unreachable)."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.supervisor is not None
+        if error is None:
+            self._launched(key, namespace, name)
+            return True
+        err = error
+        if isinstance(err, ApiException):
             status = err.status or 0
             message = _api_message(err)
             if status == HTTPStatus.CONFLICT:
@@ -359,19 +461,17 @@ class JobWatchExecutor(BaseExecutor):
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
-                    f"{status} {err.reason}: {message}",
+                    + _explain(err, verb="create", resource="pods", namespace=namespace),
                 )
                 return True
             self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)
             if status == HTTPStatus.TOO_MANY_REQUESTS or retry_after is not None:
-                self._create_paused_until = launch.not_before
+                self._create_paused_until = max(self._create_paused_until, launch.not_before)
                 return False
             return True
-        except Exception as err:  # connection refused/reset, timeouts, TLS: the API is unreachable
-            self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
-            return False  # the next create would fail the same way; wait for the backoff
-        self._launched(key, namespace, name)
-        return True
+        # connection refused/reset, timeouts, TLS: the API is unreachable
+        self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
+        return False  # the next create would fail the same way; wait for the backoff
 
     def _on_conflict(
         self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
@@ -404,7 +504,7 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         namespace,
                         {"metadata": {"labels": {self.labels.worker: mine}}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
                 except Exception as err:
                     self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
@@ -577,14 +677,14 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         namespace,
                         body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        **self._create_args,
                     )
                 else:
                     self.core_v1.patch_namespaced_pod(
                         name,
                         namespace,
                         {"metadata": {"labels": {DONE_LABEL: "True"}}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
             except ApiException as err:
                 if err.status != HTTPStatus.NOT_FOUND:
@@ -636,7 +736,7 @@ class JobWatchExecutor(BaseExecutor):
                     label_selector=label_selector,
                     **extra,
                     _preload_content=False,
-                    _request_timeout=API_REQUEST_TIMEOUT,
+                    _request_timeout=self._request_timeout,
                 )
             else:
                 resp = self.core_v1.list_namespaced_pod(
@@ -644,7 +744,7 @@ class JobWatchExecutor(BaseExecutor):
                     label_selector=label_selector,
                     **extra,
                     _preload_content=False,
-                    _request_timeout=API_REQUEST_TIMEOUT,
+                    _request_timeout=self._request_timeout,
                 )
             pods.extend(json.loads(resp.data).get("items") or [])
         return pods
@@ -751,8 +851,18 @@ class JobWatchExecutor(BaseExecutor):
         for scheme, job_id in searches:
             try:
                 pods = self._list_pods(scheme.selector(str(job_id)))
-            except Exception:
-                self.log.exception("Could not list the worker pods of scheduler job %s for adoption", job_id)
+            except Exception as err:
+                namespaces = self._namespaces()
+                self.log.error(
+                    "Could not list the worker pods of scheduler job %s for adoption: %s",
+                    job_id,
+                    _explain(
+                        err,
+                        verb="list",
+                        resource="pods",
+                        namespace=namespaces[0] if len(namespaces) == 1 else None,
+                    ),
+                )
                 continue
             for pod in pods:
                 meta = pod.get("metadata") or {}
@@ -775,7 +885,7 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         ns,
                         {"metadata": {"labels": relabel}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
                 except Exception as err:
                     self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
@@ -816,6 +926,8 @@ class JobWatchExecutor(BaseExecutor):
         self.running.discard(key)
         self.queued_tasks.pop(key, None)
         launch = self._pending.pop(key, None)
+        if launch is not None:
+            launch.revoked = True
         self._workloads.pop(key, None)
         ref = self._pods.pop(key, None)
         if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
@@ -866,7 +978,7 @@ class JobWatchExecutor(BaseExecutor):
                 meta["namespace"],
                 container="base",
                 tail_lines=RUNNING_POD_LOG_LINES,
-                _request_timeout=API_REQUEST_TIMEOUT,
+                _request_timeout=self._request_timeout,
                 _preload_content=False,  # the raw bytes: the client's str() of them reads "b'...'"
             )
             text = response.data.decode("utf-8", errors="backslashreplace")
@@ -875,7 +987,10 @@ class JobWatchExecutor(BaseExecutor):
             )
             return messages, [text or ""]
         except Exception as err:
-            messages.append(f"Reading the worker pod's log failed: {err}")
+            messages.append(
+                "Reading the worker pod's log failed: "
+                + _explain(err, verb="get", resource="pods/log", namespace=None)
+            )
             return messages, [""]
 
     # ------------------------------------------------------------------------------------------
@@ -898,6 +1013,7 @@ class JobWatchExecutor(BaseExecutor):
             "gap_deleted": c.gap_deleted if c else 0,
             "watcher_healthy": c.healthy if c else False,
             "watcher_last_error": c.last_error if c else None,
+            "watcher_access_denied": c.access_denied if c else None,
             "watchers": c.per_namespace if c else {},
             "reports": list(self._reports),
         }

@@ -92,7 +92,12 @@ def test_429_with_retry_after_pauses_creation(executor_factory, kube_sandbox):
     ex = executor_factory()
     sandbox.set_error_rate(1.0, status=429, retry_after=2.0, verbs={"create"})
     _submit(ex, *(make_workload(task_id=f"t{i}", command="exit 0") for i in range(3)))
-    ex.heartbeat()
+    # The creates run in threads: wait until the 429s of all three are in, then count.
+    deadline = time.monotonic() + 30
+    while ex.status()["create_retries"] < 3:
+        ex.heartbeat()
+        assert time.monotonic() < deadline, ex.status()
+        time.sleep(0.05)
     sandbox.reset_counters()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
