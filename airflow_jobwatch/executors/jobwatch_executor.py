@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
 
+from airflow_jobwatch import config as jobwatch_config
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     JOBWATCH_LABELS,
@@ -35,7 +37,7 @@ from airflow_jobwatch.executors.pods import (
     new_pod_name,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -87,22 +89,7 @@ def _getfloat(section: str, key: str, default: float, source: Any = None) -> flo
 
 def informer_config_from_conf(source: Any = None) -> InformerConfig:
     """Build the watch engine's configuration from the ``[jobwatch]`` section (of a team, if given)."""
-    from airflow_jobwatch.kube.informer import InformerConfig
-
-    def get(key: str, default: float) -> float:
-        return _getfloat(SECTION, key, default, source)
-
-    resync = get("resync_interval_seconds", 600.0)
-    return InformerConfig(
-        watch_timeout_seconds=get("watch_timeout_seconds", 300.0),
-        stall_timeout_seconds=get("watch_stall_timeout_seconds", 90.0),
-        connect_timeout_seconds=get("api_connect_timeout_seconds", 10.0),
-        backoff_initial_seconds=get("backoff_initial_seconds", 0.8),
-        backoff_max_seconds=get("backoff_max_seconds", 30.0),
-        backoff_reset_after_seconds=get("backoff_reset_after_seconds", 120.0),
-        unhealthy_after_seconds=get("unhealthy_after_seconds", 60.0),
-        resync_interval_seconds=resync if resync > 0 else None,
-    )
+    return jobwatch_config.informer_config(source=source)
 
 
 def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
@@ -141,6 +128,7 @@ class _PendingLaunch:
     build: Future[tuple[k8s.V1Pod, dict[str, Any]]] | None = None  # building in the API threads
     not_before: float = 0.0
     last_error: str | None = None
+    accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
 
 
 class JobWatchExecutor(BaseExecutor):
@@ -208,11 +196,13 @@ class JobWatchExecutor(BaseExecutor):
             "completed_pods_cleaned": 0,
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
-        self._status_file = self.conf.get(SECTION, "executor_status_file", fallback="") or ""
+        self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
         # beside the upstream KubernetesExecutor in one scheduler). See docs/executor.md, "Hybrid".
-        self.labels = label_scheme(self.conf.get(SECTION, "worker_pod_labels", fallback="upstream") or "")
+        self.labels = label_scheme(jobwatch_config.get_str("worker_pod_labels", source=self.conf))
         self._status_written_at = 0.0
+        self._restarts_reported = 0  # watcher restarts already sent as a metric
+        self._last_result_at: float | None = None  # when the watcher last reported a pod change
 
     # ------------------------------------------------------------------------------------------
     # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
@@ -292,9 +282,11 @@ class JobWatchExecutor(BaseExecutor):
             label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
-            unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0, self.conf),
-            restart_backoff_initial=_getfloat(SECTION, "backoff_initial_seconds", 0.8, self.conf),
-            restart_backoff_max=_getfloat(SECTION, "backoff_max_seconds", 30.0, self.conf),
+            unresponsive_after=jobwatch_config.get_float(
+                "watcher_unresponsive_after_seconds", source=self.conf
+            ),
+            restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds", source=self.conf),
+            restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds", source=self.conf),
             name=f"jobwatch-executor-{self.scheduler_job_id}",
         )
         self.supervisor.start()
@@ -321,7 +313,11 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         for result in self.supervisor.poll():
+            self._last_result_at = time.monotonic()
             self._on_result(result)
+        restarts = self.supervisor.counters.restarts
+        metrics.watcher_restarts(restarts - self._restarts_reported)
+        self._restarts_reported = restarts
         now = time.monotonic()
         if now >= self._next_completed_cleanup and self._completed_search is None:
             interval = _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
@@ -474,6 +470,7 @@ class JobWatchExecutor(BaseExecutor):
         err = error
         if isinstance(err, ApiException):
             status = err.status or 0
+            metrics.pod_create_error(status)
             message = _api_message(err)
             if status == HTTPStatus.CONFLICT:
                 return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
@@ -498,6 +495,7 @@ class JobWatchExecutor(BaseExecutor):
                 return False
             return True
         # connection refused/reset, timeouts, TLS: the API is unreachable
+        metrics.pod_create_error(0)
         self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
         return False  # the next create would fail the same way; wait for the backoff
 
@@ -578,7 +576,8 @@ class JobWatchExecutor(BaseExecutor):
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
-        self._pending.pop(key, None)
+        launch = self._pending.pop(key, None)
+        metrics.pod_created(launch_seconds=time.monotonic() - launch.accepted_at if launch else 0.0)
         self._pods[key] = (namespace, name)
         self.supervisor.track(namespace, name, key)
         self._counters["pods_launched"] += 1
@@ -675,6 +674,7 @@ class JobWatchExecutor(BaseExecutor):
             self.fail(key, info)
             failed = True
         self._workloads.pop(key, None)
+        metrics.terminal_report("failed" if failed else "success", after_watcher_gap=result.gap)
         self._report(
             key,
             pod=f"{result.namespace}/{result.name}",
@@ -1069,6 +1069,12 @@ class JobWatchExecutor(BaseExecutor):
             "updated_at": time.time(),
             "running": len(self.running),
             "pending_creation": len(self._pending),
+            "tracked_pods": len(self._pods),
+            "seconds_since_last_event": (
+                round(time.monotonic() - self._last_result_at, 1)
+                if self._last_result_at is not None
+                else None
+            ),
             **self._counters,
             "watcher_restarts": c.restarts if c else 0,
             "relists": c.relists if c else 0,
@@ -1107,10 +1113,7 @@ def _api_message(err: Any) -> str:
 
 def _retry_after(err: Any) -> float | None:
     value = (err.headers or {}).get("Retry-After") if getattr(err, "headers", None) else None
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    return parse_retry_after(value)
 
 
 __all__ = ["JobWatchExecutor"]
