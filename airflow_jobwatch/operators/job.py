@@ -595,7 +595,7 @@ class _LogFollower:
 
     def start_ready(self, pods: list[dict[str, Any]]) -> None:
         for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
-            meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
             name = str(meta.get("name"))
             begun = {
                 cs.get("name")
@@ -603,11 +603,15 @@ class _LogFollower:
                 + (status.get("containerStatuses") or [])
                 if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
             }
+            # The cache keeps a projection of each pod (kube/projection.py) without the spec's container
+            # list; the container statuses name every container once the kubelet reports the pod.
             if name not in self.wanted:  # once per pod: it warns about requested containers not there
+                if not status.get("containerStatuses"):
+                    continue
                 self.wanted[name] = self.operator._requested_containers(
                     name,
-                    [c.get("name") for c in spec.get("initContainers") or []],
-                    [c.get("name") for c in spec.get("containers") or []],
+                    [cs.get("name") for cs in status.get("initContainerStatuses") or []],
+                    [cs.get("name") for cs in status.get("containerStatuses") or []],
                 )
             wanted = self.wanted[name]
             for container in wanted:

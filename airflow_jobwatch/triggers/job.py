@@ -464,6 +464,20 @@ class JobTrigger(BaseTrigger):
             self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e)
             return False, None
 
+    async def _with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None:
+        """Put the whole Job in the payload's ``job`` (one GET, at the end only).
+
+        The shared watch's cache keeps only the fields the classification reads (kube/projection.py);
+        upstream's event carries the whole Job (its spec and pod template included), and so does ours.
+        This is the one request a trigger sends of its own while its Job is in the cache. A Job already
+        gone keeps what the cache had of it.
+        """
+        if payload.get("outcome") == OUTCOME_DELETED or not payload.get("uid"):
+            return
+        answered, job = await self._read_job(watch)
+        if answered and job is not None and _uid(job) == payload["uid"]:
+            payload["job"] = client_job_dict(job)
+
     # -- running ---------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
         payload = await self.wait()
@@ -553,7 +567,10 @@ class JobTrigger(BaseTrigger):
             else:
                 watch = subscription.watch
                 await self._wait_loop(watch, outcome, settle, offer)
-            return await outcome
+            payload = await outcome
+            if watch is not None:
+                await self._with_whole_job(watch, payload)
+            return payload
         finally:
             if deadline_handle is not None:
                 deadline_handle.cancel()
@@ -688,7 +705,12 @@ def client_job_dict(job: dict[str, Any] | None) -> dict[str, Any] | None:
     from kubernetes.client import ApiClient
 
     if _model_client is None:
-        _model_client = ApiClient()
+        from kubernetes.client import Configuration
+
+        configuration = Configuration()
+        # the cache's projected Job lacks required fields (spec.template): build the model anyway
+        configuration.client_side_validation = False
+        _model_client = ApiClient(configuration)
     model = _model_client.deserialize(_Response(json.dumps(job)), "V1Job")
     return model.to_dict()  # type: ignore[no-any-return]
 
