@@ -454,6 +454,96 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "60",
                     },
+                    "pod_creation_concurrency": {
+                        "description": "JobWatchExecutor: "
+                        "worker "
+                        "pod "
+                        "creates "
+                        "in "
+                        "flight "
+                        "at "
+                        "once, "
+                        "sent "
+                        "from "
+                        "a "
+                        "small "
+                        "thread "
+                        "pool "
+                        "so "
+                        "that\n"
+                        "the "
+                        "scheduler "
+                        "loop "
+                        "never "
+                        "waits "
+                        "for "
+                        "the "
+                        "API "
+                        "server "
+                        "(at "
+                        "least "
+                        "worker_pods_creation_batch_size).\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "16",
+                        "default": "8",
+                    },
+                    "worker_pod_labels": {
+                        "description": "JobWatchExecutor: "
+                        "which "
+                        "labels "
+                        "mark its "
+                        "worker "
+                        "pods. "
+                        '"upstream" '
+                        "(default): "
+                        "the "
+                        "upstream\n"
+                        "KubernetesExecutor's "
+                        "(airflow-worker=<scheduler "
+                        "job id>, "
+                        "kubernetes_executor=True), "
+                        "so pods\n"
+                        "stay "
+                        "adoptable "
+                        "when "
+                        "switching "
+                        "between "
+                        "the two "
+                        "executors. "
+                        '"jobwatch": '
+                        "its own\n"
+                        "(airflow-jobwatch-worker=<scheduler "
+                        "job id>, "
+                        "jobwatch_executor=True), "
+                        "for "
+                        "running "
+                        "both\n"
+                        "executors "
+                        "side by "
+                        "side "
+                        "([core] "
+                        "executor "
+                        "= "
+                        "KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\n"
+                        "then "
+                        "neither "
+                        "watches, "
+                        "adopts, "
+                        "deletes "
+                        "or "
+                        "reports "
+                        "the "
+                        "other's "
+                        "pods. "
+                        "Adoption "
+                        "recognises "
+                        "both.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "jobwatch",
+                        "default": "upstream",
+                    },
                     "executor_status_file": {
                         "description": "JobWatchExecutor: "
                         "if "

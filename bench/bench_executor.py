@@ -2,6 +2,14 @@
 
     .venv/bin/python bench/bench_executor.py            # 200 tasks per executor
     .venv/bin/python bench/bench_executor.py --quick    # 40 tasks
+    .venv/bin/python bench/bench_executor.py --throughput [--tasks 2000 --parallelism 200]
+
+``--throughput`` is a second benchmark, without faults: N tasks at [core] parallelism P through
+JobWatchExecutor and through upstream's KubernetesExecutor at its default
+``worker_pods_creation_batch_size`` (1) and at 16, one after the other on the same sandbox. Reported:
+``sync()`` duration p50 / p99 / max (the executor's share of each scheduler heartbeat), latency from a
+workload taking an executor slot to its pod's create being answered, pods created per second, and the
+watcher process's peak RSS (plus upstream's multiprocessing Manager, which it needs for its queues).
 
 Each executor is driven the way the scheduler drives it (``queue_workload`` then ``heartbeat()`` every
 0.2 s, events read from ``get_event_buffer()``), without a scheduler: N synthetic ``ExecuteTask``
@@ -370,6 +378,225 @@ def render(rows: list[dict[str, Any]], *, quick: bool) -> str:
     )
 
 
+# --- throughput -----------------------------------------------------------------------------------
+
+
+def _rss_kib(pid: int | None) -> int:
+    if not pid:
+        return 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def run_throughput(
+    variant: str, *, tasks: int, parallelism: int, admin: Any, job_id: str, seconds: float
+) -> dict[str, Any]:
+    """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs."""
+    from unittest import mock
+
+    from kubernetes.client import CoreV1Api
+
+    from airflow_jobwatch.devtools.workloads import make_workload
+
+    kind = "jobwatch" if variant == "jobwatch" else "upstream"
+    batch = {"jobwatch": 16, "upstream-default": 1, "upstream-16": 16}[variant]
+    os.environ["AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE"] = str(batch)
+    os.environ["AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS"] = "True"
+    admin.fault("set_history_window", n=100_000)
+    admin.reset_counters()
+    created_at: dict[str, float] = {}  # task_id -> create answered (wall clock)
+    original_create = CoreV1Api.create_namespaced_pod
+
+    def timed_create(self: Any, namespace: Any, body: Any, **kwargs: Any) -> Any:
+        result = original_create(self, namespace, body, **kwargs)
+        meta = body.get("metadata") if isinstance(body, dict) else body.metadata
+        annotations = (meta.get("annotations") if isinstance(meta, dict) else meta.annotations) or {}
+        created_at.setdefault(annotations.get("task_id", "?"), time.time())
+        return result
+
+    CoreV1Api.create_namespaced_pod = timed_create  # type: ignore[method-assign]
+    try:
+        ex, watcher_pid = _make_executor(kind, job_id)
+        ex.parallelism = parallelism
+        accepted_at: dict[str, float] = {}
+        original_process = ex._process_workloads
+
+        def timed_process(workloads: Any) -> Any:
+            now = time.time()
+            for w in workloads:
+                accepted_at.setdefault(w.ti.task_id, now)
+            return original_process(workloads)
+
+        ex._process_workloads = timed_process
+        sync_durations: list[float] = []
+        original_sync = ex.sync
+
+        def timed_sync() -> None:
+            t0 = time.perf_counter()
+            original_sync()
+            sync_durations.append(time.perf_counter() - t0)
+
+        ex.sync = timed_sync
+        keys = {}
+        for i in range(tasks):
+            w = make_workload(
+                dag_id="bench_tp", task_id=f"t{i:04d}", run_id=f"tp_{variant}", command=f"sleep {seconds}"
+            )
+            keys[w.ti.key] = w.ti.task_id
+            ex.queue_workload(w, session=mock.sentinel.no_session)
+        done: set[str] = set()
+        peak_watcher = peak_manager = 0
+        started = time.monotonic()
+        last_progress = started
+        while len(done) < tasks:
+            ex.heartbeat()
+            for key, (state, _info) in ex.get_event_buffer().items():
+                s = str(state) if state is not None else "None"
+                if key in keys and s not in ("queued", "running"):
+                    done.add(keys[key])
+                    last_progress = time.monotonic()
+            if len(sync_durations) % 10 == 0:
+                peak_watcher = max(peak_watcher, _rss_kib(watcher_pid()))
+                manager = getattr(ex, "_manager", None)
+                peak_manager = max(
+                    peak_manager, _rss_kib(getattr(getattr(manager, "_process", None), "pid", None))
+                )
+            if time.monotonic() - last_progress > SETTLE_SECONDS:
+                break
+            time.sleep(HEARTBEAT_SECONDS)
+        elapsed = time.monotonic() - started
+        try:
+            ex.end()
+        except Exception as err:
+            print(f"{variant}: end() raised {err!r}", file=sys.stderr)
+    finally:
+        CoreV1Api.create_namespaced_pod = original_create  # type: ignore[method-assign]
+    latencies = [created_at[t] - accepted_at[t] for t in created_at if t in accepted_at]
+    creates = sorted(created_at.values())
+    rate = (
+        (len(creates) - 1) / (creates[-1] - creates[0])
+        if len(creates) > 1 and creates[-1] > creates[0]
+        else None
+    )
+    ms = [d * 1000 for d in sync_durations]
+    return {
+        "executor": {
+            "jobwatch": "JobWatchExecutor (batch 16)",
+            "upstream-default": "upstream, worker_pods_creation_batch_size=1 (default)",
+            "upstream-16": "upstream, worker_pods_creation_batch_size=16",
+        }[variant],
+        "tasks": tasks,
+        "parallelism": parallelism,
+        "terminal": len(done),
+        "elapsed_s": round(elapsed, 1),
+        "sync_p50_ms": _round(_pct(ms, 0.5)),
+        "sync_p99_ms": _round(_pct(ms, 0.99)),
+        "sync_max_ms": _round(max(ms) if ms else None),
+        "slot_to_pod_p50_s": _round(_pct(latencies, 0.5)),
+        "slot_to_pod_p99_s": _round(_pct(latencies, 0.99)),
+        "pods_per_s": _round(rate),
+        "watcher_rss_mib": round(peak_watcher / 1024, 1),
+        "manager_rss_mib": round(peak_manager / 1024, 1) if kind == "upstream" else None,
+    }
+
+
+TP_COLUMNS = [
+    ("executor", "executor"),
+    ("terminal", "tasks ended"),
+    ("elapsed_s", "all ended (s)"),
+    ("sync_p50_ms", "sync() p50 (ms)"),
+    ("sync_p99_ms", "sync() p99 (ms)"),
+    ("sync_max_ms", "sync() max (ms)"),
+    ("slot_to_pod_p50_s", "slot -> pod created p50 (s)"),
+    ("slot_to_pod_p99_s", "p99 (s)"),
+    ("pods_per_s", "pods created / s"),
+    ("watcher_rss_mib", "watcher peak RSS (MiB)"),
+    ("manager_rss_mib", "upstream Manager RSS (MiB)"),
+]
+
+
+def render_throughput(rows: list[dict[str, Any]], *, tasks: int, parallelism: int, seconds: float) -> str:
+    head = "| " + " | ".join(title for _, title in TP_COLUMNS) + " |"
+    sep = "|" + "---|" * len(TP_COLUMNS)
+    lines = [head, sep]
+    for row in rows:
+        lines.append("| " + " | ".join("—" if row[k] is None else str(row[k]) for k, _ in TP_COLUMNS) + " |")
+    ours = next((r for r in rows if r["executor"].startswith("JobWatch")), None)
+    base = next((r for r in rows if "default" in r["executor"]), None)
+    ratio = ""
+    if ours and base and ours["pods_per_s"] and base["pods_per_s"]:
+        ratio = (
+            f"Launch throughput: JobWatchExecutor {ours['pods_per_s']} pods/s vs upstream's default "
+            f"{base['pods_per_s']} pods/s ({ours['pods_per_s'] / base['pods_per_s']:.1f}x)."
+        )
+    return "\n".join(
+        [
+            "## Executor throughput: sync() cost and launch rate",
+            "",
+            f"`bench/bench_executor.py --throughput --tasks {tasks} --parallelism {parallelism}` "
+            f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). No faults. {tasks} tasks whose pods "
+            f"sleep {seconds:g} s, [core] parallelism {parallelism}, heartbeat every {HEARTBEAT_SECONDS} s, "
+            "each executor in turn on the same sandbox subprocess, in one run. `sync()` is timed around the "
+            "executor's own `sync()` inside `heartbeat()`; slot -> pod created is from `_process_workloads` "
+            "(the workload takes a slot) to the answer of its pod's create; pods/s is creates over the span "
+            "from first to last create; RSS is the watcher process's peak (upstream also runs a "
+            "multiprocessing Manager process for its queues, shown apart).",
+            "",
+            *lines,
+            "",
+            ratio,
+            "",
+        ]
+    )
+
+
+def main_throughput(tasks: int, parallelism: int, seconds: float, out: Path) -> None:
+    home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-tp-"))
+    sandbox = SandboxProcess(home / "kubeconfig", log=home / "sandbox.log")
+    try:
+        os.environ["AIRFLOW_HOME"] = str(home)
+        sandbox.start()
+        admin, kubeconfig = sandbox.admin, sandbox.kubeconfig
+        _setup_env(home, kubeconfig, tasks)
+        rows = []
+        for i, variant in enumerate(["jobwatch", "upstream-default", "upstream-16"]):
+            print(f"throughput: {variant} with {tasks} tasks at parallelism {parallelism} ...", flush=True)
+            rows.append(
+                run_throughput(
+                    variant,
+                    tasks=tasks,
+                    parallelism=parallelism,
+                    admin=admin,
+                    job_id=str(201 + i),
+                    seconds=seconds,
+                )
+            )
+            print(rows[-1], flush=True)
+        text = render_throughput(rows, tasks=tasks, parallelism=parallelism, seconds=seconds)
+        print()
+        print(text)
+        if out.exists():
+            existing = out.read_text()
+            marker = "## Executor throughput"
+            if marker in existing:
+                existing = existing[: existing.index(marker)].rstrip() + "\n"
+            out.write_text(existing.rstrip() + "\n\n" + text)
+        else:
+            out.write_text(text)
+        print(f"wrote {out}")
+    finally:
+        try:
+            sandbox.stop(timeout=15)
+        except Exception:
+            pass
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -378,7 +605,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "executor.md"))
     parser.add_argument("--only", choices=["jobwatch", "upstream"], default=None)
+    parser.add_argument("--throughput", action="store_true", help="the sync()/launch-rate benchmark")
+    parser.add_argument("--parallelism", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=5.0, help="throughput: how long each pod sleeps")
     args = parser.parse_args()
+    if args.throughput:
+        main_throughput(args.tasks or 2000, args.parallelism, args.seconds, Path(args.out))
+        return
     tasks = args.tasks or (40 if args.quick else 200)
 
     home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-"))

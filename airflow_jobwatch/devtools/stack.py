@@ -66,6 +66,11 @@ PROCESS_COMMANDS: dict[str, list[str]] = {
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 
 
+def _kind(name: str) -> str:
+    """``scheduler#2`` -> ``scheduler``: the Airflow command of a (possibly numbered) process name."""
+    return name.split("#", 1)[0]
+
+
 class StackError(RuntimeError):
     """A step of the stack did not complete; the message includes the relevant log tail."""
 
@@ -105,6 +110,10 @@ class AirflowStack:
     :param env: extra environment variables for every process (and so every pod).
     :param parallelism: ``[core] parallelism``.
     :param base_dir: where to create the temp ``AIRFLOW_HOME`` (default: the system temp dir).
+    :param database_url: ``[database] sql_alchemy_conn`` (e.g. :attr:`PostgresServer.url
+        <airflow_jobwatch.devtools.postgres.PostgresServer.url>`); SQLite in ``AIRFLOW_HOME`` by default.
+        Process names may carry a ``#N`` suffix to run several of one kind (HA):
+        ``processes=("api-server", "scheduler", "scheduler#2", ...)``.
     :param keep: keep the temp directory on exit (for debugging).
     :param start_timeout: seconds allowed for each start-up step.
     """
@@ -124,9 +133,10 @@ class AirflowStack:
         base_dir: str | os.PathLike[str] | None = None,
         keep: bool = False,
         start_timeout: float = 90.0,
+        database_url: str | None = None,
     ) -> None:
         self.processes = list(dict.fromkeys([*processes, *(["triggerer"] if triggerer else [])]))
-        unknown = [p for p in self.processes if p not in PROCESS_COMMANDS]
+        unknown = [p for p in self.processes if _kind(p) not in PROCESS_COMMANDS]
         if unknown:
             raise ValueError(
                 f"unknown Airflow process(es) {unknown}; expected some of {sorted(PROCESS_COMMANDS)}"
@@ -141,6 +151,7 @@ class AirflowStack:
         self.base_dir = base_dir
         self.keep = keep
         self.start_timeout = start_timeout
+        self.database_url = database_url
         self.home: Path = Path()
         self.env: dict[str, str] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -195,7 +206,7 @@ class AirflowStack:
             ("core", "parallelism"): str(self.parallelism),
             ("core", "execution_api_server_url"): f"{base_url}/execution/",
             ("core", "simple_auth_manager_all_admins"): "True",
-            ("database", "sql_alchemy_conn"): f"sqlite:///{self.home / 'airflow.db'}",
+            ("database", "sql_alchemy_conn"): self.database_url or f"sqlite:///{self.home / 'airflow.db'}",
             ("api", "base_url"): base_url,
             ("api", "port"): str(self.api_port),
             ("api_auth", "jwt_secret"): secrets.token_urlsafe(32),
@@ -260,12 +271,12 @@ class AirflowStack:
 
     def start(self, name: str) -> None:
         """Start (or restart) one Airflow process."""
-        if name not in PROCESS_COMMANDS:
+        if _kind(name) not in PROCESS_COMMANDS:
             raise ValueError(f"unknown Airflow process {name!r}; expected one of {sorted(PROCESS_COMMANDS)}")
         existing = self.procs.get(name)
         if existing is not None and existing.poll() is None:
             raise StackError(f"{name} is already running (pid {existing.pid})")
-        args = list(PROCESS_COMMANDS[name])
+        args = list(PROCESS_COMMANDS[_kind(name)])
         if name == "api-server":
             args += ["--port", str(self.api_port)]
         log = (self.home / "proc-logs" / f"{name}.log").open("ab")
@@ -300,8 +311,14 @@ class AirflowStack:
             self._wait_alive(
                 "api-server", self._api_healthy, timeout, "the api-server to answer /api/v2/monitor/health"
             )
-        if "scheduler" in self.processes:
-            self._wait_alive("scheduler", self._scheduler_running, timeout, "a running SchedulerJob")
+        schedulers = [p for p in self.processes if _kind(p) == "scheduler"]
+        if schedulers:
+            self._wait_alive(
+                schedulers[0],
+                lambda: self._scheduler_running(len(schedulers)),
+                timeout,
+                f"{len(schedulers)} running SchedulerJob(s)",
+            )
         for dag_id in self.dag_ids:
             self._wait_alive(
                 "dag-processor",
@@ -333,11 +350,9 @@ class AirflowStack:
         except OSError:
             return False
 
-    def _scheduler_running(self) -> bool:
-        rows = self.query(
-            "SELECT id FROM job WHERE job_type = 'SchedulerJob' AND state = 'running' ORDER BY id DESC LIMIT 1"
-        )
-        return bool(rows)
+    def _scheduler_running(self, count: int = 1) -> bool:
+        rows = self.query("SELECT id FROM job WHERE job_type = 'SchedulerJob' AND state = 'running'")
+        return len(rows) >= count
 
     def _dag_serialized(self, dag_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", (dag_id,)))
@@ -367,7 +382,9 @@ class AirflowStack:
     # --- metadata database ---------------------------------------------------------------
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        """Run a read-only query on the metadata database (SQLite), retrying while it is locked."""
+        """Run a read-only query (``?`` placeholders) on the metadata database, SQLite or PostgreSQL."""
+        if self.database_url and self.database_url.startswith("postgresql"):
+            return self._query_postgres(sql.replace("?", "%s"), params)
         db = self.home / "airflow.db"
         if not db.exists():
             return []
@@ -383,6 +400,33 @@ class AirflowStack:
                     raise
                 time.sleep(0.05 * (attempt + 1))
         return []
+
+    def _query_postgres(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        import psycopg2
+        from sqlalchemy.engine import make_url
+
+        url = make_url(self.database_url or "")
+        try:
+            con = psycopg2.connect(
+                host=url.host,
+                port=url.port,
+                user=url.username,
+                password=url.password,
+                dbname=url.database,
+                connect_timeout=5,
+            )
+        except psycopg2.OperationalError:
+            return []
+        try:
+            con.autocommit = True
+            with con.cursor() as cur:
+                try:
+                    cur.execute(sql, params)
+                except psycopg2.errors.UndefinedTable:
+                    return []  # before `airflow db migrate` finished
+                return list(cur.fetchall()) if cur.description else []
+        finally:
+            con.close()
 
     def scheduler_job_ids(self) -> list[int]:
         return [r[0] for r in self.query("SELECT id FROM job WHERE job_type = 'SchedulerJob' ORDER BY id")]

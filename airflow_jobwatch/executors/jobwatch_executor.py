@@ -15,6 +15,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -25,11 +26,13 @@ from airflow.executors.base_executor import BaseExecutor
 
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
+    JOBWATCH_LABELS,
+    UPSTREAM_LABELS,
     WORKER_LABEL,
     build_worker_pod,
     key_from_annotations,
+    label_scheme,
     new_pod_name,
-    worker_label_selector,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
 from airflow_jobwatch.kube.backoff import Backoff
@@ -56,6 +59,10 @@ CREATE_BACKOFF_MAX_SECONDS = 60.0
 # Timeout of each synchronous API call the scheduler loop makes (create, delete, patch, get): the
 # loop must never hang on a black-holed connection. (connect, read) seconds.
 API_REQUEST_TIMEOUT = (10.0, 30.0)
+# Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
+# takes one API round trip (~10-50 ms on a healthy server); 8 in parallel keep up with a scheduler that
+# queues hundreds of tasks per second, without looking like a burst to API priority and fairness.
+DEFAULT_CREATE_CONCURRENCY = 8
 # Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
 RUNNING_POD_LOG_LINES = 100
 # The status file is rewritten at most this often.
@@ -117,6 +124,7 @@ class _PendingLaunch:
     pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
     attempts: int = 0
     backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
+    revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
     not_before: float = 0.0
     last_error: str | None = None
 
@@ -167,6 +175,12 @@ class JobWatchExecutor(BaseExecutor):
         self._create_paused_until = 0.0  # after a 429 Retry-After
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
+        # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
+        self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
+        self._create_pool: ThreadPoolExecutor | None = None
+        self._create_concurrency = max(
+            1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
+        )
         self._counters: dict[str, int] = {
             "pods_launched": 0,
             "create_retries": 0,
@@ -178,6 +192,9 @@ class JobWatchExecutor(BaseExecutor):
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = self.conf.get(SECTION, "executor_status_file", fallback="") or ""
+        # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
+        # beside the upstream KubernetesExecutor in one scheduler). See docs/executor.md, "Hybrid".
+        self.labels = label_scheme(self.conf.get(SECTION, "worker_pod_labels", fallback="upstream") or "")
         self._status_written_at = 0.0
 
     # ------------------------------------------------------------------------------------------
@@ -230,7 +247,7 @@ class JobWatchExecutor(BaseExecutor):
         self.supervisor = WatcherSupervisor(
             cluster=cluster_config_from_conf(self.conf),
             namespaces=self._namespaces(),
-            label_selector=worker_label_selector(self.scheduler_job_id),
+            label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
             unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0, self.conf),
@@ -277,6 +294,7 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         self.log.info("Shutting down JobWatchExecutor")
+        self._stop_creates(wait=True)
         for result in self.supervisor.stop():
             self._on_result(result)
         self._retry_cleanup()
@@ -285,34 +303,49 @@ class JobWatchExecutor(BaseExecutor):
 
     def terminate(self) -> None:
         """SIGTERM on the scheduler: stop the watcher at once (pods are left for adoption)."""
+        self._stop_creates(wait=False)
         if self.supervisor is not None:
             self.supervisor.stop(timeout=1.0)
             self.supervisor = None
+
+    def _stop_creates(self, *, wait: bool) -> None:
+        """Stop the creator threads; with ``wait``, the answers of creates already sent are handled."""
+        if self._create_pool is None:
+            return
+        self._create_pool.shutdown(wait=wait, cancel_futures=True)
+        self._create_pool = None
+        if wait:
+            self._collect_creates()
 
     # ------------------------------------------------------------------------------------------
     # Launching
     # ------------------------------------------------------------------------------------------
 
     def _launch_pending(self) -> None:
+        """Hand pending workloads' creates to the creator threads; handle the answers that came back.
+
+        The creates themselves run in a small thread pool (``[jobwatch] pod_creation_concurrency``), so a
+        slow API server (or a create that takes its whole 30 s timeout) never holds the scheduler loop:
+        ``sync()`` only builds pods, submits them and reads finished answers.
+        """
+        keep_going = self._collect_creates()
         now = time.monotonic()
-        if now < self._create_paused_until or not self._pending:
+        if not keep_going or now < self._create_paused_until or not self._pending:
             return
-        budget = max(1, self.kube_config.worker_pods_creation_batch_size)
+        cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
+        in_flight = len(self._inflight)
         ordered = sorted(self._pending.items(), key=lambda kv: -kv[1].workload.ti.priority_weight)
         for key, launch in ordered:
-            if budget <= 0:
+            if in_flight >= cap:
                 break
-            if launch.not_before > now:
+            if key in self._inflight or launch.not_before > now:
                 continue
-            budget -= 1
-            if not self._launch_one(key, launch):
-                break  # rate limited: stop creating pods this loop
+            if self._start_create(key, launch):
+                in_flight += 1
 
-    def _launch_one(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
-        """Try to create one worker pod. Returns False if pod creation must pause (429)."""
-        from kubernetes.client.exceptions import ApiException
-
-        assert self.scheduler_job_id is not None
+    def _start_create(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
+        """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
+        assert self.scheduler_job_id is not None and self.supervisor is not None
         if launch.pod is None:
             try:
                 launch.pod = build_worker_pod(
@@ -320,23 +353,63 @@ class JobWatchExecutor(BaseExecutor):
                     kube_config=self.kube_config,
                     scheduler_job_id=self.scheduler_job_id,
                     pod_name=new_pod_name(key),
+                    labels=self.labels,
                 )
             except Exception as err:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
-                return True
+                return False
         pod = launch.pod
         namespace, name = pod.metadata.namespace, pod.metadata.name
         if not self._ensure_watched(key, namespace):
-            return True
+            return False
         body = self.core_v1.api_client.sanitize_for_serialization(pod)
         # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
-        assert self.supervisor is not None
         self.supervisor.track(namespace, name, key, confirmed=False)
-        try:
-            self.core_v1.create_namespaced_pod(namespace, body, _request_timeout=API_REQUEST_TIMEOUT)
-        except ApiException as err:
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(
+                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-create"
+            )
+        core_v1 = self.core_v1
+        future = self._create_pool.submit(
+            core_v1.create_namespaced_pod, namespace, body, _request_timeout=API_REQUEST_TIMEOUT
+        )
+        self._inflight[key] = (launch, namespace, name, future)
+        return True
+
+    def _collect_creates(self) -> bool:
+        """Handle the creates that were answered. Returns False if creation must pause this loop."""
+        keep_going = True
+        for key, (launch, namespace, name, future) in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[key]
+            if self._pending.get(key) is not launch:
+                # Revoked, or already seen by the watch (launched, maybe even reported) meanwhile.
+                if launch.revoked and future.exception() is None:
+                    self._cleanup.append((namespace, name, True))
+                continue
+            keep_going = self._finish_create(key, launch, namespace, name, future.exception()) and keep_going
+        return keep_going
+
+    def _finish_create(
+        self,
+        key: TaskInstanceKey,
+        launch: _PendingLaunch,
+        namespace: str,
+        name: str,
+        error: BaseException | None,
+    ) -> bool:
+        """The answer to one create. Returns False if pod creation must pause (429, API unreachable)."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.supervisor is not None
+        if error is None:
+            self._launched(key, namespace, name)
+            return True
+        err = error
+        if isinstance(err, ApiException):
             status = err.status or 0
             message = _api_message(err)
             if status == HTTPStatus.CONFLICT:
@@ -358,14 +431,12 @@ class JobWatchExecutor(BaseExecutor):
                 return True
             self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)
             if status == HTTPStatus.TOO_MANY_REQUESTS or retry_after is not None:
-                self._create_paused_until = launch.not_before
+                self._create_paused_until = max(self._create_paused_until, launch.not_before)
                 return False
             return True
-        except Exception as err:  # connection refused/reset, timeouts, TLS: the API is unreachable
-            self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
-            return False  # the next create would fail the same way; wait for the backoff
-        self._launched(key, namespace, name)
-        return True
+        # connection refused/reset, timeouts, TLS: the API is unreachable
+        self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
+        return False  # the next create would fail the same way; wait for the backoff
 
     def _on_conflict(
         self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
@@ -392,12 +463,12 @@ class JobWatchExecutor(BaseExecutor):
             from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
             mine = make_safe_label_value(self.scheduler_job_id)
-            if (meta.get("labels") or {}).get(WORKER_LABEL) != mine:
+            if (meta.get("labels") or {}).get(self.labels.worker) != mine:
                 try:
                     self.core_v1.patch_namespaced_pod(
                         name,
                         namespace,
-                        {"metadata": {"labels": {WORKER_LABEL: mine}}},
+                        {"metadata": {"labels": {self.labels.worker: mine}}},
                         _request_timeout=API_REQUEST_TIMEOUT,
                     )
                 except Exception as err:
@@ -693,7 +764,8 @@ class JobWatchExecutor(BaseExecutor):
                 for j in {self.scheduler_job_id, *self._alive_other_scheduler_job_ids()}
             }
         )
-        selector = f"kubernetes_executor=True,{WORKER_LABEL} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
+        scheme = self.labels
+        selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
         try:
             pods = self._list_pods(selector, field_selector="status.phase=Succeeded")
         except Exception as err:
@@ -708,7 +780,7 @@ class JobWatchExecutor(BaseExecutor):
             self.log.info(
                 "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
                 *ref,
-                (meta.get("labels") or {}).get(WORKER_LABEL),
+                (meta.get("labels") or {}).get(scheme.worker),
             )
             self._counters["completed_pods_cleaned"] += 1
             self._cleanup.append((ref[0], ref[1], self.kube_config.delete_worker_pods))
@@ -727,10 +799,23 @@ class JobWatchExecutor(BaseExecutor):
         by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
         not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
         my_label = make_safe_label_value(self.scheduler_job_id)
-        for job_id in {ti.queued_by_job_id for ti in by_key.values()}:
-            selector = f"kubernetes_executor=True,{WORKER_LABEL}={make_safe_label_value(str(job_id))},{DONE_LABEL}!=True"
+        other = JOBWATCH_LABELS if self.labels == UPSTREAM_LABELS else UPSTREAM_LABELS
+        # Our labels now, then the other scheme's: a pod launched before a switch of executor (or of
+        # worker_pod_labels) is adopted all the same and relabelled to ours.
+        relabel: dict[str, str | None] = {
+            self.labels.worker: my_label,
+            self.labels.executor: "True",
+            other.worker: None,
+            other.executor: None,
+        }
+        searches = [
+            (scheme, job_id)
+            for job_id in {ti.queued_by_job_id for ti in by_key.values()}
+            for scheme in (self.labels, other)
+        ]
+        for scheme, job_id in searches:
             try:
-                pods = self._list_pods(selector)
+                pods = self._list_pods(scheme.selector(str(job_id)))
             except Exception:
                 self.log.exception("Could not list the worker pods of scheduler job %s for adoption", job_id)
                 continue
@@ -738,6 +823,8 @@ class JobWatchExecutor(BaseExecutor):
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
                 ns, name = meta["namespace"], meta["name"]
+                if (key is None or key not in by_key) and scheme != self.labels:
+                    continue  # not one of our task instances, and under the other labels: not ours
                 if key is None or key not in by_key:
                     # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
                     # already recorded): nobody else will ever clean it up.
@@ -752,7 +839,7 @@ class JobWatchExecutor(BaseExecutor):
                     self.core_v1.patch_namespaced_pod(
                         name,
                         ns,
-                        {"metadata": {"labels": {WORKER_LABEL: my_label}}},
+                        {"metadata": {"labels": relabel}},
                         _request_timeout=API_REQUEST_TIMEOUT,
                     )
                 except Exception as err:
@@ -794,6 +881,8 @@ class JobWatchExecutor(BaseExecutor):
         self.running.discard(key)
         self.queued_tasks.pop(key, None)
         launch = self._pending.pop(key, None)
+        if launch is not None:
+            launch.revoked = True
         self._workloads.pop(key, None)
         ref = self._pods.pop(key, None)
         if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
@@ -825,6 +914,16 @@ class JobWatchExecutor(BaseExecutor):
                 run_id=ti.run_id,
                 airflow_worker=ti.queued_by_job_id,
             )
+            if self.labels != UPSTREAM_LABELS:
+                # Same selector, with our labels in place of upstream's worker/executor labels.
+                selector = ",".join(
+                    self.labels.worker
+                    if part == WORKER_LABEL
+                    else part.replace(f"{WORKER_LABEL}=", f"{self.labels.worker}=").replace(
+                        "kubernetes_executor=True", f"{self.labels.executor}=True"
+                    )
+                    for part in selector.split(",")
+                )
             pods = self._list_pods(selector)
             if not pods:
                 return [f"No worker pod found for {ti.key} (selector {selector})"], []

@@ -9,6 +9,7 @@ hook) is the provider's :meth:`PodGenerator.construct_pod`; nothing is re-implem
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.models.taskinstancekey import TaskInstanceKey
@@ -30,11 +31,57 @@ EXECUTOR_LABEL = "kubernetes_executor"
 DONE_LABEL = POD_EXECUTOR_DONE_KEY
 
 
-def worker_label_selector(scheduler_job_id: str) -> str:
-    """The pods of one scheduler job that are not yet marked done (same selector as upstream)."""
-    return (
-        f"{EXECUTOR_LABEL}=True,{WORKER_LABEL}={make_safe_label_value(scheduler_job_id)},{DONE_LABEL}!=True"
-    )
+@dataclass(frozen=True)
+class LabelScheme:
+    """Which labels mark a worker pod: its scheduler job (``worker``) and that an executor owns it."""
+
+    name: str
+    worker: str
+    executor: str
+
+    def selector(self, scheduler_job_id: str) -> str:
+        """The pods of one scheduler job that are not yet marked done."""
+        return (
+            f"{self.executor}=True,{self.worker}={make_safe_label_value(scheduler_job_id)},{DONE_LABEL}!=True"
+        )
+
+
+# The upstream KubernetesExecutor's labels: pods stay adoptable across a switch between the executors.
+UPSTREAM_LABELS = LabelScheme("upstream", WORKER_LABEL, EXECUTOR_LABEL)
+# Our own, for running both executors in one scheduler ([core] executor = KubernetesExecutor,
+# airflow_jobwatch.executors.JobWatchExecutor): upstream's watcher selects airflow-worker=<job id> and
+# its completed-pod cleanup kubernetes_executor=True, so a pod without either is invisible to it.
+JOBWATCH_LABELS = LabelScheme("jobwatch", "airflow-jobwatch-worker", "jobwatch_executor")
+LABEL_SCHEMES = {s.name: s for s in (UPSTREAM_LABELS, JOBWATCH_LABELS)}
+
+
+def label_scheme(name: str) -> LabelScheme:
+    """The scheme of ``[jobwatch] worker_pod_labels``; a clear error for anything else."""
+    try:
+        return LABEL_SCHEMES[(name or "upstream").strip().lower()]
+    except KeyError:
+        raise ValueError(
+            f"[jobwatch] worker_pod_labels must be one of {sorted(LABEL_SCHEMES)}, got {name!r}"
+        ) from None
+
+
+def worker_label_selector(scheduler_job_id: str, scheme: LabelScheme = UPSTREAM_LABELS) -> str:
+    """The pods of one scheduler job that are not yet marked done (upstream's selector by default)."""
+    return scheme.selector(scheduler_job_id)
+
+
+def apply_label_scheme(pod: k8s.V1Pod, scheme: LabelScheme) -> k8s.V1Pod:
+    """Move the upstream worker/executor labels of a built pod to ``scheme``'s (no-op for upstream's)."""
+    if scheme == UPSTREAM_LABELS:
+        return pod
+    labels = dict(pod.metadata.labels or {})
+    worker = labels.pop(WORKER_LABEL, None)
+    labels.pop(EXECUTOR_LABEL, None)
+    if worker is not None:
+        labels[scheme.worker] = worker
+    labels[scheme.executor] = "True"
+    pod.metadata.labels = labels
+    return pod
 
 
 def key_from_annotations(annotations: dict[str, str]) -> TaskInstanceKey | None:
@@ -66,6 +113,7 @@ def build_worker_pod(
     kube_config: KubeConfig,
     scheduler_job_id: str,
     pod_name: str,
+    labels: LabelScheme | None = None,
 ) -> k8s.V1Pod:
     """Build the worker pod of one ``ExecuteTask`` workload.
 
@@ -90,7 +138,7 @@ def build_worker_pod(
     override_meta = getattr(pod_override, "metadata", None)
     if override_meta is not None and getattr(override_meta, "namespace", None):
         namespace = override_meta.namespace
-    return PodGenerator.construct_pod(
+    pod = PodGenerator.construct_pod(
         namespace=namespace,
         scheduler_job_id=scheduler_job_id,
         pod_id=pod_name,
@@ -106,3 +154,4 @@ def build_worker_pod(
         base_worker_pod=base_pod,
         with_mutation_hook=True,
     )
+    return apply_label_scheme(pod, labels or UPSTREAM_LABELS)

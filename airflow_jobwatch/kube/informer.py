@@ -812,7 +812,8 @@ class Informer:
                     mode,
                     len(items),
                 )
-            items = [self._prepare(item) for item in items]
+            # Items are yielded raw: _relist prepares (strips, projects) only those it stores, so a relist
+            # of an unchanged collection does not rebuild every object.
             yield items, list_rv
             if not continue_token:
                 return
@@ -821,10 +822,10 @@ class Informer:
         """Make a listed or fetched object look like a watched one, and drop what nobody reads."""
         obj.setdefault("kind", self._kind_name)
         obj.setdefault("apiVersion", self._api_version)
-        if self._project is not None:
-            return self._project(obj)
         if self.config.strip_managed_fields:
             obj["metadata"].pop("managedFields", None)
+        if self._project is not None:
+            return self._project(obj)
         return obj
 
     async def _relist(self, mode: ListMode = "any") -> None:
@@ -883,6 +884,7 @@ class Informer:
                         if order is None and mode == "any":
                             doubtful[uid] = prev
                             continue
+                    obj = self._prepare(obj)
                     self._put(obj)
                     if prev is None:
                         added += 1

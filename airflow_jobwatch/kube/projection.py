@@ -19,8 +19,7 @@ Who reads what:
 * Pod ``spec``: which init containers are sidecars (``restartPolicy: Always``).
 * Pod ``status``: phase, reason, message, conditions (DisruptionTarget, PodScheduled), and the container
   statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons).
-* Job ``spec``: suspend (and the sizing fields, small and useful in messages).
-* Job ``status``: conditions and the pod counters.
+* Jobs: everything (see :data:`JOB_FIELDS`: the trigger's event carries the whole Job, as upstream's does).
 
 A spec is ``True`` (keep the value whole), a dict of key -> spec (keep those keys of a mapping, each
 projected by its own spec), or a one-element list ``[spec]`` (a list whose items are each projected by
@@ -69,21 +68,16 @@ POD_FIELDS: dict[str, Spec] = {
     },
 }
 
+#: A Job is kept whole (managedFields aside): JobTrigger's event carries the whole Job as
+#: ``V1Job.to_dict()`` in its ``job`` key, like upstream's KubernetesJobTrigger (and the operator pushes it
+#: as the ``job`` XCom), which needs at least ``spec.template`` and is read by users in full. Pods, which
+#: outnumber Jobs and are where the memory goes, are projected.
 JOB_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,
-    "metadata": METADATA_FIELDS,
-    "spec": {"suspend": True, "parallelism": True, "completions": True, "backoffLimit": True},
-    "status": {
-        "conditions": [_CONDITION],
-        "active": True,
-        "ready": True,
-        "succeeded": True,
-        "failed": True,
-        "terminating": True,
-        "startTime": True,
-        "completionTime": True,
-    },
+    "metadata": True,
+    "spec": True,
+    "status": True,
 }
 
 

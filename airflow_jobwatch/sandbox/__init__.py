@@ -23,6 +23,13 @@ Faults, switched at run time (methods on :class:`Sandbox` and :class:`SandboxThr
 * ``counters()`` / ``reset_counters()``: requests per ``"<verb> <resource>"``.
 * ``objects(kind, namespace=None)`` / ``get_object(kind, namespace, name)``: the server's truth.
 
+Real-deployment modes (docs/sandbox.md): in-cluster service-account volumes (``enable_in_cluster``),
+signed tokens that expire and rotate (``issue_token``, ``expire_token``,
+``rotate_service_account_token``), an exec-plugin credential command (``write_exec_kubeconfig``,
+``python -m airflow_jobwatch.sandbox.credential``), RBAC (``grant``, ``load_rbac_manifests``,
+:func:`.rbac.check_manifests`), a stale watch cache (``set_watch_cache_lag``,
+``freeze_watch_cache``), real 422 validation and kubelet termination-message limits.
+
 To run it in another process, :class:`SandboxProcess` starts ``python -m airflow_jobwatch.sandbox``
 and waits for its ``ready <url>`` line.
 

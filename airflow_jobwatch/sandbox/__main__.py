@@ -85,6 +85,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="load Role/ClusterRole/RoleBinding/ClusterRoleBinding YAML (repeatable; implies --rbac)",
     )
+    c = p.add_argument_group("watch cache (stale reads)")
+    c.add_argument(
+        "--watch-cache-lag",
+        type=int,
+        default=0,
+        metavar="N",
+        help="resourceVersion=0 / NotOlderThan lists show the state of N changes ago (implies --watch-cache)",
+    )
+    c.add_argument(
+        "--watch-cache",
+        action="store_true",
+        help="answer resourceVersion=0 lists from the watch cache, whole (limit ignored), as a real server; "
+        "default: every list is a consistent read that pages",
+    )
     return p
 
 
@@ -103,6 +117,8 @@ async def _main(args: argparse.Namespace) -> None:
         token_ttl=args.token_ttl,
         rotate_tokens=not args.no_token_rotation,
         rbac=args.rbac,
+        watch_cache=args.watch_cache,
+        watch_cache_lag=args.watch_cache_lag,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -47,6 +47,11 @@ FAULT_ACTIONS = frozenset(
         "grant",
         "load_rbac_manifests",
         "clear_rbac",
+        "set_watch_cache",
+        "set_watch_cache_lag",
+        "freeze_watch_cache",
+        "thaw_watch_cache",
+        "watch_cache_resource_version",
     }
 )
 

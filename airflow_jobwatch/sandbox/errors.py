@@ -120,7 +120,8 @@ def invalid(resource: str, name: str, causes: list[tuple[str, str, str]]) -> Api
     kind = RESOURCE_KINDS.get(resource, resource)
     group = RESOURCE_GROUPS.get(resource, "")
     qualified_kind = f"{kind}.{group}" if group else kind
-    parts = [f"{field}: {detail}" for _reason, field, detail in causes]
+    # The message de-duplicates like field.ErrorList.ToAggregate(); the causes keep every error.
+    parts = list(dict.fromkeys(f"{field}: {detail}" for _reason, field, detail in causes))
     if len(parts) == 1:
         message = f'{qualified_kind} "{name}" is invalid: {parts[0]}'
     else:
@@ -137,6 +138,20 @@ def invalid(resource: str, name: str, causes: list[tuple[str, str, str]]) -> Api
 
 def expired(message: str) -> ApiError:
     return ApiError(410, message, reason="Expired")
+
+
+def too_large_resource_version(requested: int, current: int) -> ApiError:
+    """504 for a list at a resourceVersion the server (or its watch cache) has not reached
+    (recorded in tests/fixtures/real-apiserver/status-504-too-large-resource-version.json)."""
+    return ApiError(
+        504,
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        reason="Timeout",
+        details={
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def too_old_resource_version(requested: int | str, current: int) -> dict[str, Any]:

@@ -52,9 +52,18 @@ RESTART_BACKOFF_INITIAL = 1.0
 RESTART_BACKOFF_MAX = 10.0
 # Seconds between ErrImagePull and ImagePullBackOff (the kubelet's first image back-off step is 10 s).
 IMAGE_PULL_BACKOFF_SECONDS = 1.0
-# How much of the log becomes the termination message with FallbackToLogsOnError (kubelet: 80 lines / 2 KiB).
+# The kubelet's termination-message limits (pkg/kubelet/container/runtime.go):
+# MaxContainerTerminationMessageLength: the LAST 4 KiB of the file at terminationMessagePath
+# (tail.ReadAtMost in kuberuntime_container.go getTerminationMessage);
+TERMINATION_MESSAGE_MAX_BYTES = 4096
+# MaxContainerTerminationMessageLogLines / ...LogLength: with FallbackToLogsOnError, when the file is
+# empty and the container failed, the last 80 lines of its log, at most 2 KiB;
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
+# MaxPodTerminationMessageLogLength: 12 KiB per pod, split evenly between its containers (init
+# containers included); the status manager keeps the FIRST bytes of each message (status_manager.go
+# normalizeStatus: Message[:bytesPerStatus]).
+POD_TERMINATION_MESSAGE_MAX_BYTES = 12 * 1024
 EVICTION_MESSAGE = "The node was low on resource: memory."
 # How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
 REAP_TIMEOUT_SECONDS = 5.0
@@ -370,13 +379,19 @@ class Kubelet:
                 "startTime": rt.start_time,
             }
         )
+        per_container = POD_TERMINATION_MESSAGE_MAX_BYTES // max(
+            1, len(rt.containers) + len(rt.init_containers)
+        )
         if rt.init_containers:
             out["initContainerStatuses"] = [
-                self._container_status(rt, c, init=True) for c in rt.init_containers
+                self._container_status(rt, c, init=True, message_budget=per_container)
+                for c in rt.init_containers
             ]
         out.update(
             {
-                "containerStatuses": [self._container_status(rt, c) for c in rt.containers],
+                "containerStatuses": [
+                    self._container_status(rt, c, message_budget=per_container) for c in rt.containers
+                ],
                 "qosClass": status.get("qosClass", "BestEffort"),
             }
         )
@@ -385,13 +400,28 @@ class Kubelet:
         new["status"] = out
         self.sb.store.commit("pods", "MODIFIED", new, old)
 
-    def _container_status(self, rt: PodRuntime, c: ContainerRuntime, *, init: bool = False) -> dict[str, Any]:
+    def _container_status(
+        self,
+        rt: PodRuntime,
+        c: ContainerRuntime,
+        *,
+        init: bool = False,
+        message_budget: int = POD_TERMINATION_MESSAGE_MAX_BYTES,
+    ) -> dict[str, Any]:
         image = str(c.spec.get("image", ""))
         succeeded = c.state.get("terminated", {}).get("exitCode") == 0
+        state = clone(c.state)
+        last_state = clone(c.last_state)
+        for st in (state, last_state):
+            terminated = st.get("terminated")
+            if terminated and isinstance(terminated.get("message"), str):
+                raw = terminated["message"].encode()
+                if len(raw) > message_budget:
+                    terminated["message"] = raw[:message_budget].decode(errors="replace")
         out: dict[str, Any] = {
             "name": c.name,
-            "state": clone(c.state),
-            "lastState": clone(c.last_state),
+            "state": state,
+            "lastState": last_state,
             # An init container is "ready" once it completed successfully.
             "ready": succeeded if init else "running" in c.state,
             "restartCount": c.restart_count,
@@ -778,7 +808,10 @@ class Kubelet:
         if path != "/dev/termination-log":
             with contextlib.suppress(OSError):
                 with open(path, "rb") as fh:
-                    text = fh.read(4096).decode(errors="replace")
+                    fh.seek(0, os.SEEK_END)
+                    size = fh.tell()
+                    fh.seek(max(0, size - TERMINATION_MESSAGE_MAX_BYTES))
+                    text = fh.read(TERMINATION_MESSAGE_MAX_BYTES).decode(errors="replace")
                 if text:
                     return text
         if exit_code != 0 and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":

@@ -6,21 +6,21 @@ object back sees the same fields a real cluster returns.
 
 from __future__ import annotations
 
-import re
 import secrets
 import uuid
 from typing import Any
 
 from .errors import ApiError, invalid
 from .store import now_rfc3339
-
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_MESSAGE = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-    "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+from .validation import (
+    Cause,
+    annotations_causes,
+    container_name_causes,
+    labels_causes,
+    name_causes,
+    object_meta_causes,
 )
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
 # generateName suffix alphabet of apiserver's SimpleNameGenerator (no vowels, no confusable chars).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -96,9 +96,13 @@ def init_metadata(resource: str, obj: dict[str, Any], namespace: str | None) -> 
     obj["metadata"] = ordered
 
 
-def validate_name(resource: str, name: Any) -> None:
+def _kind(resource: str) -> str:
+    return {"pods": "Pod", "jobs": "Job.batch", "namespaces": "Namespace", "events": "Event"}[resource]
+
+
+def _require_name(resource: str, name: Any) -> None:
     if not name:
-        kind = {"pods": "Pod", "jobs": "Job.batch", "namespaces": "Namespace", "events": "Event"}[resource]
+        kind = _kind(resource)
         raise ApiError(
             422,
             f'{kind} "" is invalid: metadata.name: Required value: name or generateName is required',
@@ -114,20 +118,25 @@ def validate_name(resource: str, name: Any) -> None:
                 ],
             },
         )
-    pattern = DNS1123_LABEL if resource == "namespaces" else DNS1123_SUBDOMAIN
-    if not isinstance(name, str) or len(name) > 253 or not pattern.match(name):
-        raise invalid(
-            resource,
-            str(name),
-            [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {_DNS1123_MESSAGE}')],
-        )
 
 
-def _validate_pod_spec(resource: str, name: str, spec: Any, prefix: str, *, job: bool) -> None:
-    causes: list[tuple[str, str, str]] = []
+def validate_name(resource: str, name: Any) -> None:
+    """422 for a missing name or one that is not DNS-1123 (label for namespaces, subdomain otherwise)."""
+    _require_name(resource, name)
+    causes = name_causes(resource, name)
+    if causes:
+        raise invalid(resource, str(name), causes)
+
+
+def _meta_causes(resource: str, meta: dict[str, Any]) -> list[Cause]:
+    """``ValidateObjectMeta`` on create: the name (present; the caller checked), labels, annotations."""
+    return name_causes(resource, meta.get("name")) + object_meta_causes(meta)
+
+
+def _pod_spec_causes(spec: Any, prefix: str, *, job: bool) -> list[Cause]:
+    causes: list[Cause] = []
     if not isinstance(spec, dict):
-        causes.append(("FieldValueRequired", prefix.rstrip("."), "Required value"))
-        raise invalid(resource, name, causes)
+        return [("FieldValueRequired", f"{prefix}containers", "Required value")]
     containers = spec.get("containers")
     if not containers:
         causes.append(("FieldValueRequired", f"{prefix}containers", "Required value"))
@@ -142,6 +151,8 @@ def _validate_pod_spec(resource: str, name: str, spec: Any, prefix: str, *, job:
             cname = c.get("name")
             if not cname:
                 causes.append(("FieldValueRequired", f"{prefix}containers[{i}].name", "Required value"))
+            elif container_name_causes(cname, f"{prefix}containers[{i}].name"):
+                causes.extend(container_name_causes(cname, f"{prefix}containers[{i}].name"))
             elif cname in seen:
                 causes.append(
                     ("FieldValueDuplicate", f"{prefix}containers[{i}].name", f'Duplicate value: "{cname}"')
@@ -169,17 +180,20 @@ def _validate_pod_spec(resource: str, name: str, spec: Any, prefix: str, *, job:
                 f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
             )
         )
-    if causes:
-        raise invalid(resource, name, causes)
+    return causes
 
 
 def prepare_pod(pod: dict[str, Any]) -> None:
-    """Validate and default a pod being created (metadata already initialized)."""
-    name = pod["metadata"].get("name")
-    validate_name("pods", name)
+    """Validate and default a pod being created (metadata already initialized): every problem of
+    the name, labels, annotations and spec in one 422, as ``ValidatePodCreate`` reports them."""
+    meta = pod["metadata"]
+    name = meta.get("name")
+    _require_name("pods", name)
     spec = pod.get("spec")
-    _validate_pod_spec("pods", name, spec, "spec.", job=False)
-    assert isinstance(spec, dict)  # _validate_pod_spec raised otherwise
+    causes = _meta_causes("pods", meta) + _pod_spec_causes(spec, "spec.", job=False)
+    if causes:
+        raise invalid("pods", str(name), causes)
+    assert isinstance(spec, dict)  # _pod_spec_causes reported it otherwise
     default_pod_spec(spec)
     pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
 
@@ -188,18 +202,29 @@ def prepare_job(job: dict[str, Any]) -> None:
     """Validate and default a Job being created, like the real batch/v1 strategy."""
     meta = job["metadata"]
     name = meta.get("name")
-    validate_name("jobs", name)
+    _require_name("jobs", name)
+    name_problems = _meta_causes("jobs", meta)
     spec = job.get("spec")
     if not isinstance(spec, dict):
         raise invalid(
-            "jobs", name, [("FieldValueRequired", "spec.template.spec.containers", "Required value")]
+            "jobs",
+            name,
+            name_problems + [("FieldValueRequired", "spec.template.spec.containers", "Required value")],
         )
     template = spec.get("template")
     if not isinstance(template, dict):
         template = spec["template"] = {}
     pod_spec = template.get("spec")
-    _validate_pod_spec("jobs", name, pod_spec, "spec.template.spec.", job=True)
-    assert isinstance(pod_spec, dict)  # _validate_pod_spec raised otherwise
+    raw_tmeta = template.get("metadata")
+    tmeta_in: dict[str, Any] = raw_tmeta if isinstance(raw_tmeta, dict) else {}
+    causes = (
+        name_problems
+        + _pod_spec_causes(pod_spec, "spec.template.spec.", job=True)
+        + annotations_causes(tmeta_in.get("annotations"), "spec.template.annotations")
+    )
+    if causes:
+        raise invalid("jobs", name, causes)
+    assert isinstance(pod_spec, dict)  # _pod_spec_causes reported it otherwise
     for key in (
         "parallelism",
         "completions",
@@ -227,9 +252,6 @@ def prepare_job(job: dict[str, Any]) -> None:
         "controller-uid": uid,
         "job-name": name,
     }
-    labels = meta.setdefault("labels", {})
-    for k, v in job_labels.items():
-        labels.setdefault(k, v)
     if spec.get("completions") is None and spec.get("parallelism") is None:
         spec["completions"] = 1
     spec.setdefault("parallelism", 1)
@@ -245,6 +267,14 @@ def prepare_job(job: dict[str, Any]) -> None:
     tlabels = tmeta.setdefault("labels", {})
     for k, v in job_labels.items():
         tlabels.setdefault(k, v)
+    # The template's labels are validated once the controller's are in (a Job name over 63 bytes
+    # fails here: job-name is a label value), at the real server's field path.
+    template_causes = labels_causes(tlabels, "spec.template.labels")
+    if template_causes:
+        raise invalid("jobs", name, template_causes)
+    # SetDefaults_Job: a Job's own labels default to its template's, and only when it has none.
+    if not meta.get("labels"):
+        meta["labels"] = dict(tlabels)
     default_pod_spec(pod_spec, template=True)
     ordered["template"] = template
     for key, value in spec.items():
@@ -259,7 +289,10 @@ def prepare_job(job: dict[str, Any]) -> None:
 
 def prepare_namespace(ns: dict[str, Any]) -> None:
     name = ns["metadata"].get("name")
-    validate_name("namespaces", name)
+    _require_name("namespaces", name)
+    causes = _meta_causes("namespaces", ns["metadata"])
+    if causes:
+        raise invalid("namespaces", str(name), causes)
     ns["metadata"].pop("namespace", None)
     labels = ns["metadata"].setdefault("labels", {})
     labels.setdefault("kubernetes.io/metadata.name", name)

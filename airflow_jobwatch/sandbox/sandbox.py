@@ -55,6 +55,12 @@ class Sandbox:
     :param rotate_tokens: rewrite the in-cluster token file at 80% of ``token_ttl`` like the kubelet.
     :param rbac: authorize requests with RBAC rules (:meth:`grant`, :meth:`load_rbac_manifests`);
         off: every authenticated user may do everything. The admin token is never refused.
+    :param watch_cache: answer ``resourceVersion=0`` and ``NotOlderThan`` lists from the watch cache,
+        ignoring ``limit`` for ``resourceVersion=0`` (a real server's default). Off (the sandbox's
+        default, so existing tests that page RV=0 lists keep working): every list is a consistent,
+        pageable read. A lag or a freeze turns it on.
+    :param watch_cache_lag: revisions the watch cache lags behind (see :meth:`set_watch_cache_lag`);
+        > 0 turns the watch cache on.
     """
 
     def __init__(
@@ -77,6 +83,8 @@ class Sandbox:
         token_ttl: float | None = None,
         rotate_tokens: bool = True,
         rbac: bool = False,
+        watch_cache: bool = False,
+        watch_cache_lag: int = 0,
     ) -> None:
         if history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {history_window}")
@@ -118,6 +126,9 @@ class Sandbox:
         self._want_job_controller = job_controller
         self.store = Store(history_window=history_window)
         self.api = ApiServer(self)
+        self.set_watch_cache(watch_cache)
+        if watch_cache_lag:
+            self.set_watch_cache_lag(watch_cache_lag)
         self.gc = GarbageCollector(self)
         from .admin import AdminHandler
 
@@ -401,6 +412,45 @@ class Sandbox:
     def set_watch_expired(self, on: bool) -> None:
         """While on, every watch from a resourceVersion other than unset/"0" gets 410 at once."""
         self.api.watch_expired = bool(on)
+
+    # ---- stale reads -------------------------------------------------------------------------------
+    def set_watch_cache(self, on: bool) -> None:
+        """On (as on a real server): ``resourceVersion=0`` lists come from the watch cache, whole
+        (``limit`` ignored), and ``NotOlderThan`` lists are answered from it. Off (the sandbox's
+        default): every list is a consistent read that pages. Off also ends a lag or a freeze."""
+        self.api.watch_cache = bool(on)
+        if not on:
+            self.api.cache_lag = 0
+            self.api.cache_frozen_at = None
+
+    def set_watch_cache_lag(self, revisions: int) -> None:
+        """The watch cache shows the state of ``revisions`` changes ago: a ``resourceVersion=0`` list
+        can miss objects created since and show objects deleted since (as an HA server whose cache
+        lags does). The lag is bounded by the history window. 0: the cache is current. Turns the
+        watch cache on."""
+        revisions = int(revisions)
+        if revisions < 0:
+            raise ValueError(f"revisions must be >= 0, got {revisions}")
+        self.api.watch_cache = True
+        self.api.cache_lag = revisions
+        self.api.cache_frozen_at = None
+
+    def freeze_watch_cache(self) -> int:
+        """Stop the watch cache at the current revision until :meth:`thaw_watch_cache`; returns it.
+        Turns the watch cache on."""
+        self.api.watch_cache = True
+        self.api.cache_frozen_at = self.store.rv
+        return self.store.rv
+
+    def thaw_watch_cache(self) -> None:
+        """Let a frozen (or lagging) watch cache catch up at once (it stays on)."""
+        self.api.cache_frozen_at = None
+        self.api.cache_lag = 0
+
+    def watch_cache_resource_version(self, kind: str = "pods") -> int:
+        """The revision the watch cache of ``kind`` shows now."""
+        self._check_kind(kind)
+        return self.api.cache_rv(kind)
 
     # ---- request faults --------------------------------------------------------------------------
     def set_error_rate(

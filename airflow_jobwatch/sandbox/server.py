@@ -105,6 +105,10 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
         self.error_retry_after: float | None = None
         self.error_verbs: set[str] | None = None
         self.watch_expired = False
+        # The watch cache (see ReadsMixin.cache_rv): off unless asked for; lagging or frozen on demand.
+        self.watch_cache = False
+        self.cache_lag = 0
+        self.cache_frozen_at: int | None = None
         self._rng = random.Random()
 
     # ---- entry point -----------------------------------------------------------------------------

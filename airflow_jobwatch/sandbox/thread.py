@@ -147,6 +147,21 @@ class SandboxThread:
     def in_cluster_env(self) -> dict[str, str]:
         return self.sandbox.in_cluster_env()
 
+    def set_watch_cache(self, on: bool) -> None:
+        self._call(lambda sb: sb.set_watch_cache(on))
+
+    def set_watch_cache_lag(self, revisions: int) -> None:
+        self._call(lambda sb: sb.set_watch_cache_lag(revisions))
+
+    def freeze_watch_cache(self) -> int:
+        return int(self._call(lambda sb: sb.freeze_watch_cache()))
+
+    def thaw_watch_cache(self) -> None:
+        self._call(lambda sb: sb.thaw_watch_cache())
+
+    def watch_cache_resource_version(self, kind: str = "pods") -> int:
+        return int(self._call(lambda sb: sb.watch_cache_resource_version(kind)))
+
     def set_rbac(self, on: bool) -> None:
         self._call(lambda sb: sb.set_rbac(on))
 

@@ -16,6 +16,7 @@ from .resources import PREPARE, init_metadata
 from .responses import _json_response
 from .selectors import parse_field_selector, parse_label_selector
 from .store import API_VERSIONS, LIST_KINDS, Entry, clone, now_rfc3339
+from .validation import object_meta_causes
 
 if TYPE_CHECKING:
     from .store import Store
@@ -209,6 +210,12 @@ class WritesMixin:
                 meta["generation"] = old_meta.get("generation", 1) + 1
             if meta.get("labels") == {}:
                 meta.pop("labels")
+            if meta.get("labels") != old_meta.get("labels") or meta.get("annotations") != old_meta.get(
+                "annotations"
+            ):
+                causes = object_meta_causes(meta)
+                if causes:
+                    raise invalid(resource, old_meta["name"], causes)
         return self.commit_update(resource, merged, old)
 
     def _validate_spec_update(self, resource: str, old: dict[str, Any], new: dict[str, Any]) -> None:

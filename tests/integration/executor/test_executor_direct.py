@@ -92,7 +92,12 @@ def test_429_with_retry_after_pauses_creation(executor_factory, kube_sandbox):
     ex = executor_factory()
     sandbox.set_error_rate(1.0, status=429, retry_after=2.0, verbs={"create"})
     _submit(ex, *(make_workload(task_id=f"t{i}", command="exit 0") for i in range(3)))
-    ex.heartbeat()
+    # The creates run in threads: wait until the 429s of all three are in, then count.
+    deadline = time.monotonic() + 30
+    while ex.status()["create_retries"] < 3:
+        ex.heartbeat()
+        assert time.monotonic() < deadline, ex.status()
+        time.sleep(0.05)
     sandbox.reset_counters()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:
@@ -284,3 +289,45 @@ def test_finished_pods_of_gone_schedulers_are_cleaned_up(executor_factory, kube_
     # Failed pods stay for inspection, running ones are adoption's business, the rest is not ours.
     assert {"dead-failed", "dead-running", "dead-succeeded-done", "not-an-executor-pod"} <= set(phases())
     assert not ex.get_event_buffer(), "cleaning up another scheduler's pods reports nothing"
+
+
+@pytest.mark.parametrize(("before", "after"), [("jobwatch", "upstream"), ("upstream", "jobwatch")])
+def test_pods_stay_adoptable_across_a_switch_of_worker_pod_labels(
+    executor_factory, kube_sandbox, before, after
+):
+    """A pod launched under one label scheme is adopted under the other (the full-switch migration path)."""
+    from types import SimpleNamespace
+
+    from airflow_jobwatch.executors.pods import LABEL_SCHEMES
+
+    sandbox, _ = kube_sandbox
+    old = executor_factory(job_id="42", AIRFLOW__JOBWATCH__WORKER_POD_LABELS=before)
+    w = make_workload(task_id="switcher", command="sleep 3; exit 0")
+    _submit(old, w)
+
+    def pod() -> dict[str, Any] | None:
+        pods = [
+            p
+            for p in sandbox.objects("pods", "default")
+            if p["metadata"]["annotations"].get("task_id") == "switcher"
+        ]
+        return pods[0] if pods else None
+
+    deadline = time.monotonic() + 30
+    while pod() is None:
+        old.heartbeat()
+        assert time.monotonic() < deadline, "the pod was not created"
+        time.sleep(0.1)
+    labels = pod()["metadata"]["labels"]
+    assert labels[LABEL_SCHEMES[before].worker] == "42"
+    assert LABEL_SCHEMES[after].worker not in labels
+    old.terminate()
+
+    new = executor_factory(job_id="43", AIRFLOW__JOBWATCH__WORKER_POD_LABELS=after)
+    assert new.try_adopt_task_instances([SimpleNamespace(key=w.ti.key, queued_by_job_id=42)]) == []
+    labels = pod()["metadata"]["labels"]
+    assert labels[LABEL_SCHEMES[after].worker] == "43"
+    assert labels[LABEL_SCHEMES[after].executor] == "True"
+    assert LABEL_SCHEMES[before].worker not in labels and LABEL_SCHEMES[before].executor not in labels
+    events = _heartbeat_until(new, lambda e: "switcher" in _terminal(e), timeout=30)
+    assert _terminal(events)["switcher"][0] == "success"

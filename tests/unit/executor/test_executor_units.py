@@ -169,3 +169,28 @@ def test_non_numeric_jobwatch_option_is_a_clear_error(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "five minutes")
     with pytest.raises(ValueError, match=r"\[jobwatch\] watch_timeout_seconds must be a number"):
         informer_config_from_conf()
+
+
+def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
+    """worker_pod_labels = jobwatch: none of upstream's selectors (watcher, completed-pod cleanup) match."""
+    from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, label_scheme
+    from airflow_jobwatch.sandbox.selectors import parse_label_selector
+
+    pod = build_worker_pod(
+        make_workload(task_id="t"),
+        kube_config=kube_config,
+        scheduler_job_id="12",
+        pod_name="p",
+        labels=JOBWATCH_LABELS,
+    )
+    labels = pod.metadata.labels
+    assert labels["airflow-jobwatch-worker"] == "12" and labels["jobwatch_executor"] == "True"
+    assert "airflow-worker" not in labels and "kubernetes_executor" not in labels
+    assert labels["dag_id"] == "jobwatch_synthetic" and labels["task_id"] == "t"
+    upstream_watcher = parse_label_selector("airflow-worker=12,airflow_executor_done!=True")
+    upstream_completed = parse_label_selector("kubernetes_executor=True,airflow-worker!=99")
+    ours = parse_label_selector(JOBWATCH_LABELS.selector("12"))
+    assert not upstream_watcher(labels) and not upstream_completed(labels)
+    assert ours(labels)
+    with pytest.raises(ValueError, match=r"worker_pod_labels must be one of \['jobwatch', 'upstream'\]"):
+        label_scheme("kubernetes")

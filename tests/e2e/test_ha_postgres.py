@@ -1,0 +1,135 @@
+"""HA on PostgreSQL: two schedulers and two triggerers share one metadata database, as in production.
+
+A PostgreSQL server is started from Debian's ``postgresql`` package (``devtools/postgres.py``;
+``.ci/run`` installs it). One stack runs api-server, dag-processor, two schedulers and two triggerers,
+all on JobWatchExecutor, against the sandbox. Worker pods are kept (``delete_worker_pods = False``) so
+the test can count them afterwards.
+
+* SIGKILL one scheduler (and its watcher) while 30 tasks run: the other adopts its pods (Airflow's
+  orphan detection, then ``try_adopt_task_instances``); every task ends ``success`` on its first try,
+  and no try got two pods.
+* SIGKILL one triggerer while 50 JobTriggers wait: the other takes them over; every deferred task
+  ends ``success`` exactly once, on its first try.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
+
+DAGS = Path(__file__).parent / "dags_ha"
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Any]:
+    from airflow_jobwatch.devtools.postgres import PostgresServer, PostgresUnavailable
+
+    try:
+        server = PostgresServer()
+    except PostgresUnavailable as err:
+        pytest.skip(str(err))
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def stack(postgres: Any) -> Iterator[AirflowStack]:
+    with AirflowStack(
+        processes=("api-server", "dag-processor", "scheduler", "scheduler#2", "triggerer", "triggerer#2"),
+        dags_folder=DAGS,
+        dag_ids=["ha_sleepers", "ha_deferred"],
+        database_url=postgres.url,
+        parallelism=32,
+        config={
+            ("kubernetes_executor", "delete_worker_pods"): "False",
+            ("kubernetes_executor", "delete_worker_pods_on_failure"): "False",
+            ("triggerer", "job_heartbeat_sec"): "1",
+            ("triggerer", "triggerer_health_check_threshold"): "6",
+        },
+        start_timeout=180,
+    ) as s:
+        yield s
+
+
+def _pods(stack: AirflowStack, run_id: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in stack.admin.objects("pods", "default")
+        if p["metadata"]["annotations"].get("run_id") == run_id
+    ]
+
+
+def test_scheduler_sigkilled_while_30_tasks_run(stack: AirflowStack) -> None:
+    run_id = stack.trigger_dag("ha_sleepers", conf={"tasks": 30, "seconds": 20})
+
+    def running_pods() -> list[dict[str, Any]] | None:
+        pods = [
+            p
+            for p in _pods(stack, run_id)
+            if p["metadata"]["annotations"].get("task_id") == "sleeper"
+            and p["status"].get("phase") == "Running"
+        ]
+        owners = {p["metadata"]["labels"].get("airflow-worker") for p in pods}
+        # Wait until both schedulers have pods running, so the kill really orphans some.
+        return pods if len(pods) >= 10 and len(owners) == 2 else None
+
+    wait_until(running_pods, timeout=180, what="sleeper pods of both schedulers running")
+    stack.kill("scheduler", signal.SIGKILL)  # the process group: scheduler and its watcher child
+    state = stack.wait_for_run("ha_sleepers", run_id, timeout=300)
+    states = stack.task_states("ha_sleepers", run_id)
+    sleepers = {k: v for k, v in states.items() if k.startswith("sleeper")}
+    assert state == "success", states
+    assert len(sleepers) == 30
+    # Adopted, not reset: every task ran once, on its first try.
+    assert all(v["state"] == "success" and v["try_number"] == 1 for v in sleepers.values()), sleepers
+    pods = [p for p in _pods(stack, run_id) if p["metadata"]["annotations"].get("task_id") == "sleeper"]
+    per_try = Counter(
+        (p["metadata"]["annotations"].get("map_index"), p["metadata"]["annotations"].get("try_number"))
+        for p in pods
+    )
+    assert len(per_try) == 30 and set(per_try.values()) == {1}, per_try
+    # Every pod ended up with the surviving scheduler (launched or adopted) and was marked done.
+    survivor = stack.query("SELECT id FROM job WHERE job_type = 'SchedulerJob' AND state = 'running'")
+    assert survivor, "no running scheduler left"
+    wait_until(
+        lambda: all(
+            p["metadata"]["labels"].get("airflow_executor_done") == "True"
+            for p in _pods(stack, run_id)
+            if p["metadata"]["annotations"].get("task_id") == "sleeper"
+        ),
+        timeout=60,
+        what="every sleeper pod labelled done",
+    )
+    stack.start("scheduler")  # back to two schedulers for the next test
+
+
+def test_triggerer_sigkilled_while_50_job_triggers_wait(stack: AirflowStack) -> None:
+    # The Jobs outlast the start of all 50 tasks (each a Python worker process) on a loaded machine.
+    run_id = stack.trigger_dag("ha_deferred", conf={"jobs": 50, "seconds": 90})
+
+    def deferred() -> int | None:
+        n = sum(1 for v in stack.task_states("ha_deferred", run_id).values() if v["state"] == "deferred")
+        return n if n >= 25 else None
+
+    wait_until(deferred, timeout=300, what="25 of the 50 job tasks deferred")
+    stack.kill("triggerer", signal.SIGKILL)
+    state = stack.wait_for_run("ha_deferred", run_id, timeout=420)
+    states = stack.task_states("ha_deferred", run_id)
+    jobs = {k: v for k, v in states.items() if k.startswith("job")}
+    assert state == "success", states
+    assert len(jobs) == 50
+    assert all(v["state"] == "success" and v["try_number"] == 1 for v in jobs.values()), jobs
+    # Each deferred task resumed exactly once: one Job per task, and the triggers all ended.
+    # (the module's stack runs no other Jobs, and a second try would have created a second Job)
+    assert len(stack.admin.objects("jobs", "default")) == 50
+    leftover = stack.query("SELECT count(*) FROM trigger")
+    assert leftover and leftover[0][0] == 0, f"triggers left in the database: {leftover}"
