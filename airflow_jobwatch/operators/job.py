@@ -541,16 +541,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         if job is None:
             return
         ns, name, uid = job.metadata.namespace, job.metadata.name, job.metadata.uid
+        kwargs: dict[str, Any] = {"propagation_policy": self.on_kill_propagation_policy}
+        if self.termination_grace_period is not None:
+            kwargs["grace_period_seconds"] = self.termination_grace_period
         try:
-            self.job_client.delete_namespaced_job(
-                name=name,
-                namespace=ns,
-                body=k8s.V1DeleteOptions(
-                    propagation_policy=self.on_kill_propagation_policy,
-                    grace_period_seconds=self.termination_grace_period,
-                    preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
-                ),
-            )
+            self.job_client.delete_namespaced_job(name=name, namespace=ns, **kwargs)  # upstream's request
             self.log.info("Deleted Job %s/%s (%s)", ns, name, self.on_kill_propagation_policy)
         except ApiException as e:
             if e.status not in (404, 409):
