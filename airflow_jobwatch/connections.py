@@ -77,8 +77,8 @@ def _conf() -> Any:
     return conf
 
 
-def _keepalive_from_conf() -> TcpKeepalive:
-    conf = _conf()
+def _keepalive_from_conf(source: Any = None) -> TcpKeepalive:
+    conf = source or _conf()
     default = TcpKeepalive()
     return TcpKeepalive(
         idle=conf.getint(K8S_SECTION, "tcp_keep_idle", fallback=default.idle),
@@ -199,9 +199,9 @@ def _request_timeout(value: Any) -> float | tuple[float, float] | None:
     )
 
 
-def executor_request_args() -> dict[str, Any]:
+def executor_request_args(source: Any = None) -> dict[str, Any]:
     """``[kubernetes_executor] kube_client_request_args`` as a dict (``_request_timeout`` a tuple)."""
-    conf = _conf()
+    conf = source or _conf()
     try:
         args = conf.getjson(K8S_SECTION, "kube_client_request_args", fallback={}) or {}
     except Exception as exc:
@@ -219,9 +219,12 @@ def executor_request_args() -> dict[str, Any]:
     return args
 
 
-def cluster_config_from_executor_conf() -> ClusterConfig:
-    """The ``[kubernetes_executor]`` client options, read as ``get_kube_client()`` reads them."""
-    conf = _conf()
+def cluster_config_from_executor_conf(source: Any = None) -> ClusterConfig:
+    """The ``[kubernetes_executor]`` client options, read as ``get_kube_client()`` reads them.
+
+    :param source: a team-aware ``ExecutorConf`` (the executor's ``self.conf``); default Airflow's conf.
+    """
+    conf = source or _conf()
     try:
         retries = conf.getjson(K8S_SECTION, "api_client_retry_configuration", fallback={}) or {}
     except Exception as exc:
@@ -241,8 +244,8 @@ def cluster_config_from_executor_conf() -> ClusterConfig:
         in_cluster=conf.getboolean(K8S_SECTION, "in_cluster", fallback=True),
         verify_ssl=conf.getboolean(K8S_SECTION, "verify_ssl", fallback=True),
         ssl_ca_cert=conf.get(K8S_SECTION, "ssl_ca_cert", fallback=None) or None,
-        tcp_keepalive=_keepalive_from_conf() if keepalive else None,
-        request_timeout=executor_request_args().get("_request_timeout"),
+        tcp_keepalive=_keepalive_from_conf(conf) if keepalive else None,
+        request_timeout=executor_request_args(conf).get("_request_timeout"),
         retries=retries or None,
         source=f"[{K8S_SECTION}]",
     )

@@ -15,6 +15,28 @@ from typing import Any
 
 from airflow_jobwatch.kube.client import SERVICE_ACCOUNT_DIR_ENV
 
+#: The service account a test pod runs as.
+POD_USER = "system:serviceaccount:default:default"
+
+
+def cluster_token(sandbox: Any, user: str = POD_USER) -> str:
+    """A token the sandbox accepts for ``user`` (a signed one where the sandbox issues them)."""
+    issue = getattr(sandbox, "issue_token", None)
+    return str(issue(user)) if issue is not None else str(sandbox.token)
+
+
+def rotate_cluster_token(sandbox: Any, old: str, user: str = POD_USER) -> str:
+    """The cluster refuses ``old`` from now on (401) and accepts the returned new token."""
+    if getattr(sandbox, "expire_token", None) is not None:
+        new = str(sandbox.issue_token(user))
+        sandbox.expire_token(old)
+        return new
+    import secrets
+
+    new = secrets.token_urlsafe(24)
+    sandbox.sandbox.token = new  # a sandbox with one accepted token
+    return new
+
 
 def enter_pod(sandbox: Any, directory: Path, monkeypatch: Any, *, token: str | None = None) -> Path:
     """Make this process (and the processes it spawns) look like a pod of the sandbox's cluster.
@@ -26,7 +48,7 @@ def enter_pod(sandbox: Any, directory: Path, monkeypatch: Any, *, token: str | N
     )
     directory.mkdir(parents=True, exist_ok=True)
     token_file = directory / "token"
-    token_file.write_text(token if token is not None else sandbox.token)
+    token_file.write_text(token if token is not None else cluster_token(sandbox))
     (directory / "ca.crt").write_bytes(sandbox.sandbox.ca_pem)
     host, port = sandbox.url.removeprefix("https://").rsplit(":", 1)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)

@@ -106,14 +106,26 @@ def informer_config_from_conf(source: Any = None) -> InformerConfig:
 
 
 def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
-    """The ``[kubernetes_executor]`` connection options, as the watch engine's ClusterConfig."""
-    from airflow_jobwatch.kube.client import ClusterConfig
+    """The ``[kubernetes_executor]`` client options (in_cluster, config_file, cluster_context, verify_ssl,
+    ssl_ca_cert, TCP keepalive, retries, request timeout), as :mod:`airflow_jobwatch.connections` reads
+    them for every process that builds a client (the scheduler's and the watcher's)."""
+    from airflow_jobwatch.connections import cluster_config_from_executor_conf
 
-    return ClusterConfig(
-        config_file=(source or conf).get(K8S_SECTION, "config_file", fallback=None) or None,
-        cluster_context=(source or conf).get(K8S_SECTION, "cluster_context", fallback=None) or None,
-        in_cluster=(source or conf).getboolean(K8S_SECTION, "in_cluster", fallback=True),
-    )
+    return cluster_config_from_executor_conf(source)
+
+
+def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
+    """An API error for a log line or a task's failure: the explained 401/403 (what to grant), else
+    status, reason and the server's message. Never the response headers the exception would print."""
+    from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+    denied = access_denied_from_exception(err, verb=verb, resource=resource, namespace=namespace)
+    if denied is not None:
+        return denied.message()
+    status = getattr(err, "status", None)
+    if status is None:
+        return f"{type(err).__name__}: {err}"
+    return f"{status} {getattr(err, 'reason', '')}: {_api_message(err)}"
 
 
 @dataclass
@@ -202,6 +214,17 @@ class JobWatchExecutor(BaseExecutor):
     # ------------------------------------------------------------------------------------------
 
     @property
+    def _request_timeout(self) -> Any:
+        """``kube_client_request_args["_request_timeout"]`` if configured, else API_REQUEST_TIMEOUT."""
+        configured = self.kube_config.kube_client_request_args.get("_request_timeout")
+        return configured if configured is not None else API_REQUEST_TIMEOUT
+
+    @property
+    def _create_args(self) -> dict[str, Any]:
+        """What upstream passes to create_namespaced_pod: kube_client_request_args, with our timeout."""
+        return {**self.kube_config.kube_client_request_args, "_request_timeout": self._request_timeout}
+
+    @property
     def core_v1(self) -> CoreV1Api:
         if self._core_v1 is None:
             from kubernetes.client import CoreV1Api
@@ -216,7 +239,7 @@ class JobWatchExecutor(BaseExecutor):
 
         try:
             resp = self.core_v1.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=API_REQUEST_TIMEOUT
+                name, namespace, _preload_content=False, _request_timeout=self._request_timeout
             )
         except ApiException as err:
             if err.status == HTTPStatus.NOT_FOUND:
@@ -238,6 +261,20 @@ class JobWatchExecutor(BaseExecutor):
     # ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        from airflow.exceptions import AirflowConfigException
+
+        from airflow_jobwatch.kube.client import ClusterConfigError
+
+        try:
+            # As upstream's start() (get_kube_client): an unusable kubeconfig or in-cluster environment
+            # stops the scheduler here, with the reason, instead of crash-looping the watcher for ever.
+            cluster = cluster_config_from_conf(self.conf)
+            _ = self.core_v1
+        except ClusterConfigError as err:
+            raise AirflowConfigException(
+                f"JobWatchExecutor cannot start: the Kubernetes client cannot be configured from "
+                f"[kubernetes_executor]: {err}"
+            ) from None
         self.scheduler_job_id = str(self.job_id)
         self.log.info(
             "Starting JobWatchExecutor (scheduler job %s, namespaces %s)",
@@ -245,7 +282,7 @@ class JobWatchExecutor(BaseExecutor):
             self._namespaces(),
         )
         self.supervisor = WatcherSupervisor(
-            cluster=cluster_config_from_conf(self.conf),
+            cluster=cluster,
             namespaces=self._namespaces(),
             label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
@@ -372,9 +409,7 @@ class JobWatchExecutor(BaseExecutor):
                 max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-create"
             )
         core_v1 = self.core_v1
-        future = self._create_pool.submit(
-            core_v1.create_namespaced_pod, namespace, body, _request_timeout=API_REQUEST_TIMEOUT
-        )
+        future = self._create_pool.submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
         self._inflight[key] = (launch, namespace, name, future)
         return True
 
@@ -426,7 +461,7 @@ class JobWatchExecutor(BaseExecutor):
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
-                    f"{status} {err.reason}: {message}",
+                    + _explain(err, verb="create", resource="pods", namespace=namespace),
                 )
                 return True
             self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)
@@ -469,7 +504,7 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         namespace,
                         {"metadata": {"labels": {self.labels.worker: mine}}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
                 except Exception as err:
                     self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
@@ -642,14 +677,14 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         namespace,
                         body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        **self._create_args,
                     )
                 else:
                     self.core_v1.patch_namespaced_pod(
                         name,
                         namespace,
                         {"metadata": {"labels": {DONE_LABEL: "True"}}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
             except ApiException as err:
                 if err.status != HTTPStatus.NOT_FOUND:
@@ -701,7 +736,7 @@ class JobWatchExecutor(BaseExecutor):
                     label_selector=label_selector,
                     **extra,
                     _preload_content=False,
-                    _request_timeout=API_REQUEST_TIMEOUT,
+                    _request_timeout=self._request_timeout,
                 )
             else:
                 resp = self.core_v1.list_namespaced_pod(
@@ -709,7 +744,7 @@ class JobWatchExecutor(BaseExecutor):
                     label_selector=label_selector,
                     **extra,
                     _preload_content=False,
-                    _request_timeout=API_REQUEST_TIMEOUT,
+                    _request_timeout=self._request_timeout,
                 )
             pods.extend(json.loads(resp.data).get("items") or [])
         return pods
@@ -816,8 +851,18 @@ class JobWatchExecutor(BaseExecutor):
         for scheme, job_id in searches:
             try:
                 pods = self._list_pods(scheme.selector(str(job_id)))
-            except Exception:
-                self.log.exception("Could not list the worker pods of scheduler job %s for adoption", job_id)
+            except Exception as err:
+                namespaces = self._namespaces()
+                self.log.error(
+                    "Could not list the worker pods of scheduler job %s for adoption: %s",
+                    job_id,
+                    _explain(
+                        err,
+                        verb="list",
+                        resource="pods",
+                        namespace=namespaces[0] if len(namespaces) == 1 else None,
+                    ),
+                )
                 continue
             for pod in pods:
                 meta = pod.get("metadata") or {}
@@ -840,7 +885,7 @@ class JobWatchExecutor(BaseExecutor):
                         name,
                         ns,
                         {"metadata": {"labels": relabel}},
-                        _request_timeout=API_REQUEST_TIMEOUT,
+                        _request_timeout=self._request_timeout,
                     )
                 except Exception as err:
                     self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
@@ -933,7 +978,7 @@ class JobWatchExecutor(BaseExecutor):
                 meta["namespace"],
                 container="base",
                 tail_lines=RUNNING_POD_LOG_LINES,
-                _request_timeout=API_REQUEST_TIMEOUT,
+                _request_timeout=self._request_timeout,
                 _preload_content=False,  # the raw bytes: the client's str() of them reads "b'...'"
             )
             text = response.data.decode("utf-8", errors="backslashreplace")
@@ -942,7 +987,10 @@ class JobWatchExecutor(BaseExecutor):
             )
             return messages, [text or ""]
         except Exception as err:
-            messages.append(f"Reading the worker pod's log failed: {err}")
+            messages.append(
+                "Reading the worker pod's log failed: "
+                + _explain(err, verb="get", resource="pods/log", namespace=None)
+            )
             return messages, [""]
 
     # ------------------------------------------------------------------------------------------
@@ -965,6 +1013,7 @@ class JobWatchExecutor(BaseExecutor):
             "gap_deleted": c.gap_deleted if c else 0,
             "watcher_healthy": c.healthy if c else False,
             "watcher_last_error": c.last_error if c else None,
+            "watcher_access_denied": c.access_denied if c else None,
             "watchers": c.per_namespace if c else {},
             "reports": list(self._reports),
         }

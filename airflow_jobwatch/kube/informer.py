@@ -223,6 +223,8 @@ class InformerHealth:
     last_error: str | None
     relists: int
     watches: int
+    # issue 12 (permission errors): the explained 401/403 of the last failure, None once a request works.
+    access_denied: str | None = None
 
 
 class KubeApiError(Exception):
@@ -524,6 +526,8 @@ class Informer:
         self._consecutive_failures = 0
         self._failing_since: float | None = None
         self._last_error: str | None = None
+        self._access_denied: str | None = None  # issue 12
+        self._verb = "list"
         self._last_sync: float | None = None
         self._lists = 0
         self._watches = 0
@@ -626,6 +630,7 @@ class Informer:
             last_error=self._last_error,
             relists=max(0, self._lists - 1),
             watches=self._watches,
+            access_denied=self._access_denied,
         )
 
     # ------------------------------------------------------------------------------------- the main loop
@@ -704,6 +709,12 @@ class Informer:
                         exc.message,
                         delay,
                     )
+                elif denied := self._access_denied_by(exc):
+                    # issue 12: permanent until someone grants it; unhealthy at once, an ERROR per backoff.
+                    self._access_denied = denied
+                    delay = self._failure(denied, retry_after=exc.retry_after)
+                    self._mark_unhealthy()
+                    log.error("informer %s: %s Retrying in %.1f s.", self.name, denied, delay)
                 else:
                     delay = self._failure(str(exc), retry_after=exc.retry_after)
                     log.warning("informer %s: API error %s; retrying in %.1f s", self.name, exc, delay)
@@ -730,6 +741,7 @@ class Informer:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.config.connect_timeout_seconds, sock_read=read_timeout
         )
+        self._verb = "watch" if params.get("watch") == "true" else "list"  # issue 12: for 401/403 advice
         resp: aiohttp.ClientResponse = await self._api.call_api(
             path or self._path,
             "GET",
@@ -1192,7 +1204,21 @@ class Informer:
         self._notify_health()
         return self._backoff.failure(now, retry_after=retry_after, free=free)
 
+    def _access_denied_by(self, exc: KubeApiError) -> str | None:
+        """issue 12: a 401 (after the client's one credential reload) or 403 RBAC refusal, explained."""
+        if exc.status not in (401, 403) or "exceeded quota" in exc.message:
+            return None
+        from airflow_jobwatch.kube.errors import describe_access_denied
+
+        group = self._api_version.rpartition("/")[0]
+        plural = self._path.rsplit("/", 1)[-1]
+        verb = getattr(self, "_verb", "list")
+        return describe_access_denied(
+            exc.status, exc.message, verb=verb, resource=plural, group=group, namespace=self.namespace
+        ).message()
+
     def _record_success(self) -> None:
+        self._access_denied = None
         if self._failing_since is None and self._consecutive_failures == 0:
             return
         self._consecutive_failures = 0
@@ -1223,6 +1249,8 @@ class Informer:
         if self._reported is not None and self._reported[1] != health.healthy:
             if health.healthy:
                 log.info("informer %s: healthy again", self.name)
+            elif self._access_denied:  # issue 12: refused, not failing: say so (the refusal is logged anyway)
+                log.error("informer %s: unhealthy - refused by the API server", self.name)
             else:
                 log.error(
                     "informer %s: unhealthy - failing for %.0f s (%d attempts), last error: %s",

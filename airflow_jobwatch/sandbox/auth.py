@@ -130,9 +130,13 @@ class Authenticator:
         self._static[token] = Identity(user, groups or default_groups(user), token_id=f"static:{user}")
 
     def expire(self, token: str) -> None:
-        """Refuse ``token`` from now on (401), whatever its ``exp`` says."""
-        identity = self._static.pop(token, None)
+        """Refuse ``token`` from now on (401), whatever its ``exp`` says. The admin token cannot be
+        expired (the admin API and the sandbox's own kubeconfig depend on it)."""
+        identity = self._static.get(token)
         if identity is not None:
+            if identity.is_admin:
+                raise ValueError("the admin token cannot be expired: issue_token() a user token to expire")
+            del self._static[token]
             return
         claims = self._verify(token)
         if claims is not None:

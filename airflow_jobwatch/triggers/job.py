@@ -262,6 +262,7 @@ class JobTrigger(BaseTrigger):
         self.api_failure_tolerance = api_failure_tolerance
         self.job_uid = job_uid
         self.delete_on_kill = delete_on_kill
+        self._get_denied: str | None = None  # a 401/403 on the trigger's own GET of its Job
         self.do_xcom_push = do_xcom_push
         self.base_container_name = base_container_name
         self.on_kill_propagation_policy = on_kill_propagation_policy
@@ -458,6 +459,13 @@ class JobTrigger(BaseTrigger):
         except ApiException as e:
             if e.status == 404:
                 return True, None
+            from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+            denied = access_denied_from_exception(
+                e, verb="get", resource="jobs", group="batch", namespace=self.namespace
+            )
+            if denied is not None:
+                self._get_denied = denied.message()
             self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e.status)
             return False, None
         except Exception as e:
@@ -514,6 +522,14 @@ class JobTrigger(BaseTrigger):
             )
         except ApiException as e:
             if e.status not in (404, 409):  # already gone / a different Job now has this name
+                await client.close()
+                from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+                denied = access_denied_from_exception(
+                    e, verb="delete", resource="jobs", group="batch", namespace=self.namespace
+                )
+                if denied is not None:  # explained, without the response headers the exception prints
+                    raise PermissionError(denied.message()) from None
                 raise
         try:
             if self.delete_pods_on_kill and self.job_uid:
@@ -685,6 +701,17 @@ class _Wait:
                         "Deleted",
                         f"Job {t.namespace}/{t.job_name} no longer exists; it was deleted before "
                         "its result could be read.",
+                    )
+                )
+                break
+            denied = watch.access_denied or t._get_denied
+            if denied:  # issue 12: a permission error is permanent: end now, with the advice
+                reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
+                self.done(
+                    t._payload(
+                        OUTCOME_ERROR,
+                        reason,
+                        f"Cannot wait for Job {t.namespace}/{t.job_name}: {denied}",
                     )
                 )
                 break

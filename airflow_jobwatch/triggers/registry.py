@@ -285,6 +285,14 @@ class NamespaceWatch:
         return worst
 
     @property
+    def access_denied(self) -> str | None:
+        """issue 12: the explained 401/403 either informer is refused with right now (permanent), or None."""
+        for informer in (self.jobs, self.pods):
+            if informer is not None and informer.health.access_denied:
+                return informer.health.access_denied
+        return None
+
+    @property
     def last_error(self) -> str | None:
         """The last list/watch error either informer saw (for the trigger's ``error`` message)."""
         return self._last_error

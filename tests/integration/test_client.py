@@ -541,3 +541,95 @@ async def test_sandbox_jobs_read_through_built_clients_classify_as_what_happened
     # the Job controller never fails a Job whose pod cannot pull its image; fail-fast does
     assert (states["pull"].phase, states["pull"].reason) == ("failed", "ErrImagePull")
     assert "registry.invalid/etl:1" in states["pull"].message
+
+
+# --------------------------------------------------------------------------------------------------
+# Client options ([kubernetes_executor] / connection extras) reach both clients
+
+
+def _kubeconfig_without_ca(sb: Any, path: Path) -> str:
+    sb.write_kubeconfig(path)
+    config = yaml.safe_load(path.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"].pop("certificate-authority-data", None)
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+async def test_verify_ssl_and_ssl_ca_cert_options(
+    tls_sandbox: Any, tmp_path: Path, closing: list[Any]
+) -> None:
+    path = _kubeconfig_without_ca(tls_sandbox, tmp_path / "no-ca")
+    # Without the option the self-signed certificate is refused (what happened before issue 12).
+    refused = await async_api_client(ClusterConfig(config_file=path))
+    closing.append(refused)
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+        await kubernetes_asyncio.client.CoreV1Api(refused).list_namespaced_pod("default")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(tls_sandbox.sandbox.ca_pem)
+    for cfg in (
+        ClusterConfig(config_file=path, verify_ssl=False),
+        ClusterConfig(config_file=path, ssl_ca_cert=str(ca)),
+    ):
+        client = await async_api_client(cfg)
+        closing.append(client)
+        assert (await kubernetes_asyncio.client.CoreV1Api(client).list_namespaced_pod("default")).items == []
+        sync_client = sync_api_client(cfg)
+        try:
+            assert kubernetes.client.CoreV1Api(sync_client).list_namespaced_pod("default").items == []
+        finally:
+            sync_client.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_KEEPIDLE"), reason="platform without TCP_KEEPIDLE")
+async def test_tcp_keepalive_on_the_async_clients_sockets(
+    sandbox: Any, kubeconfig: Path, closing: list[Any]
+) -> None:
+    from airflow_jobwatch.kube.client import TcpKeepalive
+
+    client = await async_api_client(
+        ClusterConfig(config_file=str(kubeconfig), tcp_keepalive=TcpKeepalive(37, 11, 4))
+    )
+    closing.append(client)
+    resp = await client.call_api(  # a watch: the connection stays open while we look at its socket
+        "/api/v1/namespaces/default/pods",
+        "GET",
+        query_params=[("watch", "true")],
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=30,
+    )
+    try:
+        sock = resp.connection.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 37
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 11
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 4
+    finally:
+        resp.release()
+    sync_client = sync_api_client(
+        ClusterConfig(config_file=str(kubeconfig), tcp_keepalive=TcpKeepalive(37, 11, 4))
+    )
+    try:
+        assert (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 37) in sync_client.configuration.socket_options
+    finally:
+        sync_client.close()
+
+
+async def test_default_request_timeout_applies_to_one_off_calls(
+    sandbox: Any, kubeconfig: Path, closing: list[Any]
+) -> None:
+    """A call whose answer never completes ends after request_timeout instead of hanging for ever (a
+    half-open connection; here a watch read as a one-off call while the sandbox stalls watches)."""
+    client = await async_api_client(ClusterConfig(config_file=str(kubeconfig), request_timeout=1.0))
+    closing.append(client)
+    sandbox.stall_watches(True)
+    try:
+        call = asyncio.ensure_future(
+            kubernetes_asyncio.client.CoreV1Api(client).list_namespaced_pod("default", watch=True)
+        )
+        done, _ = await asyncio.wait({call}, timeout=30)
+        assert call in done, "the call hung: no default request timeout"
+        assert isinstance(call.exception(), TimeoutError)
+    finally:
+        sandbox.stall_watches(False)

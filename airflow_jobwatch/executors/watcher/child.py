@@ -36,6 +36,8 @@ CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
 # The child reports its informer's counters (relists, watches, health) at most this often; they
 # feed logs, the status file and the benchmark, none of which needs sub-second freshness.
 CHILD_STATS_INTERVAL_SECONDS = 1.0
+# Exit code of a child whose Kubernetes client cannot be configured (logged as one line, no traceback).
+CONFIG_ERROR_EXIT_CODE = 78  # EX_CONFIG (sysexits.h)
 # Pods the parent expects but the first list did not contain are checked with this many GETs at
 # once: enough to confirm a few thousand missing pods in seconds, few enough not to look like a
 # burst to the API server's priority and fairness.
@@ -79,7 +81,7 @@ async def child_run(
     parent_pid: int,
     expected: frozenset[PodRef] = frozenset(),
 ) -> None:
-    from airflow_jobwatch.kube.client import async_api_client
+    from airflow_jobwatch.kube.client import ClusterConfigError, async_api_client
     from airflow_jobwatch.kube.informer import EventType, Informer, InformerEvent
     from airflow_jobwatch.kube.states import classify_pod
 
@@ -142,7 +144,17 @@ async def child_run(
 
     # Beat from the start, so that connecting to a slow API server is not mistaken for a wedge.
     beat_task = asyncio.create_task(beat())
-    api_client = await async_api_client(spec.cluster)
+    try:
+        api_client = await async_api_client(spec.cluster)
+    except ClusterConfigError as err:
+        # issue 12: one clear line, not a traceback; the parent restarts us with backoff (the executor's
+        # start() checks the same configuration, so this is a file that changed after the start).
+        log.error("KubernetesJobWatcher %s cannot build its Kubernetes client: %s", spec.name, err)
+        outbox.put(WatcherStats(0, 0, False, False, str(err), access_denied=str(err)))
+        outbox.put(None)
+        await asyncio.sleep(0.2)  # let the sender thread write it
+        beat_task.cancel()
+        os._exit(CONFIG_ERROR_EXIT_CODE)
     informer = Informer(
         api_client,
         kind="pods",
@@ -156,20 +168,24 @@ async def child_run(
     checker: asyncio.Task[None] | None = None
     try:
         await informer.start()
-        await informer.wait_synced()
-        keys = frozenset(
-            ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
-            for o in informer.items()
-        )
-        outbox.put(Synced(keys=keys))
-        missing = sorted(ref for ref in expected if ref not in keys)
-        checker = (
-            asyncio.create_task(check_missing(api_client, spec, missing, seen, outbox.put))
-            if missing
-            else None
-        )
         last_stats: WatcherStats | None = None
+        synced = False
         while True:
+            # issue 12: stats from the start, not only after the first LIST: a watcher refused its first
+            # LIST (403) must tell the scheduler that it is unhealthy, and why.
+            if not synced and informer.health.synced:
+                synced = True
+                keys = frozenset(
+                    (
+                        (o.get("metadata") or {}).get("namespace", ""),
+                        (o.get("metadata") or {}).get("name", ""),
+                    )
+                    for o in informer.items()
+                )
+                outbox.put(Synced(keys=keys))
+                missing = sorted(ref for ref in expected if ref not in keys)
+                if missing:
+                    checker = asyncio.create_task(check_missing(api_client, spec, missing, seen, outbox.put))
             health = informer.health
             stats = WatcherStats(
                 relists=health.relists,
@@ -177,11 +193,15 @@ async def child_run(
                 healthy=health.healthy,
                 connected=health.connected,
                 last_error=health.last_error,
+                access_denied=health.access_denied,
             )
             if stats != last_stats:
                 outbox.put(stats)
                 last_stats = stats
-            await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
+            if synced:
+                await asyncio.sleep(CHILD_STATS_INTERVAL_SECONDS)
+            else:
+                await informer.wait_synced(CHILD_STATS_INTERVAL_SECONDS)
     finally:
         beat_task.cancel()
         if checker is not None:

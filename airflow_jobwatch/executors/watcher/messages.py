@@ -61,6 +61,7 @@ class WatcherStats:
     healthy: bool
     connected: bool
     last_error: str | None
+    access_denied: str | None = None  # issue 12: an explained 401/403 on list/watch
 
 
 # ---------------------------------------------------------------------------------------------

@@ -119,6 +119,7 @@ class SupervisorCounters:
     running_reports: int = 0
     healthy: bool = True
     last_error: str | None = None
+    access_denied: str | None = None  # issue 12: why the API refuses the watcher (what to grant)
     per_namespace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -505,7 +506,15 @@ class WatcherSupervisor:
         c.healthy = all(s.stats is None or s.stats.healthy for s in self._slots.values())
         errors = [s.stats.last_error for s in self._slots.values() if s.stats and s.stats.last_error]
         c.last_error = errors[0] if errors else None
-        if was_healthy and not c.healthy:
+        denied = [s.stats.access_denied for s in self._slots.values() if s.stats and s.stats.access_denied]
+        c.access_denied = denied[0] if denied else None
+        if was_healthy and not c.healthy and c.access_denied:
+            log.error(
+                "KubernetesJobWatcher is refused by the Kubernetes API: %s Running tasks are kept and will "
+                "be reported once the permission is granted.",
+                c.access_denied,
+            )
+        elif was_healthy and not c.healthy:
             # Tasks keep running and are reported once the API answers again; nothing is failed for this.
             log.error(
                 "KubernetesJobWatcher cannot reach the Kubernetes API (last error: %s); running tasks are "

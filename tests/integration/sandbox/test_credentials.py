@@ -168,6 +168,8 @@ def test_issued_token_expires_and_expire_token_refuses_at_once(sandbox: SandboxT
     assert _get_status(url, forever, None) == 401
     assert _get_status(url, forever[:-2] + "xx", None) == 401  # a forged signature
     assert _get_status(url, sandbox.token, None) == 200  # the admin token is static
+    with pytest.raises(ValueError, match="the admin token cannot be expired"):
+        sandbox.expire_token(sandbox.token)
 
 
 # ---- exec plugin ---------------------------------------------------------------------------------

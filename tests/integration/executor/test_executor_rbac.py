@@ -1,0 +1,170 @@
+"""JobWatchExecutor under RBAC: the scheduler's Role from docs/deploying.md, and that Role minus one rule.
+
+The sandbox runs in RBAC mode; the executor (scheduler side and watcher child) uses a token of the
+scheduler's service account. A refusal must be reported at once and explained (verb, resource,
+namespace, the server's message, the rule to grant), never as a raw ``ForbiddenException`` with
+headers, and never after ``unhealthy_after_seconds`` (set to 300 s here to prove it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import yaml
+
+from airflow_jobwatch.devtools.pod_template import pod_template_yaml
+from airflow_jobwatch.devtools.workloads import make_workload
+from airflow_jobwatch.sandbox import SandboxThread
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        not hasattr(SandboxThread, "load_rbac_manifests"),
+        reason="sandbox RBAC mode (issue 12) not merged yet",
+    ),
+]
+
+NAMESPACE = "airflow"
+SCHEDULER = "system:serviceaccount:airflow:airflow-scheduler"
+
+
+def _doc_role() -> str:
+    import re
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "deploying.md").read_text()
+    (block,) = [
+        b for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S) if b.startswith("# rbac: scheduler\n")
+    ]
+    return block
+
+
+def _without(manifests: str, verb: str) -> str:
+    docs = list(yaml.safe_load_all(manifests))
+    for doc in docs:
+        if doc["kind"] == "Role":
+            for rule in doc["rules"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != verb]
+    return yaml.safe_dump_all(docs)
+
+
+@pytest.fixture
+def rbac_kube() -> Iterator[SandboxThread]:
+    with SandboxThread(bookmark_interval=1.0) as sb:
+        yield sb
+
+
+@pytest.fixture
+def executor_for(
+    rbac_kube: SandboxThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str], Any]]:
+    template = tmp_path / "pod_template.yaml"
+    template.write_text(pod_template_yaml())
+    created: list[Any] = []
+
+    def make(manifests: str) -> Any:
+        from kubernetes.client import CoreV1Api
+
+        from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+
+        admin_path = tmp_path / "admin-kubeconfig"
+        rbac_kube.write_kubeconfig(admin_path)
+        with sync_api_client(ClusterConfig(config_file=str(admin_path))) as admin:
+            if not any(n.metadata.name == NAMESPACE for n in CoreV1Api(admin).list_namespace().items):
+                CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
+        rbac_kube.load_rbac_manifests(manifests)
+        kubeconfig = tmp_path / "scheduler-kubeconfig"
+        rbac_kube.write_kubeconfig(kubeconfig, token=rbac_kube.issue_token(SCHEDULER))
+        for k, v in {
+            "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
+            "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": str(kubeconfig),
+            "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": NAMESPACE,
+            "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
+            "AIRFLOW__JOBWATCH__BACKOFF_INITIAL_SECONDS": "0.1",
+            "AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS": "1",
+            "AIRFLOW__JOBWATCH__UNHEALTHY_AFTER_SECONDS": "300",
+            "AIRFLOW__JOBWATCH__WATCHER_UNRESPONSIVE_AFTER_SECONDS": "10",
+            "AIRFLOW__JOBWATCH__EXECUTOR_STATUS_FILE": str(tmp_path / "status.json"),
+        }.items():
+            monkeypatch.setenv(k, v)
+        from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
+
+        ex = JobWatchExecutor(parallelism=4)
+        ex.job_id = "9"
+        ex.start()
+        created.append(ex)
+        return ex
+
+    yield make
+    for ex in created:
+        if ex.supervisor is not None:
+            ex.end()
+
+
+def _submit(ex: Any, task_id: str, command: str = "exit 0") -> None:
+    ex.queue_workload(make_workload(task_id=task_id, command=command), session=mock.sentinel.unused_session)
+
+
+def _until(ex: Any, cond: Callable[[dict[str, Any]], Any], what: str, timeout: float = 60) -> Any:
+    events: dict[str, Any] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        ex.heartbeat()
+        for key, (state, info) in ex.get_event_buffer().items():
+            events[key.task_id] = (str(state), info)
+        result = cond(events)
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; status {ex.status()}"
+        time.sleep(0.1)
+
+
+def test_doc_role_runs_tasks(executor_for: Any) -> None:
+    ex = executor_for(_doc_role())
+    _submit(ex, "ok")
+    state = _until(ex, lambda e: e.get("ok", ("", None))[0] in ("success", "failed") and e["ok"], "the task")
+    assert state[0] == "success", state
+    assert ex.status()["watcher_access_denied"] is None
+
+
+def test_create_refused_fails_the_task_with_the_rule_to_grant(executor_for: Any) -> None:
+    ex = executor_for(_without(_doc_role(), "create"))
+    _submit(ex, "nocreate")
+    state, info = _until(
+        ex, lambda e: e.get("nocreate") if e.get("nocreate", ("",))[0] == "failed" else None, "the failure"
+    )
+    text = str(info)
+    assert "create pods" in text and f'in namespace "{NAMESPACE}"' in text
+    assert "airflow-scheduler" in text and 'verbs: ["create"]' in text
+    assert "HTTP response headers" not in text
+
+
+@pytest.mark.parametrize("verb", ["list", "watch"])
+def test_list_or_watch_refused_makes_the_watcher_unhealthy_at_once(
+    executor_for: Any, tmp_path: Path, verb: str
+) -> None:
+    ex = executor_for(_without(_doc_role(), verb))
+    started = time.monotonic()
+
+    def denied(_: Any) -> Any:
+        status = ex.status()
+        return status["watcher_access_denied"] if not status["watcher_healthy"] else None
+
+    message = _until(ex, denied, "the watcher to report the refusal")
+    assert time.monotonic() - started < 60  # far below unhealthy_after_seconds (300)
+    assert f"{verb} pods" in message and 'verbs: ["' + verb + '"]' in message
+    status_path = tmp_path / "status.json"
+
+    def in_status_file(_: Any) -> Any:
+        status = json.loads(status_path.read_text()) if status_path.exists() else {}
+        return status if status.get("watcher_access_denied") else None
+
+    status_file = _until(ex, in_status_file, "the status file to show the refusal", timeout=30)
+    assert status_file["watcher_healthy"] is False
+    assert f"{verb} pods" in status_file["watcher_access_denied"]

@@ -1,0 +1,229 @@
+"""The RBAC manifests of docs/deploying.md, loaded from the page, against the code that needs them.
+
+* Static: each component's Role grants exactly what that component calls (the table below, kept next
+  to the calls it lists), no less and no more.
+* Against the sandbox's RBAC mode (service accounts with tokens, Role/RoleBinding enforcement, 403
+  bodies as the real server's): each component works with its Role, and without one of its rules fails
+  at once with the explained error (verb, resource, namespace, what to grant).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "deploying.md"
+NAMESPACE = "airflow"
+
+#: What each component calls (verb, resource), from the code:
+#: executor: create/read/list/patch/delete pods in jobwatch_executor.py, list+watch in the watcher child;
+#: api-server: JobWatchExecutor.get_task_log (list pods, read log);
+#: triggerer: JobTrigger's shared informers (list+watch jobs and pods), its GET of the Job, on_kill delete;
+#: worker: KubernetesJobOperator (create/read/list/delete jobs, list pods, read logs) and its in-worker
+#: JobTrigger wait (list+watch jobs and pods).
+NEEDS: dict[str, set[tuple[str, str, str]]] = {
+    "scheduler": {("", "pods", v) for v in ("create", "get", "list", "watch", "patch", "delete")},
+    "api-server": {("", "pods", "list"), ("", "pods/log", "get")},
+    "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "delete")}
+    | {("", "pods", "list"), ("", "pods", "watch")},
+    "worker": {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
+    | {("", "pods", v) for v in ("get", "list", "watch")}
+    | {("", "pods/log", "get")},
+}
+SERVICE_ACCOUNTS = {
+    "scheduler": "airflow-scheduler",
+    "api-server": "airflow-api-server",
+    "triggerer": "airflow-triggerer",
+    "worker": "airflow-worker",
+}
+
+
+def doc_manifests(component: str) -> str:
+    """The YAML block of docs/deploying.md that starts with ``# rbac: <component>``."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), flags=re.S)
+    found = [b for b in blocks if b.startswith(f"# rbac: {component}\n")]
+    assert len(found) == 1, f"docs/deploying.md must have one ```yaml block starting '# rbac: {component}'"
+    return found[0]
+
+
+@pytest.mark.parametrize("component", sorted(NEEDS))
+def test_doc_role_grants_exactly_what_the_component_calls(component: str) -> None:
+    docs = list(yaml.safe_load_all(doc_manifests(component)))
+    roles = [d for d in docs if d["kind"] == "Role"]
+    bindings = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert len(roles) == 1 and len(bindings) == 1
+    role, binding = roles[0], bindings[0]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": SERVICE_ACCOUNTS[component], "namespace": NAMESPACE}
+    ]
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == NEEDS[component]
+
+
+# --------------------------------------------------------------------------------------------------
+# Against the sandbox's RBAC mode
+
+
+def _rbac_sandbox_available() -> bool:
+    from airflow_jobwatch.sandbox import SandboxThread
+
+    return hasattr(SandboxThread, "load_rbac_manifests") and hasattr(SandboxThread, "issue_token")
+
+
+needs_rbac = pytest.mark.skipif(
+    not _rbac_sandbox_available(), reason="sandbox RBAC mode (issue 12) not merged yet"
+)
+
+
+def user(component: str) -> str:
+    return f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNTS[component]}"
+
+
+def without(manifests: str, group: str, resource: str, verb: str) -> str:
+    """The manifests with one (group, resource, verb) removed from the Role."""
+    docs = list(yaml.safe_load_all(manifests))
+    for doc in docs:
+        if doc["kind"] != "Role":
+            continue
+        rules = []
+        for rule in doc["rules"]:
+            if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+                rule = {**rule, "verbs": [v for v in rule["verbs"] if v != verb]}
+            if rule["verbs"]:
+                rules.append(rule)
+        doc["rules"] = rules
+    return yaml.safe_dump_all(docs)
+
+
+def kubeconfig_for(sb: Any, component: str, tmp_path: Path) -> str:
+    path = tmp_path / f"kubeconfig-{component}"
+    sb.write_kubeconfig(path, token=sb.issue_token(user(component)))
+    return str(path)
+
+
+async def admin_client(sb: Any, tmp_path: Path) -> Any:
+    """A client with the sandbox's admin token (never refused), and the namespace the Roles are for."""
+    from kubernetes_asyncio.client import CoreV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+
+    path = tmp_path / "admin"
+    sb.write_kubeconfig(path)
+    admin = await async_api_client(ClusterConfig(config_file=str(path)))
+    try:
+        await CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return admin
+
+
+def _job(name: str, command: str = "exit 0") -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", command]}],
+                }
+            },
+        },
+    }
+
+
+@needs_rbac
+async def test_triggerer_role_from_the_doc(sandbox: Any, tmp_path: Path) -> None:
+    from kubernetes_asyncio.client import BatchV1Api
+
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    sandbox.load_rbac_manifests(doc_manifests("triggerer"))
+    admin = await admin_client(sandbox, tmp_path)
+    try:
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("granted"))
+        trigger = JobTrigger(
+            "granted",
+            NAMESPACE,
+            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+            job_uid=job.metadata.uid,
+            poll_interval=1.0,
+            delete_on_kill=True,
+        )
+        assert (await trigger.wait())["status"] == "success"
+        await trigger.on_kill()  # delete is granted too
+    finally:
+        await admin.close()
+
+
+@needs_rbac
+@pytest.mark.parametrize(("group", "resource", "verb"), [("batch", "jobs", "watch"), ("", "pods", "list")])
+async def test_triggerer_missing_one_rule_ends_at_once_with_the_advice(
+    sandbox: Any, tmp_path: Path, group: str, resource: str, verb: str
+) -> None:
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), group, resource, verb))
+    trigger = JobTrigger(
+        "anything",
+        NAMESPACE,
+        config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+        poll_interval=1.0,
+        api_failure_tolerance=300,  # far away: the 403 must not wait for it
+    )
+    import asyncio
+
+    payload = await asyncio.wait_for(trigger.wait(), 30)
+    assert payload["status"] == "error" and payload["reason"] == "Forbidden", payload
+    message = payload["message"]
+    assert f"{verb} {resource}" in message
+    assert f'in namespace "{NAMESPACE}"' in message
+    assert "airflow-triggerer" in message
+    assert f'verbs: ["{verb}"]' in message
+    assert "HTTP response headers" not in message
+
+
+@needs_rbac
+async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path) -> None:
+    from kubernetes_asyncio.client import BatchV1Api
+
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "delete"))
+    admin = await admin_client(sandbox, tmp_path)
+    try:
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("undeletable", "sleep 60"))
+        trigger = JobTrigger(
+            "undeletable",
+            NAMESPACE,
+            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+            job_uid=job.metadata.uid,
+            delete_on_kill=True,
+        )
+        with pytest.raises(
+            PermissionError, match=r'delete jobs \(API group batch\) in namespace "airflow"'
+        ) as info:
+            await trigger.on_kill()
+        assert 'verbs: ["delete"]' in str(info.value) and "HTTP response headers" not in str(info.value)
+    finally:
+        await admin.close()
