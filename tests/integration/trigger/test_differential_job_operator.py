@@ -65,8 +65,7 @@ class Outcome:
 
     def user_labels(self) -> dict[str, str]:
         labels = ((self.job or {}).get("metadata") or {}).get("labels") or {}
-        # (a Job created without labels gets its template's, as batch/v1 defaulting does: run_id among
-        # them, which differs between the two variants' dag runs)
+        # A Job created without labels gets its template's (SetDefaults_Job), run_id included
         return {
             k: ("<run_id>" if k == "run_id" else v) for k, v in labels.items() if not _SERVER_LABELS.search(k)
         }
