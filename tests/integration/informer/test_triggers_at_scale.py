@@ -16,8 +16,11 @@ import pytest
 from informer_helpers import NS, api_client_for, eventually
 from kubernetes_asyncio.client import BatchV1Api
 
-from airflow_jobwatch.triggers.job import STATUS_DELETED, STATUS_FAILED, STATUS_SUCCESS, JobTrigger
+from airflow_jobwatch.triggers.job import OUTCOME_DELETED, OUTCOME_FAILED, OUTCOME_SUCCESS, JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
+
+# The event's own outcome word (upstream's `status` is only success/error).
+STATUS_SUCCESS, STATUS_FAILED, STATUS_DELETED = OUTCOME_SUCCESS, OUTCOME_FAILED, OUTCOME_DELETED
 
 N = 2000
 CHUNK = 100  # concurrent API writes at a time
@@ -148,7 +151,7 @@ async def test_2000_triggers_each_get_their_own_outcome_under_a_410_storm(
     for i, payload in enumerate(results):
         status, reason = expected(i)
         own = payload["name"] == names[i] and payload["uid"] == uids[i]
-        if payload["status"] != status or payload["reason"] != reason or not own:
+        if payload["outcome"] != status or payload["reason"] != reason or not own:
             wrong.append((names[i], status, reason, payload))
         elif status != STATUS_DELETED and f"outcome of {names[i]}" not in payload["message"]:
             wrong.append((names[i], "message", payload["message"]))
