@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench provider-info clean venv test-compat
+.PHONY: test lint typecheck unit docs demo bench provider-info clean venv test-compat
 
 venv: $(STAMP)
 
@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,docs]"
 	@touch $(STAMP)
 
 lint: $(STAMP)
@@ -25,7 +25,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
+test: lint typecheck docs
 	$(BIN)/python --version
 	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
 
@@ -35,11 +35,15 @@ test-compat: $(STAMP)
 	$(BIN)/python --version
 	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
 
+# The documentation site, warnings as errors (docs/_build/html/index.html).
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_jobwatch.demo
+	$(BIN)/python -m airflow_jobwatch.devtools.demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)

@@ -28,7 +28,9 @@ def get_provider_info() -> dict[str, Any]:
 def render() -> str:
     info = yaml.safe_load((ROOT / "provider.yaml").read_text())
     info.pop("versions", None)
-    body = pprint.pformat(info, indent=4, width=100, sort_dicts=False)
+    # One line; ruff then breaks it into the usual layout, keeping every string whole (a description is
+    # one string literal with its "\n"s, greppable, not one word per line).
+    body = pprint.pformat(info, width=10**6, sort_dicts=False)
     raw = HEADER + body.replace("\n", "\n    ") + "\n"
     # ruff formats it the way the rest of the code base is formatted, so `ruff format --check` agrees.
     return subprocess.run(

@@ -13,13 +13,7 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-jobwatch",
         "name": "JobWatch (Kubernetes)",
-        "description": "Runs Airflow work on Kubernetes and never loses track of it: an executor "
-        "whose\n"
-        "KubernetesJobWatcher survives 410 Gone and reconciles after every relist, a "
-        "deferrable\n"
-        "KubernetesJobOperator whose JobTrigger shares one watch per namespace, and an "
-        "embedded\n"
-        "Kubernetes sandbox to run it all without a cluster.\n",
+        "description": "Runs Airflow work on Kubernetes and never loses track of it: an executor whose\nKubernetesJobWatcher survives 410 Gone and reconciles after every relist, a deferrable\nKubernetesJobOperator whose JobTrigger shares one watch per namespace, and an embedded\nKubernetes sandbox to run it all without a cluster.\n",
         "integrations": [
             {
                 "integration-name": "JobWatch (Kubernetes)",
@@ -40,79 +34,17 @@ def get_provider_info() -> dict[str, Any]:
         "cli": ["airflow_jobwatch.cli.definition.get_jobwatch_cli_commands"],
         "config": {
             "jobwatch": {
-                "description": "Options of airflow-jobwatch's watch engine, "
-                "shared by JobWatchExecutor's "
-                "KubernetesJobWatcher\n"
-                "and JobTrigger. The [kubernetes_executor] "
-                "options keep their meaning for "
-                "JobWatchExecutor.\n",
+                "description": "Options of airflow-jobwatch's watch engine, shared by JobWatchExecutor's KubernetesJobWatcher\nand JobTrigger. The [kubernetes_executor] options keep their meaning for JobWatchExecutor.\n",
                 "options": {
                     "watch_timeout_seconds": {
-                        "description": "Server-side "
-                        "timeoutSeconds "
-                        "of "
-                        "one "
-                        "watch "
-                        "request. "
-                        "Each "
-                        "request "
-                        "is "
-                        "jittered "
-                        "between "
-                        "this\n"
-                        "value "
-                        "and "
-                        "twice "
-                        "it, "
-                        "so "
-                        "that "
-                        "many "
-                        "watchers "
-                        "do "
-                        "not "
-                        "reconnect "
-                        "in "
-                        "step.\n",
+                        "description": "Server-side timeoutSeconds of one watch request. Each request is jittered between this\nvalue and twice it, so that many watchers do not reconnect in step.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "300",
                     },
                     "watch_stall_timeout_seconds": {
-                        "description": "A "
-                        "watch "
-                        "that "
-                        "delivers "
-                        "no "
-                        "event "
-                        "and "
-                        "no "
-                        "BOOKMARK "
-                        "for "
-                        "this "
-                        "long "
-                        "is "
-                        "presumed "
-                        "half-open "
-                        "and\n"
-                        "is "
-                        "reconnected. "
-                        "Must "
-                        "be "
-                        "larger "
-                        "than "
-                        "the "
-                        "server's "
-                        "bookmark "
-                        "interval "
-                        "(about "
-                        "60 "
-                        "s "
-                        "on "
-                        "a\n"
-                        "real "
-                        "API "
-                        "server).\n",
+                        "description": "A watch that delivers no event and no BOOKMARK for this long is presumed half-open and\nis reconnected. Must be larger than the server's bookmark interval (about 60 s on a\nreal API server).\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
@@ -126,23 +58,7 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "10",
                     },
                     "backoff_initial_seconds": {
-                        "description": "First "
-                        "delay "
-                        "before "
-                        "retrying "
-                        "a "
-                        "failed "
-                        "list "
-                        "or "
-                        "watch. "
-                        "Delays "
-                        "double "
-                        "up "
-                        "to\n"
-                        "backoff_max_seconds, "
-                        "with "
-                        "full "
-                        "jitter.\n",
+                        "description": "First delay before retrying a failed list or watch. Delays double up to\nbackoff_max_seconds, with equal jitter: the n-th retry in a row waits a random time\nbetween half the current delay and the whole of it, so that many clients spread out\nwhile the wait still grows with every failure. A Retry-After from the server (429, 503)\nis honoured, up to 5 minutes.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
@@ -156,435 +72,80 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "30",
                     },
                     "backoff_reset_after_seconds": {
-                        "description": "A "
-                        "watch "
-                        "that "
-                        "stayed "
-                        "healthy "
-                        "this "
-                        "long "
-                        "resets "
-                        "the "
-                        "retry "
-                        "delay "
-                        "to "
-                        "its "
-                        "initial "
-                        "value.",
+                        "description": "A watch that stayed healthy this long resets the retry delay to its initial value.",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "120",
                     },
                     "unhealthy_after_seconds": {
-                        "description": "After "
-                        "this "
-                        "long "
-                        "without "
-                        "a "
-                        "successful "
-                        "list "
-                        "or "
-                        "watch "
-                        "the "
-                        "engine "
-                        "reports "
-                        "itself "
-                        "unhealthy\n"
-                        "(it "
-                        "keeps "
-                        "retrying). "
-                        "Logged "
-                        "by "
-                        "the "
-                        "executor; "
-                        "used "
-                        "by "
-                        "JobTrigger "
-                        "with\n"
-                        "api_failure_tolerance_seconds.\n",
+                        "description": "After this long without a successful list or watch the engine reports itself unhealthy\n(it keeps retrying). Logged by the executor; used by JobTrigger with\napi_failure_tolerance_seconds.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "60",
                     },
                     "resync_interval_seconds": {
-                        "description": "Safety-net "
-                        "relist "
-                        "period: "
-                        "every "
-                        "this "
-                        "many "
-                        "seconds "
-                        "the "
-                        "engine "
-                        "lists "
-                        "again "
-                        "and "
-                        "reconciles,\n"
-                        "in "
-                        "case "
-                        "the "
-                        "server "
-                        "never "
-                        "sent "
-                        "an "
-                        "event. "
-                        "0 "
-                        "disables "
-                        "it.\n",
+                        "description": "Safety-net relist period: every this many seconds the engine lists again and reconciles,\nin case the server never sent an event. 0 disables it.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "600",
                     },
                     "job_label_selector": {
-                        "description": "JobTrigger: "
-                        "a label "
-                        "selector "
-                        "(e.g. "
-                        '"kubernetes_pod_operator=True", '
-                        "which "
-                        "KubernetesJobOperator\n"
-                        "puts on "
-                        "every "
-                        "Job it "
-                        "creates) "
-                        "that "
-                        "restricts "
-                        "the Job "
-                        "watch "
-                        "of each "
-                        "namespace. "
-                        "Empty "
-                        "(the\n"
-                        "default) "
-                        "watches "
-                        "every "
-                        "Job in "
-                        "the "
-                        "namespace. "
-                        "Trade-off: "
-                        "with a "
-                        "selector "
-                        "the "
-                        "triggerer "
-                        "caches\n"
-                        "only "
-                        "matching "
-                        "Jobs, "
-                        "so "
-                        "other "
-                        "teams' "
-                        "Jobs "
-                        "(CronJobs, "
-                        "Spark, "
-                        "Argo) "
-                        "cost no "
-                        "memory "
-                        "or "
-                        "traffic; "
-                        "a\n"
-                        "deferred "
-                        "Job "
-                        "that "
-                        "does "
-                        "not "
-                        "match "
-                        "is not "
-                        "in the "
-                        "cache "
-                        "and is "
-                        "read "
-                        "with "
-                        "one GET "
-                        "every\n"
-                        "poll_interval "
-                        "instead "
-                        "(like "
-                        "upstream's "
-                        "KubernetesJobTrigger), "
-                        "so its "
-                        "result "
-                        "arrives "
-                        "up to\n"
-                        "poll_interval "
-                        "late. "
-                        "The "
-                        "pods of "
-                        "Jobs "
-                        "are "
-                        "always "
-                        "selected "
-                        "by "
-                        "their "
-                        "controller-uid "
-                        "label.\n",
+                        "description": "JobTrigger: a label selector (e.g. \"kubernetes_pod_operator=True\", which KubernetesJobOperator\nputs on every Job it creates) that restricts the Job watch of each namespace. Empty (the\ndefault) watches every Job in the namespace. Trade-off: with a selector the triggerer caches\nonly matching Jobs, so other teams' Jobs (CronJobs, Spark, Argo) cost no memory or traffic; a\ndeferred Job that does not match is not in the cache and is read with one GET every\npoll_interval instead (like upstream's KubernetesJobTrigger), so its result arrives up to\npoll_interval late. The pods of Jobs are always selected by their controller-uid label.\n",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "kubernetes_pod_operator=True",
                         "default": "",
                     },
                     "namespace_watch_linger_seconds": {
-                        "description": "JobTrigger: "
-                        "when "
-                        "the "
-                        "last "
-                        "deferred "
-                        "task "
-                        "of "
-                        "a "
-                        "namespace "
-                        "leaves "
-                        "a "
-                        "triggerer, "
-                        "the "
-                        "namespace's\n"
-                        "Job "
-                        "and "
-                        "pod "
-                        "watches "
-                        "stay "
-                        "open "
-                        "this "
-                        "long, "
-                        "so "
-                        "that "
-                        "the "
-                        "next "
-                        "task "
-                        "deferred "
-                        "there "
-                        "joins "
-                        "a "
-                        "warm\n"
-                        "cache "
-                        "instead "
-                        "of "
-                        "starting "
-                        "with "
-                        "a "
-                        "full "
-                        "LIST. "
-                        "0 "
-                        "closes "
-                        "them "
-                        "at "
-                        "once.\n",
+                        "description": "JobTrigger: when the last deferred task of a namespace leaves a triggerer, the namespace's\nJob and pod watches stay open this long, so that the next task deferred there joins a warm\ncache instead of starting with a full LIST. 0 closes them at once.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "60",
                     },
                     "api_failure_tolerance_seconds": {
-                        "description": "How "
-                        "long "
-                        "a "
-                        "JobTrigger "
-                        "keeps "
-                        "waiting "
-                        "while "
-                        "the "
-                        "Kubernetes "
-                        "API "
-                        "is "
-                        "unreachable "
-                        "before "
-                        "it\n"
-                        "ends "
-                        "with "
-                        "status "
-                        '"error" '
-                        "and "
-                        "the "
-                        "last "
-                        "API "
-                        "error "
-                        "in "
-                        "its "
-                        "message.\n",
+                        "description": 'How long a JobTrigger keeps waiting while the Kubernetes API is unreachable before it\nends with status "error" and the last API error in its message.\n',
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "300",
                     },
                     "watcher_unresponsive_after_seconds": {
-                        "description": "JobWatchExecutor: "
-                        "a "
-                        "KubernetesJobWatcher "
-                        "child "
-                        "process "
-                        "whose "
-                        "event "
-                        "loop "
-                        "has "
-                        "not "
-                        "beaten "
-                        "for\n"
-                        "this "
-                        "long "
-                        "is "
-                        "presumed "
-                        "wedged; "
-                        "it "
-                        "is "
-                        "killed "
-                        "and "
-                        "replaced "
-                        "(with "
-                        "backoff), "
-                        "and "
-                        "the "
-                        "replacement\n"
-                        "starts "
-                        "with "
-                        "a "
-                        "fresh "
-                        "list "
-                        "so "
-                        "that "
-                        "nothing "
-                        "that "
-                        "happened "
-                        "meanwhile "
-                        "is "
-                        "lost.\n",
+                        "description": "JobWatchExecutor: a KubernetesJobWatcher child process whose event loop has not beaten for\nthis long is presumed wedged; it is killed and replaced (with backoff), and the replacement\nstarts with a fresh list so that nothing that happened meanwhile is lost.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,
                         "default": "60",
                     },
                     "pod_creation_concurrency": {
-                        "description": "JobWatchExecutor: "
-                        "worker "
-                        "pod "
-                        "creates "
-                        "in "
-                        "flight "
-                        "at "
-                        "once, "
-                        "sent "
-                        "from "
-                        "a "
-                        "small "
-                        "thread "
-                        "pool "
-                        "so "
-                        "that\n"
-                        "the "
-                        "scheduler "
-                        "loop "
-                        "never "
-                        "waits "
-                        "for "
-                        "the "
-                        "API "
-                        "server "
-                        "(at "
-                        "least "
-                        "worker_pods_creation_batch_size).\n",
+                        "description": "JobWatchExecutor: worker pod creates in flight at once, sent from a small thread pool so that\nthe scheduler loop never waits for the API server (at least worker_pods_creation_batch_size).\n",
                         "version_added": "0.1.0",
                         "type": "integer",
                         "example": "16",
                         "default": "8",
                     },
                     "worker_pod_labels": {
-                        "description": "JobWatchExecutor: "
-                        "which "
-                        "labels "
-                        "mark its "
-                        "worker "
-                        "pods. "
-                        '"upstream" '
-                        "(default): "
-                        "the "
-                        "upstream\n"
-                        "KubernetesExecutor's "
-                        "(airflow-worker=<scheduler "
-                        "job id>, "
-                        "kubernetes_executor=True), "
-                        "so pods\n"
-                        "stay "
-                        "adoptable "
-                        "when "
-                        "switching "
-                        "between "
-                        "the two "
-                        "executors. "
-                        '"jobwatch": '
-                        "its own\n"
-                        "(airflow-jobwatch-worker=<scheduler "
-                        "job id>, "
-                        "jobwatch_executor=True), "
-                        "for "
-                        "running "
-                        "both\n"
-                        "executors "
-                        "side by "
-                        "side "
-                        "([core] "
-                        "executor "
-                        "= "
-                        "KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\n"
-                        "then "
-                        "neither "
-                        "watches, "
-                        "adopts, "
-                        "deletes "
-                        "or "
-                        "reports "
-                        "the "
-                        "other's "
-                        "pods. "
-                        "Adoption "
-                        "recognises "
-                        "both.\n",
+                        "description": 'JobWatchExecutor: which labels mark its worker pods. "upstream" (default): the upstream\nKubernetesExecutor\'s (airflow-worker=<scheduler job id>, kubernetes_executor=True), so pods\nstay adoptable when switching between the two executors. "jobwatch": its own\n(airflow-jobwatch-worker=<scheduler job id>, jobwatch_executor=True), for running both\nexecutors side by side ([core] executor = KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\nthen neither watches, adopts, deletes or reports the other\'s pods. Adoption recognises both.\n',
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "jobwatch",
                         "default": "upstream",
                     },
                     "executor_status_file": {
-                        "description": "JobWatchExecutor: "
-                        "if "
-                        "set, "
-                        "the "
-                        "path "
-                        "of a "
-                        "small "
-                        "JSON "
-                        "file "
-                        "the "
-                        "executor "
-                        "rewrites "
-                        "at "
-                        "most "
-                        "once\n"
-                        "a "
-                        "second "
-                        "with "
-                        "its "
-                        "counters "
-                        "(pods "
-                        "launched, "
-                        "terminal "
-                        "reports, "
-                        "watcher "
-                        "restarts, "
-                        "relists,\n"
-                        "pods "
-                        "found "
-                        "deleted "
-                        "after "
-                        "a "
-                        "watcher "
-                        "gap). "
-                        "Empty "
-                        "disables "
-                        "it.\n",
+                        "description": "JobWatchExecutor: if set, the path of a small JSON file the executor rewrites at most once\na second with its counters (pods launched, terminal reports, watcher restarts, relists,\npods found deleted after a watcher gap). Empty disables it.\n",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "/tmp/jobwatch-executor-status.json",
+                        "default": "",
+                    },
+                    "triggerer_status_file": {
+                        "description": "Triggerer: if set, the path of a small JSON file the triggerer rewrites when its shared\nwatches change, when a watch's health changes, and every 10 s while watches are open: the\nopen watches, the triggers on each, and each informer's health, relists, 410s and seconds\nsince its last event. `airflow jobwatch status` reads it. Empty disables it.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/tmp/jobwatch-triggerer-status.json",
                         "default": "",
                     },
                 },

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
 
+from airflow_jobwatch import config as jobwatch_config
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     JOBWATCH_LABELS,
@@ -35,7 +37,7 @@ from airflow_jobwatch.executors.pods import (
     new_pod_name,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -87,22 +89,7 @@ def _getfloat(section: str, key: str, default: float, source: Any = None) -> flo
 
 def informer_config_from_conf(source: Any = None) -> InformerConfig:
     """Build the watch engine's configuration from the ``[jobwatch]`` section (of a team, if given)."""
-    from airflow_jobwatch.kube.informer import InformerConfig
-
-    def get(key: str, default: float) -> float:
-        return _getfloat(SECTION, key, default, source)
-
-    resync = get("resync_interval_seconds", 600.0)
-    return InformerConfig(
-        watch_timeout_seconds=get("watch_timeout_seconds", 300.0),
-        stall_timeout_seconds=get("watch_stall_timeout_seconds", 90.0),
-        connect_timeout_seconds=get("api_connect_timeout_seconds", 10.0),
-        backoff_initial_seconds=get("backoff_initial_seconds", 0.8),
-        backoff_max_seconds=get("backoff_max_seconds", 30.0),
-        backoff_reset_after_seconds=get("backoff_reset_after_seconds", 120.0),
-        unhealthy_after_seconds=get("unhealthy_after_seconds", 60.0),
-        resync_interval_seconds=resync if resync > 0 else None,
-    )
+    return jobwatch_config.informer_config(source=source)
 
 
 def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
@@ -139,6 +126,7 @@ class _PendingLaunch:
     revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
     not_before: float = 0.0
     last_error: str | None = None
+    accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
 
 
 class JobWatchExecutor(BaseExecutor):
@@ -190,6 +178,8 @@ class JobWatchExecutor(BaseExecutor):
         # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
         self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
         self._create_pool: ThreadPoolExecutor | None = None
+        # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
+        self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
         self._create_concurrency = max(
             1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
         )
@@ -203,11 +193,13 @@ class JobWatchExecutor(BaseExecutor):
             "completed_pods_cleaned": 0,
         }
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
-        self._status_file = self.conf.get(SECTION, "executor_status_file", fallback="") or ""
+        self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
         # beside the upstream KubernetesExecutor in one scheduler). See docs/executor.md, "Hybrid".
-        self.labels = label_scheme(self.conf.get(SECTION, "worker_pod_labels", fallback="upstream") or "")
+        self.labels = label_scheme(jobwatch_config.get_str("worker_pod_labels", source=self.conf))
         self._status_written_at = 0.0
+        self._restarts_reported = 0  # watcher restarts already sent as a metric
+        self._last_result_at: float | None = None  # when the watcher last reported a pod change
 
     # ------------------------------------------------------------------------------------------
     # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
@@ -287,9 +279,11 @@ class JobWatchExecutor(BaseExecutor):
             label_selector=self.labels.selector(self.scheduler_job_id),
             informer_config=informer_config_from_conf(self.conf),
             fatal_waiting_reasons=self.fatal_waiting_reasons,
-            unresponsive_after=_getfloat(SECTION, "watcher_unresponsive_after_seconds", 60.0, self.conf),
-            restart_backoff_initial=_getfloat(SECTION, "backoff_initial_seconds", 0.8, self.conf),
-            restart_backoff_max=_getfloat(SECTION, "backoff_max_seconds", 30.0, self.conf),
+            unresponsive_after=jobwatch_config.get_float(
+                "watcher_unresponsive_after_seconds", source=self.conf
+            ),
+            restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds", source=self.conf),
+            restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds", source=self.conf),
             name=f"jobwatch-executor-{self.scheduler_job_id}",
         )
         self.supervisor.start()
@@ -316,7 +310,11 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         for result in self.supervisor.poll():
+            self._last_result_at = time.monotonic()
             self._on_result(result)
+        restarts = self.supervisor.counters.restarts
+        metrics.watcher_restarts(restarts - self._restarts_reported)
+        self._restarts_reported = restarts
         now = time.monotonic()
         if now >= self._next_completed_cleanup:
             interval = _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
@@ -331,10 +329,11 @@ class JobWatchExecutor(BaseExecutor):
         if self.supervisor is None:
             return
         self.log.info("Shutting down JobWatchExecutor")
-        self._stop_creates(wait=True)
         for result in self.supervisor.stop():
             self._on_result(result)
         self._retry_cleanup()
+        self._stop_creates(wait=True)  # waits for the creates and cleanups already sent
+        self._retry_cleanup(submit=False)  # reads their answers (what failed is left to the adopter)
         self._write_status(force=True)
         self.supervisor = None
 
@@ -346,7 +345,7 @@ class JobWatchExecutor(BaseExecutor):
             self.supervisor = None
 
     def _stop_creates(self, *, wait: bool) -> None:
-        """Stop the creator threads; with ``wait``, the answers of creates already sent are handled."""
+        """Stop the API threads; with ``wait``, the answers of creates already sent are handled."""
         if self._create_pool is None:
             return
         self._create_pool.shutdown(wait=wait, cancel_futures=True)
@@ -404,12 +403,8 @@ class JobWatchExecutor(BaseExecutor):
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
-        if self._create_pool is None:
-            self._create_pool = ThreadPoolExecutor(
-                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-create"
-            )
         core_v1 = self.core_v1
-        future = self._create_pool.submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
+        future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
         self._inflight[key] = (launch, namespace, name, future)
         return True
 
@@ -446,6 +441,7 @@ class JobWatchExecutor(BaseExecutor):
         err = error
         if isinstance(err, ApiException):
             status = err.status or 0
+            metrics.pod_create_error(status)
             message = _api_message(err)
             if status == HTTPStatus.CONFLICT:
                 return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
@@ -470,6 +466,7 @@ class JobWatchExecutor(BaseExecutor):
                 return False
             return True
         # connection refused/reset, timeouts, TLS: the API is unreachable
+        metrics.pod_create_error(0)
         self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
         return False  # the next create would fail the same way; wait for the backoff
 
@@ -550,7 +547,8 @@ class JobWatchExecutor(BaseExecutor):
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
-        self._pending.pop(key, None)
+        launch = self._pending.pop(key, None)
+        metrics.pod_created(launch_seconds=time.monotonic() - launch.accepted_at if launch else 0.0)
         self._pods[key] = (namespace, name)
         self.supervisor.track(namespace, name, key)
         self._counters["pods_launched"] += 1
@@ -647,6 +645,7 @@ class JobWatchExecutor(BaseExecutor):
             self.fail(key, info)
             failed = True
         self._workloads.pop(key, None)
+        metrics.terminal_report("failed" if failed else "success", after_watcher_gap=result.gap)
         self._report(
             key,
             pod=f"{result.namespace}/{result.name}",
@@ -665,35 +664,63 @@ class JobWatchExecutor(BaseExecutor):
         )
         self._cleanup.append((result.namespace, result.name, delete))
 
-    def _retry_cleanup(self) -> None:
-        from kubernetes.client import V1DeleteOptions
+    def _retry_cleanup(self, *, submit: bool = True) -> None:
+        """Delete (or label done) the pods whose report is out, from the API threads; retry what failed.
+
+        Like the creates, these calls run in the thread pool: hundreds of pods ending at once would
+        otherwise cost the scheduler loop one API round trip each. 404 means done already.
+        """
         from kubernetes.client.exceptions import ApiException
 
+        for ref, (op, future) in list(self._cleanup_inflight.items()):
+            if not future.done():
+                continue
+            del self._cleanup_inflight[ref]
+            err = future.exception()
+            if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
+                continue
+            self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
+            self._cleanup.append(op)
+        if not self._cleanup or not submit:
+            return
+        pool = self._pool()
         remaining: list[tuple[str, str, bool]] = []
-        for i, (namespace, name, delete) in enumerate(self._cleanup):
-            try:
-                if delete:
-                    self.core_v1.delete_namespaced_pod(
-                        name,
-                        namespace,
-                        body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
-                        **self._create_args,
-                    )
-                else:
-                    self.core_v1.patch_namespaced_pod(
-                        name,
-                        namespace,
-                        {"metadata": {"labels": {DONE_LABEL: "True"}}},
-                        _request_timeout=self._request_timeout,
-                    )
-            except ApiException as err:
-                if err.status != HTTPStatus.NOT_FOUND:
-                    remaining.append((namespace, name, delete))
-            except Exception:
-                # API unreachable: keep this one and the rest for the next loop.
-                remaining.extend(self._cleanup[i:])
-                break
+        for op in self._cleanup:
+            namespace, name, delete = op
+            if (namespace, name) in self._cleanup_inflight:
+                remaining.append(op)
+                continue
+            self._cleanup_inflight[(namespace, name)] = (
+                op,
+                pool.submit(self._cleanup_call, namespace, name, delete),
+            )
         self._cleanup = remaining
+
+    def _cleanup_call(self, namespace: str, name: str, delete: bool) -> None:
+        from kubernetes.client import V1DeleteOptions
+
+        if delete:
+            self.core_v1.delete_namespaced_pod(
+                name,
+                namespace,
+                body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
+                **self._create_args,
+            )
+        else:
+            self.core_v1.patch_namespaced_pod(
+                name,
+                namespace,
+                {"metadata": {"labels": {DONE_LABEL: "True"}}},
+                _request_timeout=self._request_timeout,
+            )
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The API threads (pod creates and cleanups), started on first use."""
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(
+                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-api"
+            )
+        return self._create_pool
 
     def _append_task_log(self, key: TaskInstanceKey, message: str) -> None:
         """Write the executor's reason into the task's log file, where the user looks first.
@@ -1006,6 +1033,12 @@ class JobWatchExecutor(BaseExecutor):
             "updated_at": time.time(),
             "running": len(self.running),
             "pending_creation": len(self._pending),
+            "tracked_pods": len(self._pods),
+            "seconds_since_last_event": (
+                round(time.monotonic() - self._last_result_at, 1)
+                if self._last_result_at is not None
+                else None
+            ),
             **self._counters,
             "watcher_restarts": c.restarts if c else 0,
             "relists": c.relists if c else 0,
@@ -1044,10 +1077,7 @@ def _api_message(err: Any) -> str:
 
 def _retry_after(err: Any) -> float | None:
     value = (err.headers or {}).get("Retry-After") if getattr(err, "headers", None) else None
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+    return parse_retry_after(value)
 
 
 __all__ = ["JobWatchExecutor"]

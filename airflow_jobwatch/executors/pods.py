@@ -107,6 +107,25 @@ def new_pod_name(key: TaskInstanceKey) -> str:
     return create_unique_id(key.dag_id, key.task_id)
 
 
+_TEMPLATES: dict[str, tuple[float, Any]] = {}
+
+
+def _template(path: str) -> k8s.V1Pod:
+    """The pod template, parsed once per file version (parsing YAML per pod cost ~10 ms of each create)."""
+    import copy
+    import os
+
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = -1.0  # let the provider raise its own error for a missing file
+    cached = _TEMPLATES.get(path)
+    if cached is None or cached[0] != mtime or mtime < 0:
+        cached = (mtime, PodGenerator.deserialize_model_file(path))
+        _TEMPLATES[path] = cached
+    return copy.deepcopy(cached[1])
+
+
 def build_worker_pod(
     workload: ExecuteTask,
     *,
@@ -133,7 +152,7 @@ def build_worker_pod(
             "JobWatchExecutor needs a worker pod template: set [kubernetes_executor] pod_template_file "
             "or executor_config={'pod_template_file': ...} on the task"
         )
-    base_pod = PodGenerator.deserialize_model_file(template_file)
+    base_pod = _template(template_file)
     namespace = kube_config.executor_namespace
     override_meta = getattr(pod_override, "metadata", None)
     if override_meta is not None and getattr(override_meta, "namespace", None):

@@ -1,12 +1,17 @@
 """Exponential backoff with jitter, a floor, and a reset after a quiet period.
 
 Pure logic (no I/O, no sleeping): the caller passes the clock in, so the rules can be tested without
-waiting. Used by :mod:`airflow_jobwatch.kube.informer` for every retry path (list, watch, 429, 410).
+waiting. Used by :mod:`airflow_jobwatch.kube.informer` for every retry path (list, watch, 429, 410), and by the
+executor for pod creation and watcher restarts. :func:`parse_retry_after` reads the ``Retry-After`` header.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
+import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,6 +19,38 @@ from dataclasses import dataclass, field
 # is more likely misconfigured than right; waiting longer than 5 minutes would also outlive the apiserver's
 # watch history (~5 min of etcd revisions), so we would have to relist anyway.
 RETRY_AFTER_CAP_SECONDS = 300.0
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait according to a ``Retry-After`` header value, or None when there is none or it
+    cannot be read.
+
+    The header is either delta-seconds (``"3"``; Kubernetes sends whole seconds with 429 and with the
+    apiserver's ``retryAfterSeconds``) or an HTTP date (``"Wed, 21 Oct 2026 07:28:00 GMT"``, RFC 9110
+    section 10.2.3; what proxies and load balancers in front of an API server may send). A date in the
+    past means "now" (0). The one parser of the header in this package: the informer and the executor
+    both use it. Capping a long value is :meth:`Backoff.failure`'s job.
+
+    :param now: the current wall-clock time (``time.time()``), for tests.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # every HTTP date is GMT (RFC 9110); the asctime form names no zone
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 @dataclass

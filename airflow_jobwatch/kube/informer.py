@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import enum
 import json
 import logging
@@ -39,11 +38,11 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 from airflow_jobwatch.kube.projection import projector
 
 log = logging.getLogger(__name__)
@@ -310,21 +309,6 @@ _TOO_LARGE_BEFORE_CONSISTENT = 3
 _Subscriber = tuple[Callable[[InformerEvent], None], Callable[[InformerHealth], None] | None]
 
 
-def _parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` is either delta-seconds or an HTTP date (RFC 9110 section 10.2.3)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def compare_resource_versions(a: str | None, b: str | None) -> int | None:
     """-1, 0 or 1 as ``a`` is older than, the same as or newer than ``b``; None when they cannot be compared.
 
@@ -438,6 +422,29 @@ async def _read_lines(
                 yield line
 
 
+class InformerObserver(Protocol):
+    """Told what the engine does, for metrics (airflow_jobwatch.metrics.InformerMetrics implements it;
+    this module stays free of Airflow). Every method must return at once and never raise."""
+
+    def on_list(self, *, relist: bool) -> None: ...
+    def on_expired(self) -> None: ...
+    def on_watch_start(self, *, restart: bool) -> None: ...
+    def on_stall(self) -> None: ...
+    def on_event(self, event_type: str) -> None: ...
+    def on_health(self, healthy: bool) -> None: ...
+    def on_stop(self) -> None: ...
+
+
+class _NoObserver:
+    def on_list(self, *, relist: bool) -> None: ...
+    def on_expired(self) -> None: ...
+    def on_watch_start(self, *, restart: bool) -> None: ...
+    def on_stall(self) -> None: ...
+    def on_event(self, event_type: str) -> None: ...
+    def on_health(self, healthy: bool) -> None: ...
+    def on_stop(self) -> None: ...
+
+
 class Informer:
     """List + watch one kind of object, keep a local store, tell subscribers what changed.
 
@@ -449,6 +456,7 @@ class Informer:
     :param field_selector: e.g. ``"status.phase!=Succeeded"``; None for no filter.
     :param config: tuning, see :class:`InformerConfig`.
     :param name: a name for log lines; derived from the other arguments if not given.
+    :param observer: told about lists, 410s, watch restarts, stalls, events and health (metrics).
     """
 
     def __init__(
@@ -461,6 +469,7 @@ class Informer:
         field_selector: str | None = None,
         config: InformerConfig = InformerConfig(),  # frozen dataclass: safe as a shared default
         name: str | None = None,
+        observer: InformerObserver | None = None,
     ) -> None:
         if kind not in _RESOURCES:
             raise ValueError(f"Informer kind must be one of {sorted(_RESOURCES)}, got {kind!r}")
@@ -471,6 +480,7 @@ class Informer:
         if not isinstance(config, InformerConfig):
             raise TypeError(f"Informer config must be an InformerConfig, got {type(config).__name__}")
         self._api = api_client
+        self._observer: InformerObserver = observer or _NoObserver()
         self.kind: Kind = kind
         self.namespace = namespace
         self.label_selector = label_selector or None
@@ -592,6 +602,7 @@ class Informer:
             self._unhealthy_timer.cancel()
             self._unhealthy_timer = None
         self._set_connected(False)
+        self._observer.on_stop()
 
     def get(self, uid: str) -> dict[str, Any] | None:
         """The stored object with this uid (read-only), or None."""
@@ -657,6 +668,7 @@ class Informer:
         list_mode: ListMode = "any"
         too_large_in_a_row = 0
         next_resync: float | None = None
+        listed_before = False
         log.info("informer %s: starting", self.name)
         while True:
             delay = 0.0
@@ -666,12 +678,16 @@ class Informer:
                 need_list = True
                 list_mode = "not_older_than" if self._rv else "any"
             try:
+                listed = need_list
                 if need_list:
                     await self._relist(list_mode)
+                    self._observer.on_list(relist=listed_before)
+                    listed_before = True
                     need_list = False
                     too_large_in_a_row = 0
                     if self.config.resync_interval_seconds is not None:
                         next_resync = loop.time() + self.config.resync_interval_seconds
+                self._observer.on_watch_start(restart=not listed)
                 await self._watch_once(deadline=next_resync)
                 too_large_in_a_row = 0
                 if next_resync is not None and loop.time() >= next_resync:
@@ -681,11 +697,13 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except _Expired as exc:
+                self._observer.on_expired()
                 need_list = True
                 list_mode = "any"
                 delay = self._failure(f"410 Expired: {exc}", free=True)
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
             except _Stalled as exc:
+                self._observer.on_stall()
                 # INFO, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
                 log.info("informer %s: watch silent (%s); reconnecting", self.name, exc)
             except KubeApiError as exc:
@@ -757,7 +775,7 @@ class Informer:
             body = await resp.read()
         finally:
             resp.release()
-        retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"))
         error: KubeApiError
         try:
             status = json.loads(body)
@@ -1175,6 +1193,7 @@ class Informer:
         return params
 
     def _emit(self, etype: EventType, obj: dict[str, Any]) -> None:
+        self._observer.on_event(etype.value)
         if not self._subscribers:
             return
         event = InformerEvent(etype, obj)
@@ -1260,6 +1279,7 @@ class Informer:
                     health.last_error,
                 )
         self._reported = key
+        self._observer.on_health(health.healthy)
         for _, on_health in list(self._subscribers.values()):
             if on_health is None:
                 continue

@@ -35,6 +35,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.kube import client as kube_client
 from airflow_jobwatch.kube.informer import InformerConfig
 from airflow_jobwatch.kube.objects import to_dict
@@ -95,33 +96,17 @@ EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
-def _conf_float(option: str, fallback: float) -> float:
-    from airflow.providers.common.compat.sdk import conf
+def _conf_float(option: str, fallback: float | None = None) -> float:
+    from airflow_jobwatch import config as jobwatch_config
 
-    return float(conf.getfloat("jobwatch", option, fallback=fallback))
+    return jobwatch_config.get_float(option)
 
 
 def informer_config_from_airflow(*, resync_interval_seconds: float | None = None) -> InformerConfig:
     """The ``[jobwatch]`` options as an :class:`InformerConfig` (read each time: env overrides apply)."""
-    base = InformerConfig()
-    resync = (
-        resync_interval_seconds
-        if resync_interval_seconds is not None
-        else _conf_float("resync_interval_seconds", 600.0)
-    )
-    return InformerConfig(
-        watch_timeout_seconds=_conf_float("watch_timeout_seconds", base.watch_timeout_seconds),
-        stall_timeout_seconds=_conf_float("watch_stall_timeout_seconds", base.stall_timeout_seconds),
-        connect_timeout_seconds=_conf_float("api_connect_timeout_seconds", base.connect_timeout_seconds),
-        backoff_initial_seconds=_conf_float("backoff_initial_seconds", base.backoff_initial_seconds),
-        backoff_max_seconds=_conf_float("backoff_max_seconds", base.backoff_max_seconds),
-        backoff_reset_after_seconds=_conf_float(
-            "backoff_reset_after_seconds", base.backoff_reset_after_seconds
-        ),
-        unhealthy_after_seconds=_conf_float("unhealthy_after_seconds", base.unhealthy_after_seconds),
-        resync_interval_seconds=resync if resync and resync > 0 else None,
-        page_size=base.page_size,
-    )
+    from airflow_jobwatch import config as jobwatch_config
+
+    return jobwatch_config.informer_config(resync_interval_seconds=resync_interval_seconds)
 
 
 def _parse_deadline(timeout: float | int | str | datetime.datetime | None) -> datetime.datetime | None:
@@ -434,6 +419,7 @@ class JobTrigger(BaseTrigger):
             outcome = OUTCOME_DELETED
         else:
             outcome = OUTCOME_FAILED
+        metrics.job_detected(job, status=outcome)
         return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
 
     def _current_state_note(

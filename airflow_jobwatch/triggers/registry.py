@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ class NamespaceWatch:
             label_selector=self.job_label_selector,
             config=self._config,
             name=f"jobs/{ns}" + (f" l={self.job_label_selector}" if self.job_label_selector else ""),
+            observer=metrics.InformerMetrics("triggerer", "jobs", ns),
         )
         self.pods = Informer(
             self._api_client,
@@ -199,6 +201,7 @@ class NamespaceWatch:
             label_selector=POD_LABEL_SELECTOR,
             config=self._config,
             name=f"job-pods/{ns}",
+            observer=metrics.InformerMetrics("triggerer", "pods", ns),
         )
         # Subscribe before start(): the initial list's ADDED events then build the pod index, and
         # every later relist's reconciliation (MODIFIED / DELETED_UNKNOWN) keeps it right.
@@ -443,6 +446,7 @@ class InformerRegistry:
             watch.idle_since = None
             self.linger_reuses += 1
         watch.refcount += 1
+        metrics.shared_watches(self.active())
         remove = watch.listen(job_name, on_change)
         try:
             await asyncio.shield(watch.ensure_started())
@@ -455,6 +459,7 @@ class InformerRegistry:
     async def _release(self, watch: NamespaceWatch) -> None:
         watch.refcount -= 1
         if watch.refcount > 0:
+            metrics.shared_watches(self.active())
             return
         linger = self._linger_seconds if self._linger_seconds is not None else linger_seconds_from_conf()
         ready = watch._ready
@@ -489,6 +494,7 @@ class InformerRegistry:
         # instead of joining one that is shutting down.
         if self._watches.get(watch.key) is watch:
             del self._watches[watch.key]
+        metrics.shared_watches(self.active())
         log.debug("Closing the informers of %s (no JobTrigger uses them)", watch.key)
         await watch.stop()
 

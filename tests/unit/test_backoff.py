@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import email.utils
 import random
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.backoff import RETRY_AFTER_CAP_SECONDS, Backoff
+from airflow_jobwatch.kube.backoff import RETRY_AFTER_CAP_SECONDS, Backoff, parse_retry_after
 
 
 def lowest(lo: float, hi: float) -> float:
@@ -117,3 +119,41 @@ def test_bound_for_a_minute_of_410s_with_defaults_is_small():
     backoff = Backoff(initial_seconds=0.8, max_seconds=30, reset_after_seconds=120)
     # 0.4+0.8+1.6+3.2+6.4+12.8 = 25.2 s, then 15 s each: 1 + 1 free + 6 + 2 = 10
     assert backoff.max_attempts_within(60) == 10
+
+
+# ---- Retry-After: the one parser (informer and executor) -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("  ", None),
+        ("3", 3.0),
+        (" 7 ", 7.0),
+        ("0.5", 0.5),
+        ("-2", 0.0),
+        ("soon", None),
+        ("nan", None),
+        ("inf", None),
+    ],
+)
+def test_parse_retry_after_seconds(value, expected):
+    assert parse_retry_after(value) == expected
+
+
+def test_parse_retry_after_http_date():
+    now = 1_800_000_000.0
+    assert parse_retry_after(email.utils.formatdate(now + 10, usegmt=True), now=now) == 10.0
+    assert parse_retry_after(email.utils.formatdate(now - 100, usegmt=True), now=now) == 0.0
+    # The RFC 850 and asctime forms RFC 9110 still asks recipients to accept.
+    assert parse_retry_after("Sunday, 06-Nov-94 08:49:37 GMT", now=784111777.0 - 5) == 5.0
+    assert parse_retry_after("Sun Nov  6 08:49:37 1994", now=784111777.0 - 3) == 3.0  # asctime: GMT
+    # Against the real clock, as the informer and the executor call it.
+    assert 8 <= parse_retry_after(email.utils.formatdate(time.time() + 10, usegmt=True)) <= 10.5
+
+
+def test_a_long_retry_after_is_capped_by_the_backoff():
+    b = Backoff(initial_seconds=1, max_seconds=2, rand=lowest)
+    assert b.failure(0.0, retry_after=parse_retry_after("86400")) == RETRY_AFTER_CAP_SECONDS

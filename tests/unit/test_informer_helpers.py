@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import email.utils
 import itertools
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +13,6 @@ from airflow_jobwatch.kube.informer import (
     Informer,
     InformerConfig,
     InformerEvent,
-    _parse_retry_after,
     _split_lines,
 )
 
@@ -41,21 +38,6 @@ def test_split_lines_reassembles_any_chunking(lines, cuts):
 def test_split_lines_keeps_the_incomplete_rest():
     assert _split_lines(b'{"a"', b':1}\n{"b"') == ([b'{"a":1}'], b'{"b"')
     assert _split_lines(b"", b"partial") == ([], b"partial")
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(None, None), ("", None), ("3", 3.0), ("0.5", 0.5), ("-2", 0.0), ("soon", None)],
-)
-def test_parse_retry_after_seconds(value, expected):
-    assert _parse_retry_after(value) == expected
-
-
-def test_parse_retry_after_http_date():
-    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
-    assert 8 <= _parse_retry_after(in_ten) <= 10.5
-    past = email.utils.formatdate(time.time() - 100, usegmt=True)
-    assert _parse_retry_after(past) == 0.0
 
 
 @pytest.mark.parametrize(

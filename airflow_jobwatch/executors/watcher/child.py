@@ -19,6 +19,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.messages import (
     PodGone,
     PodRef,
@@ -162,6 +163,7 @@ async def child_run(
         label_selector=spec.label_selector,
         config=spec.informer_config,
         name=spec.name,
+        observer=metrics.InformerMetrics("executor", "pods", spec.namespace),
     )
     informer.subscribe(on_event)
 

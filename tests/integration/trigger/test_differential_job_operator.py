@@ -65,7 +65,10 @@ class Outcome:
 
     def user_labels(self) -> dict[str, str]:
         labels = ((self.job or {}).get("metadata") or {}).get("labels") or {}
-        return {k: v for k, v in labels.items() if not _SERVER_LABELS.search(k)}
+        # A Job created without labels gets its template's (SetDefaults_Job), run_id included
+        return {
+            k: ("<run_id>" if k == "run_id" else v) for k, v in labels.items() if not _SERVER_LABELS.search(k)
+        }
 
     def spec(self) -> dict[str, Any]:
         spec = dict((self.job or {}).get("spec") or {})

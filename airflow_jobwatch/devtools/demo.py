@@ -11,7 +11,7 @@
 4. Prints a table of tasks, their pods, final states and the expected ones, and how many relists,
    watcher restarts and 410s happened. Exits 0 only if every task ended as expected.
 
-``python -m airflow_jobwatch.demo --help`` for options.
+``python -m airflow_jobwatch.devtools.demo --help`` for options.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_jobwatch.demo", description=__doc__.split("\n\n")[0]
+        prog="python -m airflow_jobwatch.devtools.demo", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--no-chaos", action="store_true", help="do not drop watches during the run")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds allowed for the DAG runs")

@@ -1,0 +1,400 @@
+"""airflow-jobwatch's metrics, sent through Airflow's ``Stats`` (so StatsD, Datadog and OpenTelemetry all
+work, as configured in Airflow's ``[metrics]`` section), every name under ``jobwatch.``.
+
+The full table is docs/metrics.md; tests/unit/test_metrics.py checks that it names every metric this
+module sends. Call sites in the executor, the watch engine and the trigger registry are one line each;
+everything about naming and tags is here.
+
+Names carry the dimension a metric is read by (``jobwatch.executor.create_errors.409``), so they stay
+readable on plain StatsD; the same values also go as tags (``status=409``) for backends that keep tags
+(OpenTelemetry, Datadog, StatsD with ``statsd_influxdb_enabled``). Informer metrics are per informer:
+``jobwatch.informer.<component>.<kind>.<namespace>.<metric>``, because a scheduler and a triggerer each
+run several informers whose gauges would otherwise overwrite each other.
+
+Sending a metric never raises: a misconfigured metrics backend must not stop a watch or a launch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "jobwatch"
+
+#: How often an informer's gauges (health, seconds since the last event) are sent while it runs.
+GAUGE_INTERVAL_SECONDS = 10.0
+
+_stats: Any = None  # Airflow's stats module, once resolved in this process
+_stats_pid: int | None = None
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+# The triggerer's open shared watches ({namespace: triggers}) and its running informers, for its status file.
+_open_watches: dict[str, int] = {}
+_live: weakref.WeakSet[InformerMetrics] = weakref.WeakSet()
+_status_written_at = 0.0
+
+
+def _safe(part: object) -> str:
+    """One dot-free name segment (namespaces and kinds are DNS labels already; ``*`` becomes ``all``)."""
+    text = str(part)
+    if text in ("", "*", "None"):
+        return "all"
+    return _UNSAFE.sub("_", text)
+
+
+def _backend() -> Any:
+    """Airflow's stats module, initialized from ``[metrics]`` if no Airflow component did it in this
+    process (the executor's watcher child and the triggerer's runner subprocess may be spawned)."""
+    global _stats, _stats_pid
+    if _stats is not None and _stats_pid == os.getpid():
+        return _stats
+    stats: Any
+    stats_utils: Any
+    try:
+        from airflow.observability import stats
+        from airflow.observability.metrics import stats_utils
+    except ImportError:  # a worker with the task SDK only
+        from airflow.sdk.observability import stats
+
+        stats_utils = None
+    # ``_factory`` is how Airflow's stats module remembers its configuration. If it is unset, nothing in
+    # this process configured metrics yet, and we do it the way Airflow's own components do; if it is
+    # set, we leave it alone (re-initializing would, for OpenTelemetry, replace the meter provider).
+    if stats_utils is not None and getattr(stats, "_factory", None) is None:
+        from airflow.configuration import conf
+
+        stats.initialize(
+            factory=stats_utils.get_stats_factory(),
+            export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+        )
+    _stats, _stats_pid = stats, os.getpid()
+    return stats
+
+
+def configure() -> None:
+    """(Re)initialize Airflow's stats from the current ``[metrics]`` configuration (tests use it)."""
+    global _stats
+    from airflow.configuration import conf
+    from airflow.observability import stats
+    from airflow.observability.metrics import stats_utils
+
+    stats.initialize(
+        factory=stats_utils.get_stats_factory(),
+        export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
+    )
+    _stats = None
+
+
+# Metrics are handed to a sender thread, so that a call site (the watch engine's event loop, the
+# scheduler loop) never waits: resolving Airflow's stats backend the first time imports and configures
+# Airflow's metrics modules, which takes seconds on a busy machine - long enough for the executor to
+# take its watcher's event loop for wedged. Bounded: if the backend cannot keep up, metrics are dropped
+# (and counted), the work goes on.
+_QUEUE_SIZE = 10_000
+_queue: queue.Queue[Any] | None = None
+_sender_pid: int | None = None
+_sender_lock = threading.Lock()
+dropped = 0  # metrics dropped because the queue was full
+
+
+def _deliver(kind: str, name: str, value: Any, tags: dict[str, Any] | None) -> None:
+    try:
+        stats = _backend()
+        tags = {k: str(v) for k, v in (tags or {}).items()}
+        if kind == "incr":
+            stats.incr(name, count=int(value or 1), tags=tags)
+        elif kind == "gauge":
+            stats.gauge(name, value, tags=tags)
+        else:  # timing, in milliseconds
+            stats.timing(name, value, tags=tags)
+    except Exception:  # never let metrics break the work
+        log.debug("Could not send metric %s", name, exc_info=True)
+
+
+def _sender(q: queue.Queue[Any]) -> None:
+    while True:
+        item = q.get()
+        if isinstance(item, threading.Event):  # flush() marker: everything before it was sent
+            item.set()
+            continue
+        _deliver(*item)
+
+
+def _sender_queue() -> queue.Queue[Any]:
+    """This process's queue and sender thread (started on first use, and again after a fork)."""
+    global _queue, _sender_pid
+    if _queue is not None and _sender_pid == os.getpid():
+        return _queue
+    with _sender_lock:
+        if _queue is None or _sender_pid != os.getpid():
+            q: queue.Queue[Any] = queue.Queue(maxsize=_QUEUE_SIZE)
+            threading.Thread(target=_sender, args=(q,), name="jobwatch-metrics", daemon=True).start()
+            _queue, _sender_pid = q, os.getpid()
+    return _queue
+
+
+def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None = None) -> None:
+    global dropped
+    try:
+        _sender_queue().put_nowait((kind, name, value, tags))
+    except queue.Full:
+        dropped += 1
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until every metric sent so far has been handed to Airflow's stats backend (tests use it)."""
+    marker = threading.Event()
+    _sender_queue().put(marker, timeout=timeout)
+    return marker.wait(timeout)
+
+
+def incr(name: str, count: int = 1, *, tags: dict[str, Any] | None = None) -> None:
+    """Add ``count`` to the counter ``jobwatch.<name>``."""
+    _send("incr", f"{PREFIX}.{name}", count, tags)
+
+
+def gauge(name: str, value: float, *, tags: dict[str, Any] | None = None) -> None:
+    """Set the gauge ``jobwatch.<name>``."""
+    _send("gauge", f"{PREFIX}.{name}", value, tags)
+
+
+def timing_seconds(name: str, seconds: float, *, tags: dict[str, Any] | None = None) -> None:
+    """A duration, sent as the timer ``jobwatch.<name>`` in milliseconds (StatsD's unit)."""
+    _send("timing", f"{PREFIX}.{name}", max(0.0, seconds) * 1000.0, tags)
+
+
+# ---- informer (the watch engine) ------------------------------------------------------------------
+
+
+class InformerMetrics:
+    """The watch engine's metrics for one informer; passed as the informer's ``observer``.
+
+    :param component: ``executor`` or ``triggerer`` (who runs the informer).
+    :param kind: ``pods`` or ``jobs``.
+    :param namespace: the informer's namespace (None: all namespaces).
+    """
+
+    def __init__(self, component: str, kind: str, namespace: str | None) -> None:
+        self.prefix = f"informer.{_safe(component)}.{_safe(kind)}.{_safe(namespace)}"
+        self.tags = {"component": component, "kind": kind, "namespace": namespace or "all"}
+        self._last_event: float | None = None
+        self._started = time.monotonic()
+        self._healthy = True
+        self._gauges: asyncio.Task[None] | None = None
+        self.component = component
+        self.counts: dict[str, int] = {}
+        _live.add(self)
+
+    def _incr(self, metric: str, **extra: str) -> None:
+        self.counts[metric] = self.counts.get(metric, 0) + 1
+        incr(f"{self.prefix}.{metric}", tags={**self.tags, **extra})
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the status file says about this informer."""
+        since = time.monotonic() - (self._last_event if self._last_event is not None else self._started)
+        return {
+            **self.tags,
+            "healthy": self._healthy,
+            "seconds_since_last_event": round(since, 1),
+            **self.counts,
+        }
+
+    def on_list(self, *, relist: bool) -> None:
+        """A LIST (all its pages) completed; ``relist`` when it was not the informer's first."""
+        self._incr("lists")
+        if relist:
+            self._incr("relists")
+        self._ensure_gauges()
+
+    def on_expired(self) -> None:
+        """The server answered 410 Gone / Expired."""
+        self._incr("expired")
+
+    def on_watch_start(self, *, restart: bool) -> None:
+        """A watch request is being opened; ``restart`` when it is not the first after a LIST."""
+        if restart:
+            self._incr("watch_restarts")
+
+    def on_stall(self) -> None:
+        """A watch went silent for ``stall_timeout_seconds`` and is being reopened."""
+        self._incr("stalls")
+
+    def on_event(self, event_type: str) -> None:
+        """An event was delivered to subscribers (ADDED, MODIFIED, DELETED)."""
+        self._last_event = time.monotonic()
+        self._incr(f"events.{_safe(event_type.lower())}", type=event_type)
+
+    def on_health(self, healthy: bool) -> None:
+        self._healthy = healthy
+        self.send_gauges()
+        if self.component == "triggerer":
+            write_triggerer_status(force=True)
+
+    def send_gauges(self) -> None:
+        gauge(f"{self.prefix}.healthy", 1 if self._healthy else 0, tags=self.tags)
+        since = time.monotonic() - (self._last_event if self._last_event is not None else self._started)
+        gauge(f"{self.prefix}.seconds_since_last_event", round(since, 3), tags=self.tags)
+
+    def _ensure_gauges(self) -> None:
+        if self._gauges is not None and not self._gauges.done():
+            return
+        try:
+            self._gauges = asyncio.get_running_loop().create_task(self._send_gauges_periodically())
+        except RuntimeError:  # no running loop (a synchronous caller): gauges go with health changes only
+            self._gauges = None
+
+    async def _send_gauges_periodically(self) -> None:
+        while True:
+            self.send_gauges()
+            if self.component == "triggerer":
+                write_triggerer_status()
+            await asyncio.sleep(GAUGE_INTERVAL_SECONDS)
+
+    def on_stop(self) -> None:
+        _live.discard(self)
+        if self._gauges is not None:
+            self._gauges.cancel()
+            self._gauges = None
+
+
+# ---- executor ---------------------------------------------------------------------------------------
+
+
+def pod_created(*, launch_seconds: float) -> None:
+    """A worker pod was created; ``launch_seconds`` since the executor accepted its task."""
+    incr("executor.pods_created")
+    timing_seconds("executor.launch_latency", launch_seconds)
+
+
+def pod_create_error(status: int | str) -> None:
+    """Creating a worker pod failed with this HTTP status (``0``: no answer, e.g. connection refused)."""
+    incr(f"executor.create_errors.{_safe(status)}", tags={"status": status})
+
+
+def terminal_report(outcome: str, *, after_watcher_gap: bool) -> None:
+    """The executor reported a task's end (``success`` or ``failed``) to the scheduler.
+    ``after_watcher_gap``: the end was found by reconciliation after a watcher restart or relist."""
+    incr(f"executor.terminal_reports.{_safe(outcome)}", tags={"outcome": outcome})
+    if after_watcher_gap:
+        incr("executor.reconciled_after_restart")
+
+
+def watcher_restarts(count: int) -> None:
+    """The executor's KubernetesJobWatcher child process was replaced ``count`` times."""
+    if count > 0:
+        incr("executor.watcher_restarts", count)
+
+
+# ---- trigger registry -------------------------------------------------------------------------------
+
+
+def shared_watches(active: Mapping[Any, int]) -> None:
+    """The triggerer's shared watches changed: ``active`` maps each open watch (anything with a
+    ``namespace``) to its number of subscribed triggers."""
+    per_namespace: dict[str, int] = {}
+    for key, triggers in active.items():
+        namespace = str(getattr(key, "namespace", key))
+        per_namespace[namespace] = per_namespace.get(namespace, 0) + triggers
+    gone = set(_open_watches) - set(per_namespace)
+    _open_watches.clear()
+    _open_watches.update(per_namespace)
+    gauge("triggerer.shared_watches", len(active))
+    for namespace, triggers in per_namespace.items():
+        gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", triggers, tags={"namespace": namespace})
+    for namespace in gone:  # a closed watch reads 0, not its last count
+        gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", 0, tags={"namespace": namespace})
+    write_triggerer_status(force=True)
+
+
+def triggerer_status() -> dict[str, Any]:
+    """This triggerer's shared watches and the health of their informers (the status file's content)."""
+    informers = sorted(
+        (m.snapshot() for m in list(_live) if m.component == "triggerer"),
+        key=lambda i: (i["namespace"], i["kind"]),
+    )
+    return {
+        "pid": os.getpid(),
+        "updated_at": time.time(),
+        "write_interval_seconds": GAUGE_INTERVAL_SECONDS,
+        "shared_watches": len(_open_watches),
+        "triggers_per_watch": dict(sorted(_open_watches.items())),
+        "healthy": all(i["healthy"] for i in informers),
+        "informers": informers,
+    }
+
+
+def write_triggerer_status(*, force: bool = False) -> None:
+    """Rewrite ``[jobwatch] triggerer_status_file`` (if set): when the shared watches change, when an
+    informer's health changes, and every ``GAUGE_INTERVAL_SECONDS`` while watches are open."""
+    global _status_written_at
+    try:
+        from airflow_jobwatch import config
+
+        path = config.get_str("triggerer_status_file")
+        if not path or (not force and time.monotonic() - _status_written_at < GAUGE_INTERVAL_SECONDS / 2):
+            return
+        _status_written_at = time.monotonic()
+        write_json_atomically(path, triggerer_status())
+    except Exception as err:
+        log.debug("Could not write the triggerer status file: %s", err)
+
+
+def write_json_atomically(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file, so a reader never sees half of it."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, target)
+
+
+def detection_delay(seconds: float, *, status: str) -> None:
+    """From the Job's terminal condition (its ``lastTransitionTime``) to the trigger's event."""
+    timing_seconds("triggerer.detection_delay", seconds, tags={"status": status})
+
+
+_TERMINAL_CONDITIONS = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
+
+
+def job_detected(job: dict[str, Any] | None, *, status: str) -> None:
+    """A JobTrigger found its Job terminal: send the detection delay, measured from the earliest terminal
+    condition's ``lastTransitionTime`` (whole seconds on a real API server, so the figure is +-1 s)."""
+    if not job:
+        return
+    times = []
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in _TERMINAL_CONDITIONS and cond.get("status") == "True":
+            when = cond.get("lastTransitionTime")
+            try:
+                times.append(datetime.datetime.fromisoformat(str(when).replace("Z", "+00:00")).timestamp())
+            except ValueError:
+                continue
+    if times:
+        detection_delay(time.time() - min(times), status=status)
+
+
+__all__ = [
+    "InformerMetrics",
+    "configure",
+    "flush",
+    "detection_delay",
+    "gauge",
+    "incr",
+    "pod_create_error",
+    "pod_created",
+    "shared_watches",
+    "terminal_report",
+    "timing_seconds",
+    "watcher_restarts",
+]

@@ -1,0 +1,111 @@
+"""What users download: build the sdist and, from it, the wheel; install the wheel into a fresh venv and
+use it the way an Airflow deployment would (``airflow providers get``, the executor import)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def _run(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
+    assert proc.returncode == 0, (
+        f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("dist")
+    # Without --sdist/--wheel, build makes the sdist and then the wheel *from the sdist*, so this also
+    # proves that the sdist holds everything the build needs.
+    _run(sys.executable, "-m", "build", "--outdir", out, ROOT)
+    (sdist,) = out.glob("*.tar.gz")
+    (wheel,) = out.glob("*.whl")
+    return {"sdist": sdist, "wheel": wheel}
+
+
+def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
+    names = zipfile.ZipFile(dists["wheel"]).namelist()
+    code = {n for n in names if not n.startswith("airflow_jobwatch-")}
+    assert "airflow_jobwatch/get_provider_info.py" in code
+    assert "airflow_jobwatch/testing.py" in code
+    assert "airflow_jobwatch/py.typed" in code
+    assert not [n for n in code if n.startswith("airflow_jobwatch/devtools/")]
+    assert not [n for n in code if not n.startswith("airflow_jobwatch/")], "only the package is installed"
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    metadata = zipfile.ZipFile(dists["wheel"]).read(meta).decode()
+    assert "Classifier: Framework :: Apache Airflow :: Provider" in metadata
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: Source, https://github.com/airflow-jobwatch/airflow-jobwatch" in metadata
+    assert "Requires-Dist: cryptography" in metadata
+    licenses = [n for n in names if "/licenses/" in n]
+    assert {Path(n).name for n in licenses} == {"LICENSE", "NOTICE"}
+
+
+def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
+    with tarfile.open(dists["sdist"]) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for expected in (
+        "tests/packaging/test_distributions.py",
+        "tests/unit/test_provider_info.py",
+        "airflow_jobwatch/devtools/stack.py",
+        "dags_example/executor_basics.py",
+        "docs/architecture.md",
+        "docs/index.md",
+        "docs/conf.py",
+        "provider.yaml",
+        "constraints.txt",
+        "LICENSE",
+        "NOTICE",
+        "CHANGELOG.md",
+    ):
+        assert expected in names, f"{expected} missing from the sdist"
+    assert not [n for n in names if "__pycache__" in n or n.startswith(".venv")]
+
+
+def test_wheel_installs_and_airflow_finds_the_provider(dists: dict[str, Path], tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    _run(py, "-m", "pip", "install", "--quiet", "-c", ROOT / "constraints.txt", dists["wheel"], timeout=900)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(AIRFLOW_HOME=str(tmp_path / "airflow-home"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    out = _run(
+        env_dir / "bin" / "airflow", "providers", "get", "airflow-jobwatch", "--output", "json", env=env
+    )
+    info = json.loads(out)
+    assert info, out
+    assert info[0]["Provider"] == "airflow-jobwatch", info
+    assert info[0]["Version"] == "0.1.0", info
+
+    # From a directory outside the checkout, so the import can only come from the installed wheel.
+    probe = (
+        "import airflow_jobwatch, airflow_jobwatch.executors as e, airflow_jobwatch.testing as t;"
+        "print(airflow_jobwatch.__file__); print(e.JobWatchExecutor.__name__);"
+        "import importlib.util as u; print(u.find_spec('airflow_jobwatch.devtools'))"
+    )
+    proc = subprocess.run(
+        [str(py), "-c", probe], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where, executor, devtools = proc.stdout.strip().splitlines()[-3:]
+    assert where.startswith(str(env_dir)), where
+    assert executor == "JobWatchExecutor"
+    assert devtools == "None"

@@ -1,0 +1,80 @@
+"""The one [jobwatch] reader (airflow_jobwatch.config): defaults from provider.yaml, Airflow's
+environment overrides, and errors that name the option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_jobwatch import config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _declared() -> dict:
+    return yaml.safe_load((ROOT / "provider.yaml").read_text())["config"]["jobwatch"]["options"]
+
+
+def test_defaults_are_provider_yaml_defaults():
+    for option, spec in _declared().items():
+        assert config.default(option) == (spec["default"] or "")
+    cfg = config.informer_config()
+    assert cfg.watch_timeout_seconds == float(_declared()["watch_timeout_seconds"]["default"])
+    assert cfg.stall_timeout_seconds == float(_declared()["watch_stall_timeout_seconds"]["default"])
+    assert cfg.resync_interval_seconds == float(_declared()["resync_interval_seconds"]["default"])
+
+
+def test_environment_overrides_apply_on_the_next_read(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS", "7.5")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESYNC_INTERVAL_SECONDS", "0")
+    cfg = config.informer_config()
+    assert cfg.backoff_max_seconds == 7.5
+    assert cfg.resync_interval_seconds is None  # 0 disables it
+    assert config.informer_config(resync_interval_seconds=15).resync_interval_seconds == 15
+
+
+def test_executor_and_trigger_read_the_same_options(monkeypatch):
+    from airflow_jobwatch.executors.jobwatch_executor import informer_config_from_conf
+    from airflow_jobwatch.triggers.job import informer_config_from_airflow
+
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS", "42")
+    assert informer_config_from_conf() == informer_config_from_airflow() == config.informer_config()
+    assert config.informer_config().stall_timeout_seconds == 42
+
+
+def test_a_value_that_is_not_a_number_names_the_option(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "five minutes")
+    with pytest.raises(config.JobwatchConfigError) as err:
+        config.informer_config()
+    message = str(err.value)
+    assert "[jobwatch] watch_timeout_seconds" in message
+    assert "'five minutes'" in message
+    assert "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS" in message
+
+
+def test_inconsistent_values_are_a_config_error(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__BACKOFF_INITIAL_SECONDS", "10")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__BACKOFF_MAX_SECONDS", "1")
+    with pytest.raises(config.JobwatchConfigError, match="backoff_max_seconds"):
+        config.informer_config()
+
+
+def test_below_minimum_is_refused(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESYNC_INTERVAL_SECONDS", "-5")
+    with pytest.raises(
+        config.JobwatchConfigError, match=r"resync_interval_seconds = '-5' must be a number >= 0"
+    ):
+        config.informer_config()
+
+
+def test_unknown_option_is_a_programming_error():
+    with pytest.raises(KeyError, match="not an option"):
+        config.get_float("no_such_option")
+
+
+def test_string_options(monkeypatch):
+    assert config.get_str("executor_status_file") == ""
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__EXECUTOR_STATUS_FILE", " /tmp/x.json ")
+    assert config.get_str("executor_status_file") == "/tmp/x.json"
