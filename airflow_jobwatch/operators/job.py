@@ -541,16 +541,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         if job is None:
             return
         ns, name, uid = job.metadata.namespace, job.metadata.name, job.metadata.uid
+        kwargs: dict[str, Any] = {"propagation_policy": self.on_kill_propagation_policy}
+        if self.termination_grace_period is not None:
+            kwargs["grace_period_seconds"] = self.termination_grace_period
         try:
-            self.job_client.delete_namespaced_job(
-                name=name,
-                namespace=ns,
-                body=k8s.V1DeleteOptions(
-                    propagation_policy=self.on_kill_propagation_policy,
-                    grace_period_seconds=self.termination_grace_period,
-                    preconditions=k8s.V1Preconditions(uid=uid) if uid else None,
-                ),
-            )
+            self.job_client.delete_namespaced_job(name=name, namespace=ns, **kwargs)  # upstream's request
             self.log.info("Deleted Job %s/%s (%s)", ns, name, self.on_kill_propagation_policy)
         except ApiException as e:
             if e.status not in (404, 409):
@@ -595,7 +590,7 @@ class _LogFollower:
 
     def start_ready(self, pods: list[dict[str, Any]]) -> None:
         for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
-            meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
             name = str(meta.get("name"))
             begun = {
                 cs.get("name")
@@ -603,11 +598,15 @@ class _LogFollower:
                 + (status.get("containerStatuses") or [])
                 if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
             }
+            # The cache keeps a projection of each pod (kube/projection.py) without the spec's container
+            # list; the container statuses name every container once the kubelet reports the pod.
             if name not in self.wanted:  # once per pod: it warns about requested containers not there
+                if not status.get("containerStatuses"):
+                    continue
                 self.wanted[name] = self.operator._requested_containers(
                     name,
-                    [c.get("name") for c in spec.get("initContainers") or []],
-                    [c.get("name") for c in spec.get("containers") or []],
+                    [cs.get("name") for cs in status.get("initContainerStatuses") or []],
+                    [cs.get("name") for cs in status.get("containerStatuses") or []],
                 )
             wanted = self.wanted[name]
             for container in wanted:

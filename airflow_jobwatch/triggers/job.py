@@ -458,6 +458,20 @@ class JobTrigger(BaseTrigger):
             self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e)
             return False, None
 
+    async def _with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None:
+        """Put the whole Job in the payload's ``job`` (one GET, at the end only).
+
+        The shared watch's cache keeps only the fields the classification reads (kube/projection.py);
+        upstream's event carries the whole Job (its spec and pod template included), and so does ours.
+        This is the one request a trigger sends of its own while its Job is in the cache. A Job already
+        gone keeps what the cache had of it.
+        """
+        if payload.get("outcome") == OUTCOME_DELETED or not payload.get("uid"):
+            return
+        answered, job = await self._read_job(watch)
+        if answered and job is not None and _uid(job) == payload["uid"]:
+            payload["job"] = client_job_dict(job)
+
     # -- running ---------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
         payload = await self.wait()
@@ -465,175 +479,7 @@ class JobTrigger(BaseTrigger):
 
     async def wait(self) -> dict[str, Any]:
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
-        loop = asyncio.get_running_loop()
-        outcome: asyncio.Future[dict[str, Any]] = loop.create_future()
-        watch: NamespaceWatch | None = None
-
-        # A terminal result held back for at most _POD_SETTLE_SECONDS while its pods catch up.
-        held: dict[str, Any] | None = None
-        settle_handle: asyncio.TimerHandle | None = None
-
-        def settle(payload: dict[str, Any]) -> None:
-            # Set-once: whichever terminal result comes first is the one reported.
-            if not outcome.done():
-                outcome.set_result(payload)
-
-        def release_held() -> None:
-            if held is not None:
-                settle(held)
-
-        def offer(payload: dict[str, Any]) -> None:
-            """Settle a decision from the cache at once, unless it is a success/failure whose pods the
-            pod watch has not yet shown terminal: then hold it (re-decided on every change) until they
-            are, or for _POD_SETTLE_SECONDS at most."""
-            nonlocal held, settle_handle
-            if outcome.done():
-                return
-            if payload["outcome"] not in (OUTCOME_SUCCESS, OUTCOME_FAILED) or _pods_final(payload):
-                settle(payload)
-                return
-            held = payload
-            if settle_handle is None:
-                settle_handle = loop.call_later(_POD_SETTLE_SECONDS, release_held)
-
-        def on_change() -> None:
-            if watch is None or outcome.done():
-                return
-            decision = self._decide(watch)
-            if isinstance(decision, dict):
-                offer(decision)
-
-        def on_deadline() -> None:
-            if outcome.done():
-                return
-            on_change()  # a terminal state already in the cache wins over the deadline
-            if held is not None:
-                settle(held)  # ... even one still waiting for its pods to settle
-                return
-            note, job, pods = self._current_state_note(watch)
-            settle(
-                self._payload(
-                    OUTCOME_TIMEOUT,
-                    "Timeout",
-                    f"Job {self.namespace}/{self.job_name} did not finish before its deadline "
-                    f"{self.deadline.isoformat() if self.deadline else '?'}; {note}",
-                    job=job,
-                    pods=pods,
-                )
-            )
-
-        deadline_handle: asyncio.TimerHandle | None = None
-        if self.deadline is not None:
-            delay = (self.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
-            deadline_handle = loop.call_later(max(0.0, delay), on_deadline)
-
-        subscription: Subscription | None = None
-        try:
-            try:
-                key, factory = await self._watch_key_and_factory()
-                subscription = await get_registry().subscribe(
-                    key, factory, job_name=self.job_name, on_change=on_change, config=self._informer_config()
-                )
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                settle(
-                    self._payload(
-                        OUTCOME_ERROR,
-                        "ConfigError",
-                        f"Cannot watch Job {self.namespace}/{self.job_name}: {type(e).__name__}: {e}",
-                    )
-                )
-            else:
-                watch = subscription.watch
-                await self._wait_loop(watch, outcome, settle, offer)
-            return await outcome
-        finally:
-            if deadline_handle is not None:
-                deadline_handle.cancel()
-            if settle_handle is not None:
-                settle_handle.cancel()
-            if subscription is not None:
-                # Only leave the shared watch; the Job itself is never touched here.
-                await asyncio.shield(subscription.close())
-
-    async def _wait_loop(
-        self,
-        watch: NamespaceWatch,
-        outcome: asyncio.Future[dict[str, Any]],
-        settle: Callable[[dict[str, Any]], None],
-        offer: Callable[[dict[str, Any]], None],
-    ) -> None:
-        poll = self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
-        tolerance = self._tolerance()
-        missing_since: float | None = None
-        while not outcome.done():
-            decision = self._decide(watch)
-            if isinstance(decision, dict):
-                offer(decision)
-                break
-            if decision is not False:
-                missing_since = None
-            elif missing_since is None:
-                # Synced, yet the Job is neither cached nor tombstoned: either it was deleted before
-                # we started watching (triggerer restart, TTL) or the watch has not delivered it yet.
-                # One GET tells which (and may even carry its final state).
-                answered, job = await self._read_job(watch)
-                if outcome.done():
-                    break
-                if answered and job is None:
-                    # Gone from the server. Its DELETED event (which says how it ended) may still be
-                    # on its way down the watch: give the watch a moment before calling it deleted.
-                    missing_since = time.monotonic()
-                elif job is not None:
-                    result = self._payload_from_state(job, [], deleted=False)
-                    if result is not None:
-                        settle(result)
-                        break
-            elif time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
-                settle(
-                    self._payload(
-                        OUTCOME_DELETED,
-                        "Deleted",
-                        f"Job {self.namespace}/{self.job_name} no longer exists; it was deleted before "
-                        "its result could be read.",
-                    )
-                )
-                break
-            denied = watch.access_denied or self._get_denied
-            if denied:  # issue 12: a permission error is permanent: end now, with the advice
-                reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
-                settle(
-                    self._payload(
-                        STATUS_ERROR,
-                        reason,
-                        f"Cannot wait for Job {self.namespace}/{self.job_name}: {denied}",
-                    )
-                )
-                break
-            failing_for = watch.api_failing_for()
-            if failing_for is not None and failing_for >= tolerance:
-                settle(
-                    self._payload(
-                        OUTCOME_ERROR,
-                        "ApiUnreachable",
-                        f"The Kubernetes API failed for {failing_for:.0f} s (tolerance {tolerance:g} s) "
-                        f"while waiting for Job {self.namespace}/{self.job_name}; last error: "
-                        f"{watch.last_error or 'unknown'}",
-                    )
-                )
-                break
-            wait_for = poll
-            if failing_for is not None or not watch.synced:
-                wait_for = min(wait_for, _HEALTH_CHECK_SECONDS)
-                if failing_for is not None:
-                    wait_for = min(wait_for, max(0.05, tolerance - failing_for))
-            if missing_since is not None:
-                wait_for = min(
-                    wait_for, max(0.01, _MISSING_GRACE_SECONDS - (time.monotonic() - missing_since))
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(outcome), timeout=wait_for)
+        return await _Wait(self).run()
 
     async def on_kill(self) -> None:
         """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when
@@ -680,6 +526,206 @@ class JobTrigger(BaseTrigger):
             await client.close()
 
 
+class _Wait:
+    """One wait of one :class:`JobTrigger`: a small state machine, read top to bottom.
+
+    ::
+
+        SUBSCRIBING --cannot watch--------------------------------------------> DONE (error)
+             |
+             v
+        WATCHING --cache says terminal, pods final----------------------------> DONE
+             |   --cache says terminal, pods not yet final--> HOLDING --final, or 1 s--> DONE
+             |   --Job missing from the synced cache--> CONFIRMING (one GET)
+             |         --found terminal--------------------------------------> DONE
+             |         --404, no DELETED event within 2 s---------------------> DONE (deleted)
+             |   --API failing longer than the tolerance---------------------> DONE (error)
+             |   --deadline (the cache is looked at once more first)----------> DONE (timeout, or held)
+             v
+        DONE: the result is a future set once; the first terminal result wins.
+
+    Transitions come from three sources: the informers' callbacks (:meth:`on_change`), the deadline
+    timer (:meth:`on_deadline`) and the safety-net loop (:meth:`_watching`), which also runs the
+    CONFIRMING and API-tolerance checks.
+    """
+
+    def __init__(self, trigger: JobTrigger) -> None:
+        self.trigger = trigger
+        self.loop = asyncio.get_running_loop()
+        self.result: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.watch: NamespaceWatch | None = None
+        #: HOLDING: a terminal result waiting (at most _POD_SETTLE_SECONDS) for its pods to be final.
+        self.held: dict[str, Any] | None = None
+        self.hold_timer: asyncio.TimerHandle | None = None
+        self.deadline_timer: asyncio.TimerHandle | None = None
+
+    # -- DONE ------------------------------------------------------------------------------------------
+    def done(self, payload: dict[str, Any]) -> None:
+        """Set-once: whichever terminal result comes first is the one reported."""
+        if not self.result.done():
+            self.result.set_result(payload)
+
+    # -- WATCHING -> HOLDING / DONE --------------------------------------------------------------------
+    def offer(self, payload: dict[str, Any]) -> None:
+        """A terminal decision from the cache: DONE at once, unless it is a success/failure whose pods the
+        pod watch has not yet shown final: then HOLDING (re-decided on every change) until they are, or
+        for _POD_SETTLE_SECONDS at most."""
+        if self.result.done():
+            return
+        if payload["outcome"] not in (OUTCOME_SUCCESS, OUTCOME_FAILED) or _pods_final(payload):
+            self.done(payload)
+            return
+        self.held = payload
+        if self.hold_timer is None:
+            self.hold_timer = self.loop.call_later(_POD_SETTLE_SECONDS, self.release_held)
+
+    def release_held(self) -> None:
+        if self.held is not None:
+            self.done(self.held)
+
+    def on_change(self) -> None:
+        """An informer callback: decide from the cache."""
+        if self.watch is None or self.result.done():
+            return
+        decision = self.trigger._decide(self.watch)
+        if isinstance(decision, dict):
+            self.offer(decision)
+
+    def on_deadline(self) -> None:
+        if self.result.done():
+            return
+        self.on_change()  # a terminal state already in the cache wins over the deadline
+        if self.held is not None:
+            self.done(self.held)  # ... even one still waiting for its pods to settle
+            return
+        t = self.trigger
+        note, job, pods = t._current_state_note(self.watch)
+        self.done(
+            t._payload(
+                OUTCOME_TIMEOUT,
+                "Timeout",
+                f"Job {t.namespace}/{t.job_name} did not finish before its deadline "
+                f"{t.deadline.isoformat() if t.deadline else '?'}; {note}",
+                job=job,
+                pods=pods,
+            )
+        )
+
+    # -- the whole run ---------------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        t = self.trigger
+        if t.deadline is not None:
+            delay = (t.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
+            self.deadline_timer = self.loop.call_later(max(0.0, delay), self.on_deadline)
+        subscription: Subscription | None = None
+        try:
+            # SUBSCRIBING
+            try:
+                key, factory = await t._watch_key_and_factory()
+                subscription = await get_registry().subscribe(
+                    key, factory, job_name=t.job_name, on_change=self.on_change, config=t._informer_config()
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.done(
+                    t._payload(
+                        OUTCOME_ERROR,
+                        "ConfigError",
+                        f"Cannot watch Job {t.namespace}/{t.job_name}: {type(e).__name__}: {e}",
+                    )
+                )
+            else:
+                self.watch = subscription.watch
+                await self._watching(self.watch)
+            payload = await self.result
+            if self.watch is not None:
+                await t._with_whole_job(self.watch, payload)
+            return payload
+        finally:
+            for timer in (self.deadline_timer, self.hold_timer):
+                if timer is not None:
+                    timer.cancel()
+            if subscription is not None:
+                # Only leave the shared watch; the Job itself is never touched here.
+                await asyncio.shield(subscription.close())
+
+    async def _watching(self, watch: NamespaceWatch) -> None:
+        """WATCHING's safety net, every ``poll_interval`` (sooner while the API fails or the Job is
+        being confirmed missing): decide from the cache, CONFIRMING, and the API-failure tolerance."""
+        t = self.trigger
+        poll = t.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
+        tolerance = t._tolerance()
+        missing_since: float | None = None
+        while not self.result.done():
+            decision = t._decide(watch)
+            if isinstance(decision, dict):
+                self.offer(decision)
+                break
+            if decision is not False:
+                missing_since = None
+            elif missing_since is None:
+                # CONFIRMING. Synced, yet the Job is neither cached nor tombstoned: either it was deleted
+                # before we started watching (triggerer restart, TTL) or the watch has not delivered it
+                # yet. One GET tells which (and may even carry its final state).
+                answered, job = await t._read_job(watch)
+                if self.result.done():
+                    break
+                if answered and job is None:
+                    # Gone from the server. Its DELETED event (which says how it ended) may still be
+                    # on its way down the watch: give the watch a moment before calling it deleted.
+                    missing_since = time.monotonic()
+                elif job is not None:
+                    result = t._payload_from_state(job, [], deleted=False)
+                    if result is not None:
+                        self.done(result)
+                        break
+            elif time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
+                self.done(
+                    t._payload(
+                        OUTCOME_DELETED,
+                        "Deleted",
+                        f"Job {t.namespace}/{t.job_name} no longer exists; it was deleted before "
+                        "its result could be read.",
+                    )
+                )
+                break
+            denied = watch.access_denied or t._get_denied
+            if denied:  # issue 12: a permission error is permanent: end now, with the advice
+                reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
+                self.done(
+                    t._payload(
+                        OUTCOME_ERROR,
+                        reason,
+                        f"Cannot wait for Job {t.namespace}/{t.job_name}: {denied}",
+                    )
+                )
+                break
+            failing_for = watch.api_failing_for()
+            if failing_for is not None and failing_for >= tolerance:
+                self.done(
+                    t._payload(
+                        OUTCOME_ERROR,
+                        "ApiUnreachable",
+                        f"The Kubernetes API failed for {failing_for:.0f} s (tolerance {tolerance:g} s) "
+                        f"while waiting for Job {t.namespace}/{t.job_name}; last error: "
+                        f"{watch.last_error or 'unknown'}",
+                    )
+                )
+                break
+            wait_for = poll
+            if failing_for is not None or not watch.synced:
+                wait_for = min(wait_for, _HEALTH_CHECK_SECONDS)
+                if failing_for is not None:
+                    wait_for = min(wait_for, max(0.05, tolerance - failing_for))
+            if missing_since is not None:
+                wait_for = min(
+                    wait_for, max(0.01, _MISSING_GRACE_SECONDS - (time.monotonic() - missing_since))
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.result), timeout=wait_for)
+
+
 class _Response:
     """What ``ApiClient.deserialize`` reads from an HTTP response: its body."""
 
@@ -701,7 +747,12 @@ def client_job_dict(job: dict[str, Any] | None) -> dict[str, Any] | None:
     from kubernetes.client import ApiClient
 
     if _model_client is None:
-        _model_client = ApiClient()
+        from kubernetes.client import Configuration
+
+        configuration = Configuration()
+        # the cache's projected Job lacks required fields (spec.template): build the model anyway
+        configuration.client_side_validation = False
+        _model_client = ApiClient(configuration)
     model = _model_client.deserialize(_Response(json.dumps(job)), "V1Job")
     return model.to_dict()  # type: ignore[no-any-return]
 

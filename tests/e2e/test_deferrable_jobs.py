@@ -5,6 +5,7 @@ again; the new one picks the waits up from the database and they end correctly.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -54,9 +55,16 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
         "fails": "failed",
         "bad_image": "failed",
     }, states
-    assert "long job done" in stack.task_log(DAG_ID, run_id, "long", 1)
+    long_log = stack.task_log(DAG_ID, run_id, "long", 1)
+    # decoded container lines, prefixed with pod and container (a b'...' repr slipped through once)
+    assert re.search(r"\[job-long-[a-z0-9-]+\] \[base\] long job starts", long_log), long_log[-3000:]
+    assert "[base] long job done" in long_log
+    assert "b'" not in long_log
+    fan_out_log = stack.task_log(DAG_ID, run_id, "fan_out", 1)
+    assert fan_out_log.count("[base] one of three") == 3, fan_out_log[-3000:]
     fails_log = stack.task_log(DAG_ID, run_id, "fails", 1)
     assert "BackoffLimitExceeded" in fails_log
+    assert "[base] about to fail" in fails_log  # a failed Job's log is written too
     assert "ErrImagePull" in stack.task_log(DAG_ID, run_id, "bad_image", 1) or "ImagePullBackOff" in (
         stack.task_log(DAG_ID, run_id, "bad_image", 1)
     )

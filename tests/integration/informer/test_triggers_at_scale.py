@@ -19,8 +19,8 @@ from kubernetes_asyncio.client import BatchV1Api
 from airflow_jobwatch.triggers.job import OUTCOME_DELETED, OUTCOME_FAILED, OUTCOME_SUCCESS, JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 
-# The event's own outcome word (upstream's `status` is only success/error).
-STATUS_SUCCESS, STATUS_FAILED, STATUS_DELETED = OUTCOME_SUCCESS, OUTCOME_FAILED, OUTCOME_DELETED
+# the event's `outcome` words (its `status` is upstream's success/error)
+STATUS_DELETED, STATUS_FAILED, STATUS_SUCCESS = OUTCOME_DELETED, OUTCOME_FAILED, OUTCOME_SUCCESS
 
 N = 2000
 CHUNK = 100  # concurrent API writes at a time
