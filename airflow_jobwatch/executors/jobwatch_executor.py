@@ -124,6 +124,8 @@ class _PendingLaunch:
     attempts: int = 0
     backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
     revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
+    body: dict[str, Any] | None = None  # the serialized pod, sent as is on every attempt
+    build: Future[tuple[k8s.V1Pod, dict[str, Any]]] | None = None  # building in the API threads
     not_before: float = 0.0
     last_error: str | None = None
     accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
@@ -175,6 +177,7 @@ class JobWatchExecutor(BaseExecutor):
         self._create_paused_until = 0.0  # after a 429 Retry-After
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
+        self._completed_search: Future[list[dict[str, Any]]] | None = None
         # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
         self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
         self._create_pool: ThreadPoolExecutor | None = None
@@ -316,10 +319,19 @@ class JobWatchExecutor(BaseExecutor):
         metrics.watcher_restarts(restarts - self._restarts_reported)
         self._restarts_reported = restarts
         now = time.monotonic()
-        if now >= self._next_completed_cleanup:
+        if now >= self._next_completed_cleanup and self._completed_search is None:
             interval = _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
             self._next_completed_cleanup = now + interval
-            self._cleanup_completed_pods()
+            # The metadata-database query and the LIST run in the API threads, off the scheduler loop.
+            self._completed_search = self._pool().submit(self._find_completed_pods)
+        if self._completed_search is not None and self._completed_search.done():
+            search, self._completed_search = self._completed_search, None
+            if search.exception() is None:
+                self._queue_completed_cleanup(search.result())
+            else:
+                self.log.warning(
+                    "Could not list finished worker pods of gone schedulers: %s", search.exception()
+                )
         self._retry_cleanup()
         self._launch_pending()
         self._write_status()
@@ -369,36 +381,40 @@ class JobWatchExecutor(BaseExecutor):
         if not keep_going or now < self._create_paused_until or not self._pending:
             return
         cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
-        in_flight = len(self._inflight)
+        in_flight = len(self._inflight) + sum(1 for la in self._pending.values() if la.build is not None)
         ordered = sorted(self._pending.items(), key=lambda kv: -kv[1].workload.ti.priority_weight)
         for key, launch in ordered:
-            if in_flight >= cap:
-                break
             if key in self._inflight or launch.not_before > now:
                 continue
-            if self._start_create(key, launch):
+            building = launch.build is not None
+            if in_flight >= cap and not building:
+                continue
+            if self._start_create(key, launch) and not building:
                 in_flight += 1
 
     def _start_create(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
         """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
         assert self.scheduler_job_id is not None and self.supervisor is not None
-        if launch.pod is None:
-            try:
-                launch.pod = build_worker_pod(
-                    launch.workload,
-                    kube_config=self.kube_config,
-                    scheduler_job_id=self.scheduler_job_id,
-                    pod_name=new_pod_name(key),
-                    labels=self.labels,
-                )
-            except Exception as err:
+        if launch.pod is None or launch.body is None:
+            # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) costs
+            # tens of milliseconds: done in the API threads too, so that a burst of open slots does not
+            # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
+            if launch.build is None:
+                launch.build = self._pool().submit(self._build, key, launch.workload)
+                return True
+            if not launch.build.done():
+                return True
+            build, launch.build = launch.build, None
+            err = build.exception()
+            if err is not None:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
                 return False
+            launch.pod, launch.body = build.result()
         pod = launch.pod
         namespace, name = pod.metadata.namespace, pod.metadata.name
         if not self._ensure_watched(key, namespace):
             return False
-        body = self.core_v1.api_client.sanitize_for_serialization(pod)
+        body = launch.body
         # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
@@ -407,6 +423,19 @@ class JobWatchExecutor(BaseExecutor):
         future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
         self._inflight[key] = (launch, namespace, name, future)
         return True
+
+    def _build(
+        self, key: TaskInstanceKey, workload: workloads.ExecuteTask
+    ) -> tuple[k8s.V1Pod, dict[str, Any]]:
+        assert self.scheduler_job_id is not None
+        pod = build_worker_pod(
+            workload,
+            kube_config=self.kube_config,
+            scheduler_job_id=self.scheduler_job_id,
+            pod_name=new_pod_name(key),
+            labels=self.labels,
+        )
+        return pod, self.core_v1.api_client.sanitize_for_serialization(pod)
 
     def _collect_creates(self) -> bool:
         """Handle the creates that were answered. Returns False if creation must pause this loop."""
@@ -509,7 +538,7 @@ class JobWatchExecutor(BaseExecutor):
             self._launched(key, namespace, name)
             return True
         self.supervisor.untrack(namespace, name)
-        launch.pod = None  # rebuilt with a new name on the next attempt
+        launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
         launch.not_before = 0.0
         self._counters["create_retries"] += 1
         self.log.warning(
@@ -806,6 +835,15 @@ class JobWatchExecutor(BaseExecutor):
             return set()
 
     def _cleanup_completed_pods(self) -> None:
+        """Find and clean up at once (adoption calls this); ``sync()`` does the search in a thread."""
+        try:
+            pods = self._find_completed_pods()
+        except Exception as err:
+            self.log.warning("Could not list finished worker pods of gone schedulers: %s", err)
+            return
+        self._queue_completed_cleanup(pods)
+
+    def _find_completed_pods(self) -> list[dict[str, Any]]:
         """Clean up the Succeeded worker pods that schedulers which are gone left behind.
 
         Upstream's ``_adopt_completed_pods``, with the same selection: ``Succeeded`` pods with
@@ -828,11 +866,9 @@ class JobWatchExecutor(BaseExecutor):
         )
         scheme = self.labels
         selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
-        try:
-            pods = self._list_pods(selector, field_selector="status.phase=Succeeded")
-        except Exception as err:
-            self.log.warning("Could not list finished worker pods of gone schedulers: %s", err)
-            return
+        return self._list_pods(selector, field_selector="status.phase=Succeeded")
+
+    def _queue_completed_cleanup(self, pods: list[dict[str, Any]]) -> None:
         tracked = self.supervisor.tracked() if self.supervisor is not None else {}
         for pod in pods:
             meta = pod.get("metadata") or {}
@@ -842,7 +878,7 @@ class JobWatchExecutor(BaseExecutor):
             self.log.info(
                 "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
                 *ref,
-                (meta.get("labels") or {}).get(scheme.worker),
+                (meta.get("labels") or {}).get(self.labels.worker),
             )
             self._counters["completed_pods_cleaned"] += 1
             self._cleanup.append((ref[0], ref[1], self.kube_config.delete_worker_pods))

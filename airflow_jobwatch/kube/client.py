@@ -12,13 +12,14 @@ tokens and private keys, and the libraries' YAML errors print the offending line
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -482,38 +483,71 @@ class _Credentials:
 
     _FIELDS = ("api_key", "api_key_prefix", "refresh_api_key_hook", "username", "password")
 
-    def __init__(
-        self, cfg: ClusterConfig, load: Callable[[Any], Awaitable[None]], new_configuration: Callable[[], Any]
-    ):
+    def __init__(self, cfg: ClusterConfig, load: Callable[[Any], Any], new_configuration: Callable[[], Any]):
         self.cfg = cfg
-        self._load = load
+        self._load = load  # fills a fresh Configuration; a coroutine function for the async client
         self._new = new_configuration
         self._last_reload = float("-inf")
+        self._lock = threading.Lock()  # sync client: requests from several threads share one reload
+        self._inflight: asyncio.Future[bool] | None = None  # async client: the same, within one loop
         self.reloads = 0
 
-    async def reload(self, configuration: Any) -> bool:
-        """Reload into ``configuration``; False when a reload ran less than MIN_RELOAD_INTERVAL ago
-        (the caller's retry then uses what that reload fetched) or the reload itself failed."""
-        now = time.monotonic()
-        if now - self._last_reload < MIN_RELOAD_INTERVAL_SECONDS:
-            return True
-        self._last_reload = now
-        fresh = self._new()
-        try:
-            await self._load(fresh)
-        except ClusterConfigError as exc:
-            log.warning(
-                "Reloading the Kubernetes credentials of %s after a 401 failed: %s", self.cfg.describe(), exc
-            )
-            return False
+    def _recent(self) -> bool:
+        # Requests refused while (or just before) another reload ran retry with what it fetched.
+        return time.monotonic() - self._last_reload < MIN_RELOAD_INTERVAL_SECONDS
+
+    def _apply(self, fresh: Any, configuration: Any) -> bool:
         for name in self._FIELDS:
             if hasattr(fresh, name):
                 setattr(configuration, name, getattr(fresh, name))
         self.reloads += 1
+        self._last_reload = time.monotonic()
         log.info(
             "Kubernetes API answered 401 Unauthorized: reloaded the credentials of %s", self.cfg.describe()
         )
         return True
+
+    def _failed(self, exc: ClusterConfigError) -> bool:
+        self._last_reload = time.monotonic()
+        log.warning(
+            "Reloading the Kubernetes credentials of %s after a 401 failed: %s", self.cfg.describe(), exc
+        )
+        return False
+
+    def reload_sync(self, configuration: Any) -> bool:
+        """Reload into ``configuration`` (sync client); False if the reload failed."""
+        with self._lock:
+            if self._recent():
+                return True
+            fresh = self._new()
+            try:
+                self._load(fresh)
+            except ClusterConfigError as exc:
+                return self._failed(exc)
+            return self._apply(fresh, configuration)
+
+    async def reload(self, configuration: Any) -> bool:
+        """Reload into ``configuration`` (async client); False if the reload failed. Concurrent 401s
+        share one reload (one exec-plugin run) and all retry with its result."""
+        if self._inflight is not None:
+            return await asyncio.shield(self._inflight)
+        if self._recent():
+            return True
+
+        async def run() -> bool:
+            fresh = self._new()
+            try:
+                await self._load(fresh)
+            except ClusterConfigError as exc:
+                return self._failed(exc)
+            return self._apply(fresh, configuration)
+
+        self._inflight = asyncio.ensure_future(run())
+        try:
+            return await asyncio.shield(self._inflight)
+        finally:
+            if self._inflight is not None and self._inflight.done():
+                self._inflight = None
 
 
 def _token_file_refresher(token_file: str, *, prefix: str) -> Callable[[Any], None]:
@@ -686,13 +720,7 @@ class JobwatchApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]
         self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
 
     def reload_credentials(self) -> bool:
-        coro = self.credentials.reload(self.configuration)
-        try:
-            coro.send(None)  # the sync loader never awaits: run the coroutine to its end in place
-        except StopIteration as stop:
-            return bool(stop.value)
-        coro.close()
-        return False
+        return self.credentials.reload_sync(self.configuration)
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
@@ -789,7 +817,7 @@ def sync_api_client(cfg: ClusterConfig) -> JobwatchApiClient:
     configuration = kubernetes.client.Configuration()
     _load_sync(cfg, configuration)
 
-    async def load(fresh: Any) -> None:
+    def load(fresh: Any) -> None:
         _load_sync(cfg, fresh)
 
     credentials = _Credentials(cfg, load, kubernetes.client.Configuration)

@@ -34,13 +34,12 @@ NAMESPACE = "airflow"
 SCHEDULER = "system:serviceaccount:airflow:airflow-scheduler"
 
 
-def _doc_role() -> str:
+def _doc_role(component: str = "scheduler") -> str:
     import re
 
     doc = (Path(__file__).resolve().parents[3] / "docs" / "deploying.md").read_text()
-    (block,) = [
-        b for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S) if b.startswith("# rbac: scheduler\n")
-    ]
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)
+    (block,) = [b for b in blocks if b.startswith(f"# rbac: {component}\n")]
     return block
 
 
@@ -168,3 +167,40 @@ def test_list_or_watch_refused_makes_the_watcher_unhealthy_at_once(
     status_file = _until(ex, in_status_file, "the status file to show the refusal", timeout=30)
     assert status_file["watcher_healthy"] is False
     assert f"{verb} pods" in status_file["watcher_access_denied"]
+
+
+def test_api_server_role_reads_a_running_tasks_log(
+    executor_for: Any, rbac_kube: SandboxThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The api-server builds the executor only to call get_task_log: with the doc's api-server Role
+    (pods list, pods/log get) it shows the running task's log."""
+    from types import SimpleNamespace
+
+    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
+
+    ex = executor_for(_doc_role() + "\n---\n" + _doc_role("api-server"))
+    w = make_workload(task_id="long", command="echo started-long; sleep 60")
+    ex.queue_workload(w, session=mock.sentinel.unused_session)
+    _until(ex, lambda e: e.get("long", ("",))[0] == "running" or None, "the task to run")
+    viewer_kubeconfig = tmp_path / "api-server-kubeconfig"
+    rbac_kube.write_kubeconfig(
+        viewer_kubeconfig, token=rbac_kube.issue_token("system:serviceaccount:airflow:airflow-api-server")
+    )
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE", str(viewer_kubeconfig))
+    viewer = JobWatchExecutor(parallelism=1)  # never started, as in the api-server
+    ti = SimpleNamespace(
+        dag_id=w.ti.dag_id,
+        task_id=w.ti.task_id,
+        map_index=w.ti.map_index,
+        run_id=w.ti.run_id,
+        queued_by_job_id="9",
+        key=w.ti.key,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        messages, logs = viewer.get_task_log(ti, w.ti.try_number)
+        if logs and "started-long" in logs[0]:
+            break
+        assert "forbidden" not in " ".join(messages).lower(), messages
+        assert time.monotonic() < deadline, (messages, logs)
+        time.sleep(0.2)
