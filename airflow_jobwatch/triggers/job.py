@@ -519,9 +519,16 @@ class JobTrigger(BaseTrigger):
                 raise
         try:
             if self.delete_pods_on_kill and self.job_uid:
-                await CoreV1Api(client).delete_collection_namespaced_pod(
+                core = CoreV1Api(client)
+                pods = await core.list_namespaced_pod(
                     self.namespace, label_selector=f"controller-uid={self.job_uid}"
                 )
+                for pod in pods.items:  # pod by pod: the verbs upstream's RBAC grants (list, delete)
+                    try:
+                        await core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+                    except ApiException as e:
+                        if e.status != 404:
+                            self.log.warning("Could not delete pod %s: HTTP %s", pod.metadata.name, e.status)
         finally:
             await client.close()
 
