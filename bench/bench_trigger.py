@@ -125,28 +125,11 @@ FOREIGN_NS = "shared"
 FOREIGN_VARIANTS = ("projection", "full")
 
 
-def _deep_size(obj: Any, seen: set[int] | None = None) -> int:
-    """Bytes of ``obj`` and everything it holds (sys.getsizeof, each object counted once)."""
-    seen = set() if seen is None else seen
-    stack = [obj]
-    total = 0
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return total
-
-
 async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[str]]) -> dict[str, Any]:
     """Our JobTriggers for ``pairs`` in a namespace full of other people's Jobs and pods; RSS once synced."""
     import gc
+
+    from bench_informer import deep_size  # this script's folder is on sys.path
 
     import airflow_jobwatch.kube.informer as informer_module
     from airflow_jobwatch.triggers.job import JobTrigger
@@ -177,8 +160,8 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "jobs_cached": len(watch.jobs.items()),
         "pods_cached": len(watch.pods.items()),
-        "jobs_heap_mib": _deep_size(watch.jobs.items()) / 2**20,
-        "pods_heap_mib": _deep_size(watch.pods.items()) / 2**20,
+        "jobs_heap_mib": deep_size(watch.jobs.items()) / 2**20,
+        "pods_heap_mib": deep_size(watch.pods.items()) / 2**20,
         "events": {},
     }
     for task in tasks:
