@@ -215,10 +215,38 @@ class _Resolved:
         return f"kubeconfig {self.config_file_arg!r}, context {self.context!r}"
 
 
+#: Parsed kubeconfig files by path, with the (mtime, size, inode) they were parsed at. Every JobTrigger
+#: resolves its kubeconfig to name its shared watch; with thousands of triggers in one triggerer, parsing
+#: the same YAML each time blocked the event loop for seconds. A file rewritten in place or replaced
+#: (credential rotation) changes its stat and is parsed again. Read-only: callers never mutate the result.
+_PARSED_KUBECONFIGS: dict[str, tuple[tuple[int, int, int], Mapping[str, Any]]] = {}
+_PARSED_KUBECONFIGS_MAX = 64
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_yaml(path: str) -> Mapping[str, Any]:
     try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise ClusterConfigError(
+            f"kubeconfig {path!r} cannot be read ({exc.strerror or type(exc).__name__}); "
+            "expected a readable kubeconfig YAML file"
+        ) from None
+    stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    cached = _PARSED_KUBECONFIGS.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    data = _parse_kubeconfig_file(path)
+    if len(_PARSED_KUBECONFIGS) >= _PARSED_KUBECONFIGS_MAX:
+        _PARSED_KUBECONFIGS.pop(next(iter(_PARSED_KUBECONFIGS)))
+    _PARSED_KUBECONFIGS[path] = (stamp, data)
+    return data
+
+
+def _parse_kubeconfig_file(path: str) -> Mapping[str, Any]:
+    try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=_YAML_LOADER)  # a safe loader (libyaml when built with it)
     except OSError as exc:
         raise ClusterConfigError(
             f"kubeconfig {path!r} cannot be read ({exc.strerror or type(exc).__name__}); "

@@ -335,7 +335,7 @@ class JobTrigger(BaseTrigger):
         """
         key, factory = await self._watch_key_and_factory()
         subscription = await get_registry().subscribe(
-            key, factory, job_name=self.job_name, on_change=lambda: None, config=self._informer_config()
+            key, factory, job_name=self.job_name, on_change=lambda: None, config=self._informer_config
         )
         try:
             await subscription.watch.wait_synced(sync_timeout)
@@ -630,7 +630,7 @@ class _Wait:
             try:
                 key, factory = await t._watch_key_and_factory()
                 subscription = await get_registry().subscribe(
-                    key, factory, job_name=t.job_name, on_change=self.on_change, config=t._informer_config()
+                    key, factory, job_name=t.job_name, on_change=self.on_change, config=t._informer_config
                 )
             except asyncio.CancelledError:
                 raise

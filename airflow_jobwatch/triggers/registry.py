@@ -422,11 +422,12 @@ class InformerRegistry:
         *,
         job_name: str,
         on_change: Callable[[], None],
-        config: InformerConfig,
+        config: InformerConfig | Callable[[], InformerConfig],
     ) -> Subscription:
         """Join (or start) the shared watch for ``key`` and be called back on changes to ``job_name``.
 
-        ``config`` is only used by the subscriber that starts the watch. Raises what starting the watch
+        ``config`` (or the function that reads it) is only used by the subscriber that starts the watch,
+        so the thousands of triggers that join a running watch read no configuration. Raises what starting the watch
         raised (e.g. an unreadable kubeconfig); the failed watch is discarded so a later subscriber
         retries from scratch.
         """
@@ -438,7 +439,12 @@ class InformerRegistry:
                 if self._job_label_selector is not None
                 else job_label_selector_from_conf()
             )
-            watch = NamespaceWatch(key, client_factory, config=config, job_label_selector=selector)
+            watch = NamespaceWatch(
+                key,
+                client_factory,
+                config=config() if callable(config) else config,
+                job_label_selector=selector,
+            )
             self._watches[key] = watch
         elif watch.linger_task is not None:
             task, watch.linger_task = watch.linger_task, None  # cleared first: the task then closes nothing
