@@ -27,7 +27,7 @@ typecheck: $(STAMP)
 
 test: lint typecheck docs
 	$(BIN)/python --version
-	$(BIN)/pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 # The unit and integration tests on another interpreter, in its own venv:
 #   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12

@@ -10,12 +10,16 @@ the test can count them afterwards.
   and no try got two pods.
 * SIGKILL one triggerer while 50 JobTriggers wait: the other takes them over; every deferred task
   ends ``success`` exactly once, on its first try.
+* Both at once, in a 410 storm (a one-change watch history and every watch dropped every 2 s): SIGKILL a
+  scheduler and a triggerer while 10 worker pods and 10 deferred Jobs run; the survivors adopt and take
+  over, every task ends ``success`` exactly once, and the watches really met 410 Expired.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,7 +70,7 @@ def _pods(stack: AirflowStack, run_id: str) -> list[dict[str, Any]]:
     return [
         p
         for p in stack.admin.objects("pods", "default")
-        if p["metadata"]["annotations"].get("run_id") == run_id
+        if (p["metadata"].get("annotations") or {}).get("run_id") == run_id
     ]
 
 
@@ -133,5 +137,86 @@ def test_triggerer_sigkilled_while_50_job_triggers_wait(stack: AirflowStack) -> 
     # Each deferred task resumed exactly once: one Job per task, and the triggers all ended.
     # (the module's stack runs no other Jobs, and a second try would have created a second Job)
     assert len(stack.admin.objects("jobs", "default")) == 50
+    leftover = stack.query("SELECT count(*) FROM trigger")
+    assert leftover and leftover[0][0] == 0, f"triggers left in the database: {leftover}"
+
+
+def test_scheduler_and_triggerer_sigkilled_together_in_a_410_storm(stack: AirflowStack) -> None:
+    if stack.procs["triggerer"].poll() is not None:  # the previous test left one triggerer
+        newest = stack.query("SELECT coalesce(max(id), 0) FROM job WHERE job_type = 'TriggererJob'")[0][0]
+        stack.start("triggerer")
+        wait_until(
+            lambda: (
+                stack.query(
+                    "SELECT id FROM job WHERE job_type = 'TriggererJob' AND state = 'running' AND id > ?",
+                    (newest,),
+                )
+                or None
+            ),
+            timeout=120,
+            what="the restarted triggerer running",
+        )
+    jobs_before = len(stack.admin.objects("jobs", "default"))
+    counters = stack.admin.counters()
+    expired_before = counters.get("expired watch pods", 0) + counters.get("expired watch jobs", 0)
+    stop = threading.Event()
+
+    def storm() -> None:
+        while not stop.wait(2.0):
+            try:
+                stack.admin.fault("drop_watches")
+            except Exception:  # the sandbox is busy; the next round drops them
+                pass
+
+    stack.admin.fault("set_history_window", n=1)
+    storming = threading.Thread(target=storm, name="410-storm", daemon=True)
+    storming.start()
+    try:
+        sleepers_run = stack.trigger_dag("ha_sleepers", conf={"tasks": 10, "seconds": 40})
+        deferred_run = stack.trigger_dag("ha_deferred", conf={"jobs": 10, "seconds": 60})
+
+        def both_busy() -> bool | None:
+            running = [
+                p
+                for p in _pods(stack, sleepers_run)
+                if p["metadata"]["annotations"].get("task_id") == "sleeper"
+                and p["status"].get("phase") == "Running"
+            ]
+            deferred = sum(
+                1 for v in stack.task_states("ha_deferred", deferred_run).values() if v["state"] == "deferred"
+            )
+            return True if len(running) >= 5 and deferred >= 5 else None
+
+        wait_until(both_busy, timeout=300, what="5 sleeper pods running and 5 job tasks deferred")
+        stack.kill("scheduler", signal.SIGKILL)
+        stack.kill("triggerer", signal.SIGKILL)
+        assert stack.wait_for_run("ha_sleepers", sleepers_run, timeout=420) == "success", stack.task_states(
+            "ha_sleepers", sleepers_run
+        )
+        assert stack.wait_for_run("ha_deferred", deferred_run, timeout=420) == "success", stack.task_states(
+            "ha_deferred", deferred_run
+        )
+    finally:
+        stop.set()
+        storming.join(timeout=10)
+        stack.admin.fault("set_history_window", n=10000)
+    sleepers = {
+        k: v for k, v in stack.task_states("ha_sleepers", sleepers_run).items() if k.startswith("sleeper")
+    }
+    jobs = {k: v for k, v in stack.task_states("ha_deferred", deferred_run).items() if k.startswith("job")}
+    assert len(sleepers) == 10 and len(jobs) == 10
+    assert all(v["state"] == "success" and v["try_number"] == 1 for v in sleepers.values()), sleepers
+    assert all(v["state"] == "success" and v["try_number"] == 1 for v in jobs.values()), jobs
+    pods = [p for p in _pods(stack, sleepers_run) if p["metadata"]["annotations"].get("task_id") == "sleeper"]
+    per_try = Counter(
+        (p["metadata"]["annotations"].get("map_index"), p["metadata"]["annotations"].get("try_number"))
+        for p in pods
+    )
+    assert len(per_try) == 10 and set(per_try.values()) == {1}, per_try
+    # One Job per deferred task: none resumed twice (a second try would have created a second Job).
+    assert len(stack.admin.objects("jobs", "default")) - jobs_before == 10
+    counters = stack.admin.counters()
+    expired = counters.get("expired watch pods", 0) + counters.get("expired watch jobs", 0)
+    assert expired > expired_before, "the storm produced no 410 Expired; it tested nothing"
     leftover = stack.query("SELECT count(*) FROM trigger")
     assert leftover and leftover[0][0] == 0, f"triggers left in the database: {leftover}"
