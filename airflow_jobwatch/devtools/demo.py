@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
@@ -111,6 +112,21 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([fmt.format(*header), line, *(fmt.format(*map(str, r)) for r in rows)])
 
 
+def container_lines(task_log: str, limit: int = 4) -> list[str]:
+    """The Job's container output as KubernetesJobOperator wrote it to a task log (JSON lines):
+    decoded text prefixed ``[pod] [container]``, as upstream's operator writes it."""
+    found: list[str] = []
+    for raw in task_log.splitlines():
+        try:
+            record = json.loads(raw)
+            text = str(record.get("event", "")) if isinstance(record, dict) else raw
+        except ValueError:
+            text = raw
+        if "] [base] " in text:
+            found.append(text.strip())
+    return found[:limit]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_jobwatch.devtools.demo", description=__doc__.split("\n\n")[0]
@@ -165,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         pods = chaos.pods
         rows: list[list[str]] = []
         ok = True
+        long_job_log = (
+            container_lines(stack.task_log("deferrable_jobs", runs["deferrable_jobs"], "long", 1))
+            if "deferrable_jobs" in runs
+            else []
+        )
         for dag_id, run_id in runs.items():
             states = stack.task_states(dag_id, run_id)
             for task_id, expected in EXPECTED[dag_id].items():
@@ -201,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         f"JobWatchExecutor watcher: relists={status.get('relists', '?')} "
         f"restarts={status.get('watcher_restarts', '?')}"
     )
+    if long_job_log:
+        print("deferrable_jobs.long task log, the Job's output (decoded, prefixed [pod] [container]):")
+        for line in long_job_log:
+            print(f"  {line}")
     print("RESULT:", "every task ended as expected" if ok else "some tasks did NOT end as expected")
     return 0 if ok else 1
 
