@@ -90,8 +90,9 @@ class ServiceAccountVolume:
 
 
 @dataclasses.dataclass
-class InCluster:
-    """A pod's view of a sandbox in in-cluster mode (what the ``in_cluster`` test fixture returns).
+class InCluster(ServiceAccountVolume):
+    """A pod's view of a sandbox in in-cluster mode (what the ``in_cluster`` test fixture returns): its
+    service-account volume (the file paths of :class:`ServiceAccountVolume`) plus who and where it is.
 
     :param sandbox: the :class:`~.thread.SandboxThread` (or anything with its
         ``rotate_service_account_token``).
@@ -106,21 +107,9 @@ class InCluster:
     env: dict[str, str]
 
     @property
-    def token_path(self) -> Path:
-        return self.dir / TOKEN
-
-    @property
-    def ca_path(self) -> Path:
-        return self.dir / CA_CRT
-
-    @property
-    def namespace_path(self) -> Path:
-        return self.dir / NAMESPACE
-
-    @property
     def token(self) -> str:
         """The token in the file now."""
-        return self.token_path.read_text()
+        return self.read_token()
 
     def rotate(self, *, expire_old: bool = False) -> str:
         """Write a new token to the token file, like the kubelet; returns it."""
