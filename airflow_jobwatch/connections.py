@@ -199,21 +199,27 @@ def _request_timeout(value: Any) -> float | tuple[float, float] | None:
     )
 
 
-def executor_request_args(source: Any = None) -> dict[str, Any]:
-    """``[kubernetes_executor] kube_client_request_args`` as a dict (``_request_timeout`` a tuple)."""
-    conf = source or _conf()
+def _json_object_option(conf: Any, option: str, example: str) -> dict[str, Any]:
+    """A ``[kubernetes_executor]`` option holding a JSON object (``{}`` when unset); a clear error naming
+    the option otherwise. ``example`` ends the message: what such an object looks like."""
     try:
-        args = conf.getjson(K8S_SECTION, "kube_client_request_args", fallback={}) or {}
+        value = conf.getjson(K8S_SECTION, option, fallback={}) or {}
     except Exception as exc:
         raise ClusterConfigError(
-            f"[{K8S_SECTION}] kube_client_request_args is not valid JSON ({exc}); expected a JSON object "
-            'such as {"_request_timeout": [10, 30]}'
+            f"[{K8S_SECTION}] {option} is not valid JSON ({exc}); expected a JSON object {example}"
         ) from None
-    if not isinstance(args, dict):
+    if not isinstance(value, dict):
         raise ClusterConfigError(
-            f"[{K8S_SECTION}] kube_client_request_args is a JSON {type(args).__name__}; expected an object "
-            'such as {"_request_timeout": [10, 30]}'
+            f"[{K8S_SECTION}] {option} is a JSON {type(value).__name__}; expected an object {example}"
         )
+    return value
+
+
+def executor_request_args(source: Any = None) -> dict[str, Any]:
+    """``[kubernetes_executor] kube_client_request_args`` as a dict (``_request_timeout`` a tuple)."""
+    args = _json_object_option(
+        source or _conf(), "kube_client_request_args", 'such as {"_request_timeout": [10, 30]}'
+    )
     if "_request_timeout" in args:
         args["_request_timeout"] = _request_timeout(args["_request_timeout"])
     return args
@@ -225,18 +231,11 @@ def cluster_config_from_executor_conf(source: Any = None) -> ClusterConfig:
     :param source: a team-aware ``ExecutorConf`` (the executor's ``self.conf``); default Airflow's conf.
     """
     conf = source or _conf()
-    try:
-        retries = conf.getjson(K8S_SECTION, "api_client_retry_configuration", fallback={}) or {}
-    except Exception as exc:
-        raise ClusterConfigError(
-            f"[{K8S_SECTION}] api_client_retry_configuration is not valid JSON ({exc}); expected a JSON "
-            'object of urllib3 Retry arguments, e.g. {"total": 3, "backoff_factor": 0.5}'
-        ) from None
-    if not isinstance(retries, dict):
-        raise ClusterConfigError(
-            f"[{K8S_SECTION}] api_client_retry_configuration is a JSON {type(retries).__name__}; expected "
-            'an object of urllib3 Retry arguments, e.g. {"total": 3, "backoff_factor": 0.5}'
-        )
+    retries = _json_object_option(
+        conf,
+        "api_client_retry_configuration",
+        'of urllib3 Retry arguments, e.g. {"total": 3, "backoff_factor": 0.5}',
+    )
     keepalive = conf.getboolean(K8S_SECTION, "enable_tcp_keepalive", fallback=True)
     return ClusterConfig(
         config_file=conf.get(K8S_SECTION, "config_file", fallback=None) or None,
