@@ -555,6 +555,23 @@ def render_throughput(rows: list[dict[str, Any]], *, tasks: int, parallelism: in
     )
 
 
+THROUGHPUT_MARKER = "## Executor throughput"
+
+
+def write_fragment(out: Path, text: str, *, throughput: bool) -> None:
+    """Write one of the fragment's two sections (reliability first, then throughput from
+    THROUGHPUT_MARKER on), keeping the other one as it is."""
+    existing = out.read_text() if out.exists() else ""
+    reliability, marker, old_throughput = existing.partition(THROUGHPUT_MARKER)
+    if throughput:
+        new = (reliability.rstrip() + "\n\n" + text) if reliability.strip() else text
+    else:
+        new = (text.rstrip() + "\n\n" + marker + old_throughput) if marker else text
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(new)
+    print(f"wrote {out}")
+
+
 def main_throughput(tasks: int, parallelism: int, seconds: float, out: Path) -> None:
     home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-tp-"))
     sandbox = SandboxProcess(home / "kubeconfig", log=home / "sandbox.log")
@@ -580,15 +597,7 @@ def main_throughput(tasks: int, parallelism: int, seconds: float, out: Path) -> 
         text = render_throughput(rows, tasks=tasks, parallelism=parallelism, seconds=seconds)
         print()
         print(text)
-        if out.exists():
-            existing = out.read_text()
-            marker = "## Executor throughput"
-            if marker in existing:
-                existing = existing[: existing.index(marker)].rstrip() + "\n"
-            out.write_text(existing.rstrip() + "\n\n" + text)
-        else:
-            out.write_text(text)
-        print(f"wrote {out}")
+        write_fragment(out, text, throughput=True)
     finally:
         try:
             sandbox.stop(timeout=15)
@@ -642,10 +651,7 @@ def main() -> None:
         text = render(rows, quick=args.quick)
         print()
         print(text)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        print(f"wrote {out}")
+        write_fragment(Path(args.out), text, throughput=False)
     finally:
         try:
             sandbox.stop(timeout=15)
