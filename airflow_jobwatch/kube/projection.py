@@ -19,7 +19,8 @@ Who reads what:
 * Pod ``spec``: which init containers are sidecars (``restartPolicy: Always``).
 * Pod ``status``: phase, reason, message, conditions (DisruptionTarget, PodScheduled), and the container
   statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons).
-* Jobs: everything (see :data:`JOB_FIELDS`: the trigger's event carries the whole Job, as upstream's does).
+* Job ``spec``: ``suspend`` (read), and the scalar sizing and limit fields (kept for messages and users of
+  the cache); Job ``status``: whole. The pod template is dropped (see :data:`JOB_FIELDS`).
 
 A spec is ``True`` (keep the value whole), a dict of key -> spec (keep those keys of a mapping, each
 projected by its own spec), or a one-element list ``[spec]`` (a list whose items are each projected by
@@ -68,15 +69,28 @@ POD_FIELDS: dict[str, Spec] = {
     },
 }
 
-#: A Job is kept whole (managedFields aside): JobTrigger's event carries the whole Job as
-#: ``V1Job.to_dict()`` in its ``job`` key, like upstream's KubernetesJobTrigger (and the operator pushes it
-#: as the ``job`` XCom), which needs at least ``spec.template`` and is read by users in full. Pods, which
-#: outnumber Jobs and are where the memory goes, are projected.
+#: A Job keeps its metadata, the scalar ``spec`` fields that size and bound it, and its whole ``status``
+#: (conditions and counters: a few hundred bytes). Its pod template, the bulk of a Job, is not kept: the
+#: trigger's event carries the whole Job (``V1Job.to_dict()``, as upstream's ``job`` key does) read by one
+#: GET when the trigger decides (``JobTrigger._with_whole_job``), not the cached copy. Only a Job deleted
+#: before that GET keeps the cached form in the event (its ``spec.template`` is then None).
 JOB_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,
-    "metadata": True,
-    "spec": True,
+    "metadata": METADATA_FIELDS,
+    "spec": {
+        "suspend": True,
+        "parallelism": True,
+        "completions": True,
+        "completionMode": True,
+        "backoffLimit": True,
+        "backoffLimitPerIndex": True,
+        "maxFailedIndexes": True,
+        "activeDeadlineSeconds": True,
+        "ttlSecondsAfterFinished": True,
+        "podReplacementPolicy": True,
+        "managedBy": True,
+    },
     "status": True,
 }
 

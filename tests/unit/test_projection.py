@@ -149,13 +149,20 @@ def test_projection_of_pod_fixtures_is_smaller(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", JOB_FIXTURES, ids=lambda p: p.stem)
-def test_jobs_are_kept_whole_for_the_trigger_event(path: Path) -> None:
-    """JobTrigger's event carries the whole Job (V1Job.to_dict(), upstream parity): nothing is dropped."""
+def test_jobs_drop_their_pod_template_and_still_make_an_event_job(path: Path) -> None:
+    """The cache keeps no pod template; a Job deleted before the trigger's final GET is reported from
+    the cached form, which still builds a V1Job.to_dict() (with ``spec.template`` None)."""
     from airflow_jobwatch.triggers.job import client_job_dict
 
     obj = load(path)
-    assert projection.projector("jobs")(obj) == obj
-    assert client_job_dict(projection.projector("jobs")(obj)) is not None
+    small = projection.projector("jobs")(obj)
+    assert "template" not in (small.get("spec") or {})
+    assert small.get("status") == obj.get("status")
+    assert (small.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid")
+    event_job = client_job_dict(small)
+    assert event_job is not None
+    assert event_job["spec"]["template"] is None
+    assert event_job["status"] == client_job_dict(obj)["status"]
 
 
 # ----------------------------------------------------------------------------------- property tests
