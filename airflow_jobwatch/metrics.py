@@ -42,6 +42,7 @@ _stats_pid: int | None = None
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 # The triggerer's open shared watches ({namespace: triggers}) and its running informers, for its status file.
 _open_watches: dict[str, int] = {}
+_open_watch_count = 0
 _live: weakref.WeakSet[InformerMetrics] = weakref.WeakSet()
 _status_written_at = 0.0
 
@@ -302,20 +303,39 @@ def watcher_restarts(count: int) -> None:
 
 def shared_watches(active: Mapping[Any, int]) -> None:
     """The triggerer's shared watches changed: ``active`` maps each open watch (anything with a
-    ``namespace``) to its number of subscribed triggers."""
+    ``namespace``) to its number of subscribed triggers.
+
+    Called on every subscribe and release (10,000 triggers starting in one loop call it 10,000 times),
+    so it sends only the gauges whose value changed, and rewrites the status file at once only when a
+    watch opened or closed (a change of trigger counts alone waits for the file's periodic rewrite).
+    """
+    global _open_watch_count
     per_namespace: dict[str, int] = {}
     for key, triggers in active.items():
         namespace = str(getattr(key, "namespace", key))
         per_namespace[namespace] = per_namespace.get(namespace, 0) + triggers
-    gone = set(_open_watches) - set(per_namespace)
+    opened_or_closed = len(active) != _open_watch_count or per_namespace.keys() != _open_watches.keys()
+    _open_watch_count = len(active)
+    if opened_or_closed:
+        gauge("triggerer.shared_watches", len(active))
+    for namespace, triggers in per_namespace.items():
+        if _open_watches.get(namespace) != triggers:
+            gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", triggers, tags={"namespace": namespace})
+    for namespace in (
+        _open_watches.keys() - per_namespace.keys()
+    ):  # a closed watch reads 0, not its last count
+        gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", 0, tags={"namespace": namespace})
     _open_watches.clear()
     _open_watches.update(per_namespace)
-    gauge("triggerer.shared_watches", len(active))
-    for namespace, triggers in per_namespace.items():
+    write_triggerer_status(force=opened_or_closed)
+
+
+def watch_subscribers(namespace: str, triggers: int) -> None:
+    """One open watch's trigger count changed (a trigger joined or left; the set of watches did not)."""
+    if _open_watches.get(namespace) != triggers:
+        _open_watches[namespace] = triggers
         gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", triggers, tags={"namespace": namespace})
-    for namespace in gone:  # a closed watch reads 0, not its last count
-        gauge(f"triggerer.triggers_per_watch.{_safe(namespace)}", 0, tags={"namespace": namespace})
-    write_triggerer_status(force=True)
+    write_triggerer_status()
 
 
 def triggerer_status() -> dict[str, Any]:
@@ -342,10 +362,12 @@ def write_triggerer_status(*, force: bool = False) -> None:
     try:
         from airflow_jobwatch import config
 
-        path = config.get_str("triggerer_status_file")
-        if not path or (not force and time.monotonic() - _status_written_at < GAUGE_INTERVAL_SECONDS / 2):
+        if not force and time.monotonic() - _status_written_at < GAUGE_INTERVAL_SECONDS / 2:
             return
         _status_written_at = time.monotonic()
+        path = config.get_str("triggerer_status_file")
+        if not path:
+            return
         write_json_atomically(path, triggerer_status())
     except Exception as err:
         log.debug("Could not write the triggerer status file: %s", err)
@@ -396,5 +418,6 @@ __all__ = [
     "shared_watches",
     "terminal_report",
     "timing_seconds",
+    "watch_subscribers",
     "watcher_restarts",
 ]

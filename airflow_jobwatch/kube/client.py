@@ -290,14 +290,13 @@ def _named(entries: object, path: str, section: str) -> dict[str, Mapping[str, A
 def _existing_kubeconfig_files(cfg: ClusterConfig) -> list[str]:
     paths = cfg.kubeconfig_paths()
     shown = KUBECONFIG_PATH_SEPARATOR.join(paths)
-    if cfg.config_file:
-        missing = [p for p in paths if not os.path.isfile(p)]
-        if missing:
-            raise ClusterConfigError(
-                f"kubeconfig {missing[0]!r} (from config_file) does not exist or is not a file; "
-                "expected the path of a kubeconfig YAML file"
-            )
     existing = [p for p in paths if os.path.isfile(p)]
+    if cfg.config_file and len(existing) < len(paths):
+        missing = [p for p in paths if p not in existing]
+        raise ClusterConfigError(
+            f"kubeconfig {missing[0]!r} (from config_file) does not exist or is not a file; "
+            "expected the path of a kubeconfig YAML file"
+        )
     if not existing:
         source = "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "the default location"
         raise ClusterConfigError(

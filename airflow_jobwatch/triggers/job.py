@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import random
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
@@ -56,10 +57,6 @@ CLASSPATH = "airflow_jobwatch.triggers.job.JobTrigger"
 #: in it, asks the API server once. Nothing is sent while the Job is cached, so this only bounds how long
 #: a missed event (which the informer's relist repairs anyway) can delay the result.
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
-
-#: Upper bound of one wait of the run loop when the API is failing, so that the tolerance is checked
-#: close to its expiry even when the informers report nothing new.
-_HEALTH_CHECK_SECONDS = 1.0
 
 #: After a GET has answered 404 for a Job missing from the cache, how long the trigger still waits for
 #: the watch to deliver the Job's events before reporting it deleted. A Job that completes and is
@@ -662,8 +659,12 @@ class _Wait:
         being confirmed missing): decide from the cache, CONFIRMING, and the API-failure tolerance."""
         t = self.trigger
         poll = t.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
-        tolerance = t._tolerance()
+        tolerance: float | None = None  # read when the API first fails (most waits never need it)
         missing_since: float | None = None
+        # Triggers that start together (a triggerer picking up thousands at once) would otherwise wake
+        # together every poll_interval, and each such burst delays every watch event behind it: the
+        # first safety-net look comes after a random part of the interval, later ones +-10 % of it.
+        next_poll = poll * random.random()
         while not self.result.done():
             decision = t._decide(watch)
             if isinstance(decision, dict):
@@ -709,7 +710,9 @@ class _Wait:
                 )
                 break
             failing_for = watch.api_failing_for()
-            if failing_for is not None and failing_for >= tolerance:
+            if failing_for is not None and tolerance is None:
+                tolerance = t._tolerance()
+            if failing_for is not None and tolerance is not None and failing_for >= tolerance:
                 self.done(
                     t._payload(
                         OUTCOME_ERROR,
@@ -720,17 +723,16 @@ class _Wait:
                     )
                 )
                 break
-            wait_for = poll
-            if failing_for is not None or not watch.synced:
-                wait_for = min(wait_for, _HEALTH_CHECK_SECONDS)
-                if failing_for is not None:
-                    wait_for = min(wait_for, max(0.05, tolerance - failing_for))
+            wait_for, next_poll = next_poll, poll * random.uniform(0.9, 1.1)
+            if failing_for is not None and tolerance is not None:
+                wait_for = min(wait_for, max(0.05, tolerance - failing_for))
             if missing_since is not None:
                 wait_for = min(
                     wait_for, max(0.01, _MISSING_GRACE_SECONDS - (time.monotonic() - missing_since))
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.result), timeout=wait_for)
+            # Until the result, the timeout, or the watch's health changes (it also wakes us every
+            # second while the API fails): no timer of our own ticks while the watch is merely syncing.
+            await asyncio.wait((self.result, watch.changed()), timeout=wait_for)
 
 
 class _Response:

@@ -66,6 +66,9 @@ TOMBSTONE_MAX_AGE_SECONDS = 600.0
 #: lingering watch costs two open connections and its cache; 60 s is about one task's start-up time.
 DEFAULT_LINGER_SECONDS = 60.0
 
+#: While the API fails, how often a namespace watch wakes its triggers to check their failure tolerance.
+HEALTH_CHECK_SECONDS = 1.0
+
 
 def _conf_str(key: str, default: str) -> str:
     try:
@@ -170,6 +173,12 @@ class NamespaceWatch:
         self._last_error: str | None = None
         self._ready: asyncio.Task[None] | None = None
         self._stopping = False
+        # Resolved (and replaced) whenever the triggers' safety nets should look again: a health change,
+        # and every HEALTH_CHECK_SECONDS while the API fails or refuses us (see changed()).
+        self._changed: asyncio.Future[None] | None = None
+        self._reported_synced = False
+        self._reported_failing = False
+        self._health_checker: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def ensure_started(self) -> asyncio.Task[None]:
@@ -209,10 +218,40 @@ class NamespaceWatch:
         self.pods.subscribe(self._on_pod_event, self._on_health)
         await self.jobs.start()
         await self.pods.start()
+        self._health_checker = asyncio.get_running_loop().create_task(
+            self._check_health(), name=f"jobwatch-namespace-health-{ns}"
+        )
+
+    async def _check_health(self) -> None:
+        """While the API fails (or refuses us), wake the triggers' safety nets every HEALTH_CHECK_SECONDS,
+        so each checks its own failure tolerance on time; while all is well, this wakes nobody. One timer
+        per namespace, instead of one per trigger."""
+        while True:
+            await asyncio.sleep(HEALTH_CHECK_SECONDS)
+            if self.api_failing_for() is not None or self.access_denied:
+                self._wake()
+
+    def changed(self) -> asyncio.Future[None]:
+        """A future resolved the next time the triggers should re-check the watch's health (a
+        connection, health or sync change; every HEALTH_CHECK_SECONDS while the API fails). Waiters
+        never cancel it: they wait on it with a timeout (``asyncio.wait``)."""
+        if self._changed is None or self._changed.done():
+            self._changed = asyncio.get_running_loop().create_future()
+        return self._changed
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
 
     async def stop(self) -> None:
         """Stop both informers and close the client. Prompt; safe to call more than once."""
         self._stopping = True
+        if self._health_checker is not None:
+            self._health_checker.cancel()
+            with contextlib.suppress(BaseException):
+                await self._health_checker
+            self._health_checker = None
         if self._ready is not None and not self._ready.done():
             self._ready.cancel()
             with contextlib.suppress(BaseException):
@@ -368,7 +407,16 @@ class NamespaceWatch:
     def _on_health(self, health: InformerHealth) -> None:
         if health.last_error:
             self._last_error = health.last_error
-        self._notify_all()  # triggers re-check their API failure tolerance
+        synced = self.synced
+        failing = self.api_failing_for() is not None or self.access_denied is not None
+        if synced != self._reported_synced:  # the cache can now answer (or no longer can)
+            self._reported_synced = synced
+            self._notify_all()
+        if failing or self._reported_failing or not synced:
+            # the triggers' safety nets re-check their API failure tolerance (and recover with the API);
+            # a healthy watch merely reconnecting (timeoutSeconds, a resync) wakes nobody
+            self._wake()
+        self._reported_failing = failing
 
     def _expire_tombstones(self) -> None:
         cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS
@@ -411,6 +459,17 @@ class InformerRegistry:
         self.linger_reuses = 0
         self.linger_closes = 0
 
+    def _report(self, watch: NamespaceWatch, *, opened: bool) -> None:
+        """Metrics and status file: the whole picture when a watch opened, else only this namespace's
+        trigger count (subscribe and release run once per trigger: 10,000 triggers, 10,000 calls)."""
+        if opened:
+            metrics.shared_watches(self.active())
+            return
+        namespace = watch.key.namespace
+        metrics.watch_subscribers(
+            namespace, sum(w.refcount for k, w in self._watches.items() if k.namespace == namespace)
+        )
+
     def active(self) -> dict[WatchKey, int]:
         """Subscriber count per shared watch (for tests, logs and the benchmark)."""
         return {key: watch.refcount for key, watch in self._watches.items()}
@@ -432,6 +491,7 @@ class InformerRegistry:
         retries from scratch.
         """
         watch = self._watches.get(key)
+        opened = watch is None
         if watch is None:
             # Created and registered with no await in between, so concurrent subscribers share it.
             selector = (
@@ -452,7 +512,7 @@ class InformerRegistry:
             watch.idle_since = None
             self.linger_reuses += 1
         watch.refcount += 1
-        metrics.shared_watches(self.active())
+        self._report(watch, opened=opened)
         remove = watch.listen(job_name, on_change)
         try:
             await asyncio.shield(watch.ensure_started())
@@ -465,7 +525,7 @@ class InformerRegistry:
     async def _release(self, watch: NamespaceWatch) -> None:
         watch.refcount -= 1
         if watch.refcount > 0:
-            metrics.shared_watches(self.active())
+            self._report(watch, opened=False)
             return
         linger = self._linger_seconds if self._linger_seconds is not None else linger_seconds_from_conf()
         ready = watch._ready
