@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -11,7 +12,7 @@ from . import tables
 from .errors import bad_request, expired, not_found, too_large_resource_version
 from .responses import _json_response
 from .selectors import parse_field_selector, parse_label_selector
-from .store import API_VERSIONS, LIST_KINDS, Entry, decode_continue, encode_continue
+from .store import API_VERSIONS, LIST_KINDS, Entry, KeyIndex, decode_continue, encode_continue, key_string
 
 if TYPE_CHECKING:
     from .store import Store
@@ -49,12 +50,12 @@ class ReadsMixin:
             rv = store.rv - self.cache_lag
         return max(rv, store.compacted_for(resource), 0)
 
-    def _cached_objects(self, resource: str) -> tuple[int, dict[tuple[str, str], Entry]]:
+    def _cached_listing(self, resource: str) -> tuple[int, tuple[dict[tuple[str, str], Entry], KeyIndex]]:
         rv = self.cache_rv(resource)
         if rv >= self.store.rv:
-            return self.store.rv, self.store.objects[resource]
+            return self.store.rv, self.store.listing(resource)
         self.counters[f"stale list {resource}"] += 1
-        return rv, self.store.snapshot(resource, rv)
+        return rv, self.store.listing(resource, rv)
 
     # ---- list ------------------------------------------------------------------------------------
     def _list(self, resource: str, ns: str | None, query: Any, *, as_table: bool = False) -> web.Response:
@@ -82,11 +83,11 @@ class ReadsMixin:
         if rv_match == "Exact" and rv_param == "0":
             raise bad_request('resourceVersionMatch "Exact" is forbidden for resourceVersion "0"')
         list_rv = store.rv
-        objects = store.objects[resource]
+        listing = store.listing(resource)
         from_cache = False
         if rv_param == "0":
             if self.watch_cache:
-                list_rv, objects = self._cached_objects(resource)
+                list_rv, listing = self._cached_listing(resource)
                 from_cache = True
         elif rv_param not in (None, ""):
             try:
@@ -99,16 +100,14 @@ class ReadsMixin:
                 if requested < store.rv and requested < store.compacted_for(resource):
                     raise expired("The resourceVersion for the provided list is too old.")
                 list_rv = requested
-                objects = (
-                    store.objects[resource] if requested >= store.rv else store.snapshot(resource, requested)
-                )
+                listing = store.listing(resource, requested)
             elif self.watch_cache:
                 # A real server waits up to 3 s for its cache to reach N, then gives up with 504; the
                 # sandbox's cache never catches up while lagging or frozen, so it answers at once.
                 cached = self.cache_rv(resource)
                 if requested > cached:
                     raise too_large_resource_version(requested, cached)
-                list_rv, objects = self._cached_objects(resource)
+                list_rv, listing = self._cached_listing(resource)
             elif requested > store.rv:
                 raise too_large_resource_version(requested, store.rv)
         start = ""
@@ -126,24 +125,28 @@ class ReadsMixin:
                     "results in an inconsistent list - objects that were created, modified, or deleted "
                     "between the time the first chunk was returned and now may show up in the list."
                 )
-            objects = store.objects[resource] if list_rv >= store.rv else store.snapshot(resource, list_rv)
+            # A continued list shows the state at the first page's revision, like etcd (pages of one
+            # list never mix states); that state is built once for all the list's pages (Store.listing).
+            listing = store.listing(resource, list_rv)
         limit_raw = query.get("limit")
         limit = int(limit_raw) if limit_raw and limit_raw.isdigit() and int(limit_raw) > 0 else 0
         if from_cache:
             limit = 0  # the watch cache does not page: the whole list, no continue token
-        # A continued list shows the state at the first page's revision, like etcd (pages of one
-        # list never mix states), above.
+        objects, index = listing
+        # Keys in etcd order after the continue token's start: a binary search in the index, so a page
+        # costs what it returns (plus what a selector skips), not the size of the whole collection.
         name_eq = equals.get("metadata.name")
+        keys: Iterable[tuple[str, str]]
         if name_eq is not None and ns is not None:
             one = objects.get((ns, name_eq))
-            keys = [(ns, name_eq)] if one is not None else []
-        elif ns is not None:
-            keys = sorted(k for k in objects if k[0] == ns)
+            keys = [(ns, name_eq)] if one is not None and (not start or f"/{name_eq}" > start) else []
         else:
-            keys = sorted(objects)
+            keys = index.after(ns, start)
 
-        def key_string(k: tuple[str, str]) -> str:
-            return f"/{k[1]}" if ns is not None else (f"{k[0]}/{k[1]}" if k[0] else k[1])
+        def token_start(k: tuple[str, str]) -> str:
+            # A namespaced list's continue token holds "/<name>" (the key after "<namespace>"), like the
+            # real server's (/work/shared/reference/real-apiserver/list-paging.json).
+            return f"/{k[1]}" if ns is not None else key_string(k)
 
         selective = bool(query.get("labelSelector") or query.get("fieldSelector"))
         items: list[bytes] = []
@@ -151,15 +154,13 @@ class ReadsMixin:
         next_token: str | None = None
         last_key: tuple[str, str] = ("", "")
         for k in keys:
-            if start and key_string(k) <= start:
-                continue
             entry = objects[k]
             if selective and not (
                 label_match(entry.obj["metadata"].get("labels") or {}) and field_match(entry.obj)
             ):
                 continue
             if limit and len(items) == limit:
-                next_token = encode_continue(list_rv, key_string(last_key))
+                next_token = encode_continue(list_rv, token_start(last_key))
                 break
             items.append(entry.item)
             matched.append(entry.obj)

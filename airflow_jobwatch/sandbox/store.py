@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import collections
+import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +40,10 @@ LIST_KINDS = {"pods": "PodList", "namespaces": "NamespaceList", "jobs": "JobList
 # watchers) instead of letting them hold memory; 5000 events is 2.5 s of the 2000 changes/s the
 # sandbox is benchmarked for, far more than a healthy client ever lags.
 WATCHER_MAX_BUFFER = 5000
+
+# Past states of a collection kept for paged lists that continue at their first page's revision (see
+# Store.listing). One paged list needs one; a few cover lists of several resources or clients interleaved.
+SNAPSHOTS_KEPT = 4
 
 
 def clone(value: Any) -> Any:
@@ -66,6 +72,61 @@ class Entry:
     obj: dict[str, Any]
     item: bytes  # JSON as in a list's ``items`` (no kind/apiVersion, like the real server)
     full: bytes  # JSON with kind/apiVersion (GET answers and watch events)
+
+
+def key_string(key: tuple[str, str]) -> str:
+    """The object's key as etcd orders it, without the resource prefix: ``namespace/name``, or ``name`` for a
+    cluster-scoped object (etcd keys are ``/registry/pods/<namespace>/<name>``). LIST pages follow this
+    order, and a continue token's ``start`` is such a key (``/name`` for a namespaced list)."""
+    namespace, name = key
+    return f"{namespace}/{name}" if namespace else name
+
+
+class KeyIndex:
+    """The keys of one state of a collection in etcd order, so that a LIST page starts with a binary search
+    instead of sorting and scanning the whole collection (which made each page of a paged list O(n log n)
+    and a full paged list quadratic: 100 pages of 500 out of 50,000 pods cost the sandbox ~5 s of CPU).
+
+    ``strings[i]`` is :func:`key_string` of ``keys[i]``; both lists stay sorted by the strings. The index of
+    the current state is kept up to date by :meth:`Store.commit` (an insertion or removal is one bisect
+    and one memmove, microseconds even at 50,000 keys); the indexes of past states never change.
+    """
+
+    __slots__ = ("keys", "strings")
+
+    def __init__(self, keys: Iterable[tuple[str, str]]) -> None:
+        pairs = sorted((key_string(k), k) for k in keys)
+        self.strings: list[str] = [s for s, _ in pairs]
+        self.keys: list[tuple[str, str]] = [k for _, k in pairs]
+
+    def add(self, key: tuple[str, str]) -> None:
+        s = key_string(key)
+        i = bisect.bisect_left(self.strings, s)
+        if i < len(self.strings) and self.strings[i] == s:
+            return
+        self.strings.insert(i, s)
+        self.keys.insert(i, key)
+
+    def remove(self, key: tuple[str, str]) -> None:
+        s = key_string(key)
+        i = bisect.bisect_left(self.strings, s)
+        if i < len(self.strings) and self.strings[i] == s:
+            del self.strings[i]
+            del self.keys[i]
+
+    def after(self, namespace: str | None, start: str) -> Iterator[tuple[str, str]]:
+        """Keys in etcd order, of ``namespace`` only (None: all), strictly after the continue token's
+        ``start`` (``""``: from the first)."""
+        strings = self.strings
+        if namespace is None:
+            lo, hi = (bisect.bisect_right(strings, start) if start else 0), len(strings)
+        else:
+            # "<ns>/..." keys are contiguous: from "<ns>/" up to (excluding) "<ns>0" ("0" follows "/").
+            lo = bisect.bisect_left(strings, namespace + "/")
+            hi = bisect.bisect_left(strings, namespace + "0", lo)
+            if start:
+                lo = min(max(lo, bisect.bisect_right(strings, namespace + start, lo, hi)), hi)
+        return itertools.islice(self.keys, lo, hi)
 
 
 @dataclass(slots=True)
@@ -167,6 +228,12 @@ class Store:
         self.watchers: dict[str, list[Watcher]] = {r: [] for r in API_VERSIONS}
         self.listeners: list[Callable[[Event], None]] = []
         self.stall_new_watches = False
+        # Key order of the current state of each resource (built on first use, then kept up to date by
+        # commit) and of a few past states (resource, revision), for paged lists: see listing().
+        self._indexes: dict[str, KeyIndex] = {}
+        self._snapshots: collections.OrderedDict[
+            tuple[str, int], tuple[dict[tuple[str, str], Entry], KeyIndex]
+        ] = collections.OrderedDict()
 
     # ---- serialization -------------------------------------------------------------------------
     @staticmethod
@@ -250,6 +317,27 @@ class Store:
                 objects[key] = self.encode(resource, before)
         return objects
 
+    def listing(self, resource: str, rv: int | None = None) -> tuple[dict[tuple[str, str], Entry], KeyIndex]:
+        """The objects of ``resource`` at revision ``rv`` (None or the current one: now) and their key order,
+        for a LIST page. Past states are rebuilt once by :meth:`snapshot` and kept (the last
+        ``SNAPSHOTS_KEPT``): every page of a paged list reads the state at the first page's revision, and
+        rebuilding it (copying the collection, re-encoding every change since) for each page made a list
+        of 100 pages cost 100 times one. The caller checks that ``rv`` was not compacted."""
+        if rv is None or rv >= self.rv:
+            index = self._indexes.get(resource)
+            if index is None:
+                index = self._indexes[resource] = KeyIndex(self.objects[resource])
+            return self.objects[resource], index
+        cached = self._snapshots.get((resource, rv))
+        if cached is None:
+            objects = self.snapshot(resource, rv)
+            cached = self._snapshots[(resource, rv)] = (objects, KeyIndex(objects))
+            while len(self._snapshots) > SNAPSHOTS_KEPT:
+                self._snapshots.popitem(last=False)
+        else:
+            self._snapshots.move_to_end((resource, rv))
+        return cached
+
     # ---- writes --------------------------------------------------------------------------------
     def commit(
         self, resource: str, type_: str, obj: dict[str, Any], prev: dict[str, Any] | None = None
@@ -264,10 +352,15 @@ class Store:
         namespace = meta.get("namespace", "")
         key = (namespace, meta["name"])
         entry = self.encode(resource, obj)
+        objects = self.objects[resource]
+        index = self._indexes.get(resource)
         if type_ == "DELETED":
-            self.objects[resource].pop(key, None)
+            if objects.pop(key, None) is not None and index is not None:
+                index.remove(key)
         else:
-            self.objects[resource][key] = entry
+            if index is not None and key not in objects:
+                index.add(key)
+            objects[key] = entry
         event = Event(self.rv, resource, type_, namespace, obj, prev, entry.full)
         name = self._history_name(resource)
         if self.history_window > 0:
