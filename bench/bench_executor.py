@@ -555,21 +555,38 @@ def render_throughput(rows: list[dict[str, Any]], *, tasks: int, parallelism: in
     )
 
 
+RELIABILITY_MARKER = "## Executor: JobWatchExecutor vs upstream"
 THROUGHPUT_MARKER = "## Executor throughput"
 
 
-def write_fragment(out: Path, text: str, *, throughput: bool) -> None:
-    """Write one of the fragment's two sections (reliability first, then throughput from
-    THROUGHPUT_MARKER on), keeping the other one as it is."""
+def write_section(out: Path, text: str, marker: str) -> None:
+    """Write the section of the fragment whose heading starts with ``marker``, keeping the others.
+
+    Sections are the ``## `` headings of docs/benchmarks/executor.md: the reliability run, the
+    throughput run (this script) and the watcher's memory (bench_watcher_memory.py). A section already
+    there is replaced in place; a new one is appended.
+    """
     existing = out.read_text() if out.exists() else ""
-    reliability, marker, old_throughput = existing.partition(THROUGHPUT_MARKER)
-    if throughput:
-        new = (reliability.rstrip() + "\n\n" + text) if reliability.strip() else text
+    sections: list[str] = []
+    for line in existing.splitlines(keepends=True):
+        if line.startswith("## ") or not sections:
+            sections.append("")
+        sections[-1] += line
+    sections = [s for s in sections if s.strip()]
+    for i, section in enumerate(sections):
+        if section.startswith(marker):
+            sections[i] = text
+            break
     else:
-        new = (text.rstrip() + "\n\n" + marker + old_throughput) if marker else text
+        sections.append(text)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(new)
+    out.write_text("\n\n".join(s.strip() for s in sections) + "\n")
     print(f"wrote {out}")
+
+
+def write_fragment(out: Path, text: str, *, throughput: bool) -> None:
+    """Write the reliability or the throughput section, keeping the other sections as they are."""
+    write_section(out, text, THROUGHPUT_MARKER if throughput else RELIABILITY_MARKER)
 
 
 def main_throughput(tasks: int, parallelism: int, seconds: float, out: Path) -> None:
