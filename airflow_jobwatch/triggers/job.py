@@ -732,7 +732,9 @@ class _Wait:
                 )
             # Until the result, the timeout, or the watch's health changes (it also wakes us every
             # second while the API fails): no timer of our own ticks while the watch is merely syncing.
-            await asyncio.wait((self.result, watch.changed()), timeout=wait_for)
+            await asyncio.wait(
+                (self.result, watch.changed()), timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
+            )
 
 
 class _Response:

@@ -57,6 +57,43 @@ async def test_failure_with_reason_names_exit_code(sandbox, kubeconfig, k8s_asyn
 
 
 @pytest.mark.sandbox(job_controller=False, kubelet=False)
+async def test_success_whose_pods_never_show_is_reported_after_the_settle_time_not_the_poll(
+    sandbox, kubeconfig, k8s_async_client
+):
+    """A success held for its pods (which never come: no kubelet here) ends when the hold does; the
+    safety net's poll (an hour here) must not be what ends the wait."""
+    await create_job(k8s_async_client, job_manifest("nopods", ["true"]))
+    trigger = make_trigger(sandbox, kubeconfig, "nopods", poll_interval=3600.0)
+    # The namespace's watch is synced before the trigger joins it, so the trigger sees the Job running
+    # and waits; the Job ends only then.
+    async with make_trigger(sandbox, kubeconfig, "nopods").watching():
+        task = asyncio.create_task(collect(trigger, limit=20.0))
+        await wait_until(lambda: sum(get_registry().active().values()) == 2, what="the trigger joining")
+        await _complete_without_pods(k8s_async_client, "nopods")
+        [event] = await task
+    assert event["outcome"] == "success", event
+    assert event["pods"] == []
+
+
+async def _complete_without_pods(k8s_async_client, name):
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await BatchV1Api(k8s_async_client).patch_namespaced_job_status(
+        name,
+        NS,
+        {
+            "status": {
+                "succeeded": 1,
+                "conditions": [
+                    {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                    {"type": "Complete", "status": "True", "lastTransitionTime": now},
+                ],
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+
+
+@pytest.mark.sandbox(job_controller=False, kubelet=False)
 async def test_failed_condition_without_reason_is_a_failure_and_false_is_not_final(
     sandbox, kubeconfig, k8s_async_client
 ):
