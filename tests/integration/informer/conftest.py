@@ -51,3 +51,21 @@ async def server() -> AsyncIterator[ScriptedServer]:
     """A scripted API server (scripted_server.py) for the protocol branches the sandbox does not produce."""
     async with ScriptedServer() as srv:
         yield srv
+
+
+def _page_decoders() -> list[Any]:
+    from airflow_jobwatch.kube import informer
+
+    out = [pytest.param(informer._decode_page_stdlib, id="stdlib-json")]
+    if hasattr(informer, "_decode_page_msgspec"):
+        out.append(pytest.param(informer._decode_page_msgspec, id="msgspec"))
+    return out
+
+
+@pytest.fixture(params=_page_decoders())
+def each_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the test once with each LIST page decoder of kube/informer.py (msgspec, used when it is installed,
+    which it is wherever Airflow is; the stdlib's json otherwise): the relist rules must not depend on it."""
+    from airflow_jobwatch.kube import informer
+
+    monkeypatch.setattr(informer, "_decode_page", request.param)

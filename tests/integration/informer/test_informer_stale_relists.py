@@ -14,11 +14,15 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import pytest
 from aiohttp import web
 from informer_helpers import FAST, eventually
 from scripted_server import ScriptedServer, line, list_of, phase_of, pod, start, status, stop, stream
 
 from airflow_jobwatch.kube.informer import EventType, InformerConfig, compare_resource_versions
+
+# Every test here runs with each LIST page decoder (conftest.each_decoder).
+pytestmark = pytest.mark.usefixtures("each_decoder")
 
 
 def expired_410() -> bytes:
