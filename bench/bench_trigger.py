@@ -428,9 +428,45 @@ class Observer:
         self.ready.wait(30)
 
 
-def _finish_jobs_on_schedule(batch: Any, durations: dict[tuple[str, str], int], started: float) -> None:
-    """--simulate: no kubelet and no Job controller; write each Job's Complete condition (as the Job
-    controller would) ``duration`` seconds after the triggers started, from a few threads."""
+def _simulated_pod(job: Any) -> dict[str, Any]:
+    """--simulate: the pod the Job controller would create for ``job`` (a V1Job), labelled and owned as
+    the real controller does, so the triggers' pod watch sees it."""
+    meta = job.metadata
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{meta.name}-pod",
+            "labels": {
+                "controller-uid": meta.uid,
+                "batch.kubernetes.io/controller-uid": meta.uid,
+                "job-name": meta.name,
+                "batch.kubernetes.io/job-name": meta.name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": meta.name,
+                    "uid": meta.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": CONTAINER, "image": "busybox", "command": ["true"]}],
+        },
+    }
+
+
+def _finish_jobs_on_schedule(
+    batch: Any, core: Any, durations: dict[tuple[str, str], int], started: float
+) -> None:
+    """--simulate: no kubelet and no Job controller. ``duration`` seconds after the triggers started, write
+    what they would, in their order: the pod's Succeeded status (the kubelet), then the Job's
+    ``SuccessCriteriaMet`` and ``Complete`` conditions (the Job controller), from a few threads."""
     import concurrent.futures
 
     schedule = sorted((started + seconds, ns, name) for (ns, name), seconds in durations.items())
@@ -439,6 +475,26 @@ def _finish_jobs_on_schedule(batch: Any, durations: dict[tuple[str, str], int], 
         at, ns, name = item
         time.sleep(max(0.0, at - time.time()))
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        terminated = {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}
+        core.patch_namespaced_pod_status(
+            f"{name}-pod",
+            ns,
+            {
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {
+                            "name": CONTAINER,
+                            "ready": False,
+                            "restartCount": 0,
+                            "image": "busybox",
+                            "imageID": "",
+                            "state": {"terminated": terminated},
+                        }
+                    ],
+                }
+            },
+        )
         condition = {"status": "True", "lastProbeTime": now, "lastTransitionTime": now}
         body = {
             "status": {
@@ -522,8 +578,10 @@ def run_variant(
     observer.start()
     batch = client.BatchV1Api(api_client)
     created_at = time.monotonic()
-    for (namespace, name), seconds in durations.items():
-        batch.create_namespaced_job(
+
+    def create(item: tuple[tuple[str, str], int]) -> None:
+        (namespace, name), seconds = item
+        job = batch.create_namespaced_job(
             namespace,
             {
                 "apiVersion": "batch/v1",
@@ -542,13 +600,25 @@ def run_variant(
                 },
             },
         )
-    print(f"  {variant}: created {n} Jobs in {time.monotonic() - created_at:.0f} s", flush=True)
+        if simulate:  # the Job controller's pod, as it would create it (the kubelet is off: it stays Pending)
+            core.create_namespaced_pod(namespace, _simulated_pod(job))
+
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for _ in pool.map(create, durations.items()):
+            pass
+    print(
+        f"  {variant}: created {n} Jobs{' and their pods' if simulate else ''} in "
+        f"{time.monotonic() - created_at:.0f} s",
+        flush=True,
+    )
     admin.reset_counters()
     started = time.time()
     proc.stdin.write("go\n")
     proc.stdin.flush()
     if simulate:
-        _finish_jobs_on_schedule(batch, durations, started)
+        _finish_jobs_on_schedule(batch, core, durations, started)
     proc.wait(timeout=hi + 600)
     wall = time.time() - started
     counters = admin.counters()
@@ -563,7 +633,7 @@ def run_variant(
     # The driver's own writes (creating Jobs, and with --simulate their Complete conditions) are not the
     # triggers' requests.
     def driver(key: str) -> bool:
-        return key.startswith("create ") or key == "patch jobs/status"
+        return key.startswith("create ") or key in ("patch jobs/status", "patch pods/status")
 
     requests = sum(v for k, v in counters.items() if not driver(k))
     # clean up the variant's Jobs (Background) so the next variant's sandbox is not loaded by them
@@ -733,11 +803,12 @@ def main() -> int:
     note = args.note
     if args.simulate:
         note = (
-            "Run with `--simulate`: no kubelet and no Job controller; the driver writes each Job's "
-            "`SuccessCriteriaMet` and `Complete` conditions at its scheduled time, as the Job controller would "
-            "(the sandbox's kubelet runs each container as a host process, and 10,000 concurrent `sleep`s "
-            "would exhaust the shared machine's process and file limits). The triggers see the same Job "
-            "objects and watch events either way. " + note
+            "Run with `--simulate`: no kubelet and no Job controller; the driver creates each Job's pod "
+            "(labelled and owned as the Job controller does) and, at the Job's scheduled end, writes the "
+            "pod's `Succeeded` status (as the kubelet would) and then the Job's `SuccessCriteriaMet` and "
+            "`Complete` conditions (as the Job controller would). The sandbox's kubelet runs each container "
+            "as a host process, and 10,000 concurrent `sleep`s would exhaust the shared machine's process "
+            "and file limits. The triggers see the same objects and watch events either way. " + note
         ).strip()
     text = render(rows, lo=lo, hi=hi, note=note)
     print(text)

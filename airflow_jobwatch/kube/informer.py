@@ -628,6 +628,9 @@ class Informer:
         self._limit_ignored: set[str] = set()
         self._label_match = _selector_matcher(self.label_selector)
         self._project = projector(kind) if config.projection else None
+        #: Objects for which this returns True are stored whole, projection or not (the trigger registry
+        #: keeps the Jobs its triggers wait for whole: their event carries the whole Job).
+        self.keep_whole: Callable[[dict[str, Any]], bool] | None = None
         # Counters for tests and benchmarks: confirmations by GET, their verdicts, stale copies skipped.
         self.stats: dict[str, int] = {
             "confirm_gets": 0,
@@ -948,7 +951,7 @@ class Informer:
         obj.setdefault("apiVersion", self._api_version)
         if self.config.strip_managed_fields:
             obj["metadata"].pop("managedFields", None)
-        if self._project is not None:
+        if self._project is not None and not (self.keep_whole is not None and self.keep_whole(obj)):
             return self._project(obj)
         return obj
 

@@ -70,10 +70,10 @@ POD_FIELDS: dict[str, Spec] = {
 }
 
 #: A Job keeps its metadata, the scalar ``spec`` fields that size and bound it, and its whole ``status``
-#: (conditions and counters: a few hundred bytes). Its pod template, the bulk of a Job, is not kept: the
-#: trigger's event carries the whole Job (``V1Job.to_dict()``, as upstream's ``job`` key does) read by one
-#: GET when the trigger decides (``JobTrigger._with_whole_job``), not the cached copy. Only a Job deleted
-#: before that GET keeps the cached form in the event (its ``spec.template`` is then None).
+#: (conditions and counters: a few hundred bytes). Its pod template, the bulk of a Job, is not kept. The
+#: trigger registry stores the Jobs its triggers wait for whole (``Informer.keep_whole``), since their event
+#: carries the whole Job (``V1Job.to_dict()``, as upstream's ``job`` key does); a Job cached projected
+#: before its trigger came is read whole by one GET at the end (``JobTrigger._with_whole_job``).
 JOB_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,

@@ -456,15 +456,17 @@ class JobTrigger(BaseTrigger):
             return False, None
 
     async def _with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None:
-        """Put the whole Job in the payload's ``job`` (one GET, at the end only).
+        """Make sure the payload's ``job`` is the whole Job, as upstream's event's is.
 
-        The shared watch's cache keeps only the fields the classification reads (kube/projection.py);
-        upstream's event carries the whole Job (its spec and pod template included), and so does ours.
-        This is the one request a trigger sends of its own while its Job is in the cache. A Job already
-        gone keeps what the cache had of it.
+        The shared watch stores the Jobs triggers wait for whole, and the namespace's other Jobs projected
+        (kube/projection.py). A Job cached before its trigger subscribed, and not changed since (it had
+        already ended: a triggerer restart, a trigger moved here), is still in its projected form: then
+        one GET reads it whole. A Job already gone keeps what the cache had of it.
         """
         if payload.get("outcome") == OUTCOME_DELETED or not payload.get("uid"):
             return
+        if ((payload.get("job") or {}).get("spec") or {}).get("template") is not None:
+            return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
         answered, job = await self._read_job(watch)
         if answered and job is not None and _uid(job) == payload["uid"]:
             payload["job"] = client_job_dict(job)

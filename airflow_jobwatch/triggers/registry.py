@@ -214,6 +214,9 @@ class NamespaceWatch:
         )
         # Subscribe before start(): the initial list's ADDED events then build the pod index, and
         # every later relist's reconciliation (MODIFIED / DELETED_UNKNOWN) keeps it right.
+        # The Jobs triggers wait for are stored whole (their event carries the whole Job, as upstream's
+        # does, with no GET at the end); the namespace's other Jobs are projected.
+        self.jobs.keep_whole = self._has_listeners
         self.jobs.subscribe(self._on_job_event, self._on_health)
         self.pods.subscribe(self._on_pod_event, self._on_health)
         await self.jobs.start()
@@ -353,6 +356,9 @@ class NamespaceWatch:
                     self._listeners.pop(job_name, None)
 
         return remove
+
+    def _has_listeners(self, job: dict[str, Any]) -> bool:
+        return _name(job) in self._listeners
 
     def _notify(self, job_name: str | None) -> None:
         if job_name is None:
