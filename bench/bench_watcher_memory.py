@@ -38,6 +38,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -556,6 +557,15 @@ def counters_summary(counters: dict[str, int]) -> str:
 # --- report ------------------------------------------------------------------------------------------
 
 
+def medians(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each numeric figure over the samples (other values from the first sample)."""
+    out = dict(samples[0])
+    for key, value in samples[0].items():
+        if isinstance(value, int | float):
+            out[key] = statistics.median(s[key] for s in samples)
+    return out
+
+
 def mib(kib: float) -> str:
     return f"{kib / 1024:.1f}"
 
@@ -568,7 +578,10 @@ def render(
     floors: list[tuple[str, int]],
     cache: dict[str, Any],
     load: tuple[str, str],
+    runs: dict[str, list[tuple[int, int]]],
 ) -> str:
+    """``base``/``loaded``: per watcher, the median of each figure over the repetitions; ``runs``: per
+    watcher, the (RSS, private) growth of each repetition, in KiB."""
     names = {
         "ours": "JobWatchExecutor's watcher (spawned by WatcherSupervisor)",
         "upstream": "upstream KubernetesJobWatcher (forked)",
@@ -578,8 +591,8 @@ def render(
     private_growth: dict[str, float] = {}
     for kind in ("ours", "upstream"):
         empty, full = base[kind], loaded[kind]
-        growth[kind] = full["rss_kib"] - empty["rss_kib"]
-        private_growth[kind] = full["uss_kib"] - empty["uss_kib"]
+        growth[kind] = statistics.median(g for g, _ in runs[kind])
+        private_growth[kind] = statistics.median(p for _, p in runs[kind])
         cells = [
             names[kind],
             mib(empty["rss_kib"]),
@@ -589,6 +602,7 @@ def render(
             mib(full["uss_kib"]),
             mib(growth[kind]),
             mib(private_growth[kind]),
+            ", ".join(mib(g) for g, _ in runs[kind]),
             f"{growth[kind] * 1024 / n:,.0f}",
             f"{empty['cpu_s']:.2f}",
             f"{full['cpu_s']:.2f}",
@@ -598,7 +612,8 @@ def render(
         rows.append("| " + " | ".join(cells) + " |")
     head = (
         "| watcher process | RSS, 0 pods (MiB) | RSS, N pods (MiB) | peak RSS (VmHWM), N pods (MiB) | private "
-        "(USS), 0 pods (MiB) | private, N pods (MiB) | RSS growth (MiB) | private growth (MiB) | RSS growth per "
+        "(USS), 0 pods (MiB) | private, N pods (MiB) | RSS growth (MiB) | private growth (MiB) | RSS growth of "
+        "each run (MiB) | RSS growth per "
         "pod (bytes) | CPU s, 0 pods | CPU s, N pods | start -> synced, N pods (s) | API requests, N pods |"
     )
     ratio = growth["upstream"] / growth["ours"]
@@ -636,12 +651,14 @@ def render(
             "with resources, env, a logs volume and a security context, and an `ExecuteTask` workload with a "
             "JWT-sized token; upstream's labels and annotations), then given a Running status with conditions "
             f"and a container status through the status subresource: {pod['pod_json_bytes']:,} bytes of JSON "
-            f"per pod. Synced = ours reported `running` for all {n:,} (its supervisor tracking them, as the "
+            f"per pod. Each watcher was measured {len(runs['ours'])} times (a new process each time, "
+            "baseline then loaded); the table gives the median of each figure, and the growth of each run. "
+            f"Synced = ours reported `running` for all {n:,} (its supervisor tracking them, as the "
             f"executor does), upstream logged `Event: <pod> is Running` for all {n:,} (it queues nothing for a "
             "running pod); memory and CPU were read once the process was idle after that.",
             "",
             head,
-            "|" + "---|" * 13,
+            "|" + "---|" * 14,
             *rows,
             "",
             f"Growth with {n:,} pods: ours {mib(growth['ours'])} MiB of RSS ({per_pod:,.0f} bytes per pod), "
@@ -695,6 +712,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="measurements of each watcher (median reported)"
+    )
     parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "executor.md"))
     parser.add_argument("--populate", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -728,17 +748,25 @@ def main() -> int:
         pod = json.loads(done.stdout.strip().splitlines()[-1])
         names = pod.pop("names")
         print(pod, flush=True)
-        # Upstream first: its watcher is forked, and this process has the same size at both its forks.
-        base: dict[str, dict[str, Any]] = {}
-        loaded: dict[str, dict[str, Any]] = {}
+        # Upstream first: its watcher is forked, and this process has about the same size at its forks.
+        samples: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {"upstream": [], "ours": []}
         for kind in ("upstream", "ours"):
-            for target, n in ((base, 0), (loaded, args.pods)):
-                print(f"{kind} with {n} pods ...", flush=True)
-                if kind == "upstream":
-                    target[kind] = run_upstream(n, admin, home / "upstream-watcher.log")
-                else:
-                    target[kind] = run_ours(names[:n], admin)
-                print(target[kind], flush=True)
+            for rep in range(args.repeat):
+                pair = []
+                for n in (0, args.pods):
+                    print(f"{kind}, run {rep + 1}/{args.repeat}, with {n} pods ...", flush=True)
+                    if kind == "upstream":
+                        pair.append(run_upstream(n, admin, home / "upstream-watcher.log"))
+                    else:
+                        pair.append(run_ours(names[:n], admin))
+                    print(pair[-1], flush=True)
+                samples[kind].append((pair[0], pair[1]))
+        base = {kind: medians([b for b, _ in pairs]) for kind, pairs in samples.items()}
+        loaded = {kind: medians([f for _, f in pairs]) for kind, pairs in samples.items()}
+        runs = {
+            kind: [(f["rss_kib"] - b["rss_kib"], f["uss_kib"] - b["uss_kib"]) for b, f in pairs]
+            for kind, pairs in samples.items()
+        }
         print("where our watcher's memory goes ...", flush=True)
         cache = cache_in_process(args.pods)
         whole = cache_in_process(args.pods, projection=not cache["projection"])
@@ -748,7 +776,9 @@ def main() -> int:
         floors = import_floors()
         print(cache, floors, flush=True)
         load_end = open("/proc/loadavg").read().split()[:3]
-        text = render(args.pods, pod, base, loaded, floors, cache, (" ".join(load_start), " ".join(load_end)))
+        text = render(
+            args.pods, pod, base, loaded, floors, cache, (" ".join(load_start), " ".join(load_end)), runs
+        )
         print()
         print(text)
         write_section(Path(args.out), text, MARKER)
