@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -326,6 +327,22 @@ def use_namespace(namespace: str) -> None:
     os.environ["AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE"] = namespace
 
 
+def stop_upstream(ex: Any) -> None:
+    """Upstream's executor shutdown: its ``terminate()`` does nothing, ``end()`` stops the watchers and the
+    Manager. Whatever is still alive afterwards is killed, so that no watcher of this run outlives it."""
+    scheduler = ex.kube_scheduler
+    watchers = list(scheduler.kube_watchers.values()) if scheduler is not None else []
+    manager = getattr(getattr(ex, "_manager", None), "_process", None)
+    try:
+        ex.end()
+    except Exception as err:
+        print(f"upstream end() raised {err!r}", file=sys.stderr)
+    for proc in [*watchers, manager]:
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(10)
+
+
 def run_upstream(n: int, admin: Any, logfile: Path) -> dict[str, Any]:
     """Upstream's KubernetesExecutor.start() forks its KubernetesJobWatcher; measure that process."""
     from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
@@ -378,7 +395,7 @@ def run_upstream(n: int, admin: Any, logfile: Path) -> dict[str, Any]:
         manager = ex._manager._process.pid  # its Manager process holds the queues (not the watcher)
         snap["manager_rss_kib"] = proc_status(manager)["VmRSS"]
     finally:
-        ex.terminate()
+        stop_upstream(ex)
     counters = admin.counters()
     return {
         **snap,
@@ -614,7 +631,8 @@ def render(
         "| watcher process | RSS, 0 pods (MiB) | RSS, N pods (MiB) | peak RSS (VmHWM), N pods (MiB) | private "
         "(USS), 0 pods (MiB) | private, N pods (MiB) | RSS growth (MiB) | private growth (MiB) | RSS growth of "
         "each run (MiB) | RSS growth per "
-        "pod (bytes) | CPU s, 0 pods | CPU s, N pods | start -> synced, N pods (s) | API requests, N pods |"
+        "pod (bytes) | CPU s, 0 pods | CPU s, N pods | start -> synced, N pods (s) | API requests, N pods "
+        "(first run) |"
     )
     ratio = growth["upstream"] / growth["ours"]
     private_ratio = private_growth["upstream"] / private_growth["ours"]
@@ -787,6 +805,7 @@ def main() -> int:
             sandbox.stop(timeout=15)
         except Exception:
             pass
+        shutil.rmtree(home, ignore_errors=True)
     return 0
 
 
