@@ -595,10 +595,10 @@ def render(
     floors: list[tuple[str, int]],
     cache: dict[str, Any],
     load: tuple[str, str],
-    runs: dict[str, list[tuple[int, int]]],
+    runs: dict[str, list[tuple[int, int, bool]]],
 ) -> str:
     """``base``/``loaded``: per watcher, the median of each figure over the repetitions; ``runs``: per
-    watcher, the (RSS, private) growth of each repetition, in KiB."""
+    watcher, the (RSS, private) growth of each repetition, in KiB, and whether its RSS was at its peak."""
     names = {
         "ours": "JobWatchExecutor's watcher (spawned by WatcherSupervisor)",
         "upstream": "upstream KubernetesJobWatcher (forked)",
@@ -608,8 +608,8 @@ def render(
     private_growth: dict[str, float] = {}
     for kind in ("ours", "upstream"):
         empty, full = base[kind], loaded[kind]
-        growth[kind] = statistics.median(g for g, _ in runs[kind])
-        private_growth[kind] = statistics.median(p for _, p in runs[kind])
+        growth[kind] = statistics.median(r[0] for r in runs[kind])
+        private_growth[kind] = statistics.median(r[1] for r in runs[kind])
         cells = [
             names[kind],
             mib(empty["rss_kib"]),
@@ -619,7 +619,7 @@ def render(
             mib(full["uss_kib"]),
             mib(growth[kind]),
             mib(private_growth[kind]),
-            ", ".join(mib(g) for g, _ in runs[kind]),
+            ", ".join(mib(r[0]) for r in runs[kind]),
             f"{growth[kind] * 1024 / n:,.0f}",
             f"{empty['cpu_s']:.2f}",
             f"{full['cpu_s']:.2f}",
@@ -649,6 +649,15 @@ def render(
         )
     else:
         aim = "the executor's informer configuration has the projection off"
+    spread = ""
+    for kind, label in (("ours", "Ours"), ("upstream", "Upstream")):
+        each = [r[0] for r in runs[kind]]
+        top = max(runs[kind])
+        if len(each) > 2 and top[0] > 1.5 * statistics.median(each) and top[2]:
+            spread += (
+                f" {label}'s largest growth ({mib(top[0])} MiB) is a run whose RSS was still at its peak "
+                "when read (the memory of the initial burst not given back yet); the median leaves it out."
+            )
     verdict = (
         "Ours grows more: it keeps a cache of every pod; upstream keeps none."
         if growth["ours"] > growth["upstream"]
@@ -681,7 +690,9 @@ def render(
             "",
             f"Growth with {n:,} pods: ours {mib(growth['ours'])} MiB of RSS ({per_pod:,.0f} bytes per pod), "
             f"upstream {mib(growth['upstream'])} MiB; upstream / ours = {ratio:.2f} for RSS, "
-            f"{private_ratio:.2f} for private memory. {verdict}",
+            f"{private_ratio:.2f} for private memory. {verdict} Peak RSS (VmHWM): ours "
+            f"{mib(loaded['ours']['hwm_kib'])} MiB, upstream {mib(loaded['upstream']['hwm_kib'])} MiB "
+            f"(its initial burst of ADDED events).{spread}",
             "",
             "Where our watcher's memory goes (same run):",
             "",
@@ -782,7 +793,14 @@ def main() -> int:
         base = {kind: medians([b for b, _ in pairs]) for kind, pairs in samples.items()}
         loaded = {kind: medians([f for _, f in pairs]) for kind, pairs in samples.items()}
         runs = {
-            kind: [(f["rss_kib"] - b["rss_kib"], f["uss_kib"] - b["uss_kib"]) for b, f in pairs]
+            kind: [
+                (
+                    f["rss_kib"] - b["rss_kib"],
+                    f["uss_kib"] - b["uss_kib"],
+                    f["rss_kib"] >= 0.98 * f["hwm_kib"],
+                )
+                for b, f in pairs
+            ]
             for kind, pairs in samples.items()
         }
         print("where our watcher's memory goes ...", flush=True)
