@@ -682,6 +682,12 @@ def render(
         )
     low, high = sorted((ratio, ratio_r))
     low_mib, high_mib = sorted((growth["upstream"], growth["upstream_restarted"]))
+    times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
+    upstream_mib = mib(low_mib) if mib(low_mib) == mib(high_mib) else f"{mib(low_mib)} to {mib(high_mib)}"
+    spread = "; ".join(
+        f"{label} {mib(min(r[0] for r in runs[kind]))} to {mib(max(r[0] for r in runs[kind]))} MiB"
+        for kind, label in (("ours", "ours"), ("upstream", "upstream once synced"))
+    )
     private_ratio_r = private_growth["upstream_restarted"] / private_growth["ours"]
     return "\n".join(
         [
@@ -713,7 +719,8 @@ def render(
             f"after its first watch restart. {restart_note} Upstream / ours: "
             f"{ratio:.2f} once synced, {ratio_r:.2f} after the restart (private memory: {private_ratio:.2f}, "
             f"{private_ratio_r:.2f}). Peak RSS (VmHWM): ours {mib(loaded['ours']['hwm_kib'])} MiB, upstream "
-            f"{mib(loaded['upstream']['hwm_kib'])} MiB.",
+            f"{mib(loaded['upstream']['hwm_kib'])} MiB. RSS growth over the {len(runs['ours'])} runs: "
+            f"{spread}.",
             "",
             "Where our watcher's memory goes (same run):",
             "",
@@ -750,8 +757,8 @@ def render(
             "",
             f"Against issue 11's memory aim (a cached object at least 5x smaller than the whole pod): "
             f"{aim}. Measured in the watcher process, a pod costs {per_pod:,.0f} bytes of RSS in ours; "
-            f"upstream's watcher, which caches nothing, grows {low:.2f}x to {high:.2f}x as much as ours "
-            f"({mib(low_mib)} to {mib(high_mib)} MiB against "
+            f"upstream's watcher, which caches nothing, grows {times} as much as ours "
+            f"({upstream_mib} MiB against "
             f"{mib(growth['ours'])} MiB).",
             "",
         ]
