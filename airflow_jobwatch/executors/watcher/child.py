@@ -2,8 +2,10 @@
 
 Runs the shared :class:`~airflow_jobwatch.kube.informer.Informer` under ``asyncio.run``, classifies
 every pod with :func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent
-(:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports only ``kube/`` and
-this package, never Airflow: a spawned child starts in about a second.
+(:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports ``kube/``, this package
+and, through :mod:`airflow_jobwatch.metrics`, Airflow's ``Stats`` (the informer's metrics go out through
+it): about 170 MiB of private memory before any pod (measured: docs/benchmarks/executor.md). Under the
+``airflow`` command a spawned child re-imports the scheduler's main module, which imports Airflow anyway.
 """
 
 from __future__ import annotations

@@ -170,8 +170,8 @@ class WatcherSupervisor:
         self._backoff_max = restart_backoff_max
         # "spawn", not fork: a forked child would inherit every file descriptor of the scheduler
         # (database connections, listening sockets of anything in-process) and fork a process that
-        # runs threads. A spawned child imports only kube/ and this module (about a second), which
-        # matters only on (re)start.
+        # runs threads. A spawned child imports kube/, this package and Airflow's Stats (a few seconds,
+        # see child.py), which matters only on (re)start.
         self._ctx = multiprocessing.get_context(mp_context or "spawn")
         self._cluster = cluster
         self._label_selector = label_selector
