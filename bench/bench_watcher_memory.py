@@ -53,6 +53,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_executor import write_section  # noqa: E402
+from bench_informer import deep_size  # noqa: E402
 
 from airflow_jobwatch.sandbox.process import SandboxProcess  # noqa: E402
 
@@ -471,30 +472,23 @@ def run_ours(names: list[str], admin: Any) -> dict[str, Any]:
 # --- where our watcher's memory goes -------------------------------------------------------------------
 
 # What our watcher child imports, step by step: a fresh interpreter imports each set and reports its RSS.
+_CHILD_MODULES = [
+    "aiohttp",
+    "kubernetes_asyncio.client",
+    "airflow_jobwatch.kube.client",
+    "airflow_jobwatch.kube.informer",
+    "airflow_jobwatch.kube.states",
+    "airflow_jobwatch.executors.watcher.child",
+]
 IMPORT_STEPS = [
     ("a bare interpreter", []),
     ("+ aiohttp", ["aiohttp"]),
     ("+ kubernetes_asyncio.client", ["aiohttp", "kubernetes_asyncio.client"]),
-    (
-        "+ the child's own modules (kube/ client, informer, states; executors/watcher)",
-        [
-            "aiohttp",
-            "kubernetes_asyncio.client",
-            "airflow_jobwatch.kube.client",
-            "airflow_jobwatch.kube.informer",
-            "airflow_jobwatch.kube.states",
-            "airflow_jobwatch.executors.watcher.child",
-        ],
-    ),
+    ("+ the child's own modules (kube/ client, informer, states; executors/watcher)", _CHILD_MODULES),
     (
         "+ Airflow's Stats (airflow_jobwatch.metrics sends through it)",
         [
-            "aiohttp",
-            "kubernetes_asyncio.client",
-            "airflow_jobwatch.kube.client",
-            "airflow_jobwatch.kube.informer",
-            "airflow_jobwatch.kube.states",
-            "airflow_jobwatch.executors.watcher.child",
+            *_CHILD_MODULES,
             "airflow.observability.stats",
             "airflow.observability.metrics.stats_utils",
         ],
@@ -516,25 +510,6 @@ def import_floors() -> list[tuple[str, int]]:
         )
         out.append((what, int(done.stdout.strip().splitlines()[-1])))
     return out
-
-
-def deep_size(obj: Any) -> int:
-    """Bytes of ``obj`` and everything it holds (sys.getsizeof, each object counted once)."""
-    seen: set[int] = set()
-    stack = [obj]
-    total = 0
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        total += sys.getsizeof(item)
-        if isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return total
 
 
 def cache_in_process(n: int, *, projection: bool | None = None) -> dict[str, Any]:
