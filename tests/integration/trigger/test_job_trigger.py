@@ -81,9 +81,15 @@ async def test_job_cached_before_its_trigger_came_is_read_whole_once(sandbox, ku
     is read whole by one GET, so the event's `job` still carries the pod template."""
     await create_job(k8s_async_client, job_manifest("early", ["true"]))
     await create_job(k8s_async_client, job_manifest("other", ["true"]))
-    async with make_trigger(sandbox, kubeconfig, "other").watching():
+    async with make_trigger(sandbox, kubeconfig, "other").watching() as watch:
         await _complete_without_pods(k8s_async_client, "early")
-        await wait_until(lambda: job_condition(sandbox, "early", "Complete") == "True")
+
+        def cached_complete() -> bool:
+            conditions = ((watch.job("early") or {}).get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "Complete" for c in conditions)
+
+        await wait_until(cached_complete, what="the ended Job in the shared cache")
+        assert "template" not in (watch.job("early") or {}).get("spec", {})  # cached projected
         sandbox.reset_counters()
         [event] = await collect(make_trigger(sandbox, kubeconfig, "early"), limit=20.0)
     assert event["outcome"] == "success", event
