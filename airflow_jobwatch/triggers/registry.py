@@ -415,10 +415,11 @@ class NamespaceWatch:
             self._last_error = health.last_error
         synced = self.synced
         failing = self.api_failing_for() is not None or self.access_denied is not None
-        if synced != self._reported_synced:  # the cache can now answer (or no longer can)
+        sync_changed = synced != self._reported_synced
+        if sync_changed:  # the cache can now answer (or no longer can)
             self._reported_synced = synced
             self._notify_all()
-        if failing or self._reported_failing or not synced:
+        if sync_changed or failing or self._reported_failing or not synced:
             # the triggers' safety nets re-check their API failure tolerance (and recover with the API);
             # a healthy watch merely reconnecting (timeoutSeconds, a resync) wakes nobody
             self._wake()

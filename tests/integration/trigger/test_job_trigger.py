@@ -215,8 +215,12 @@ async def test_job_finished_before_trigger_started_is_reported_at_once(sandbox, 
     assert time.monotonic() - started < 10  # well before the 60 s safety-net period
 
 
-async def test_job_deleted_before_trigger_started(sandbox, kubeconfig, k8s_async_client):
-    [event] = await collect(make_trigger(sandbox, kubeconfig, "never-existed"))
+@pytest.mark.parametrize("poll_interval", [5.0, 3600.0])
+async def test_job_deleted_before_trigger_started(sandbox, kubeconfig, k8s_async_client, poll_interval):
+    """The Job is missing from the synced cache: confirmed by a GET once the watch has synced, however
+    long the safety net's poll (with an hour-long poll, nothing but the sync wakes the wait)."""
+    trigger = make_trigger(sandbox, kubeconfig, "never-existed", poll_interval=poll_interval)
+    [event] = await collect(trigger, limit=20.0)
     assert event["outcome"] == "deleted"
 
 
