@@ -159,9 +159,16 @@ def start_sandbox(history_window: int) -> SandboxProcess:
 
 async def bulk(sb: SandboxProcess, requests: list[tuple[str, str, Any, str]], concurrency: int = 24) -> None:
     """Send (method, path, body, content-type) requests with bounded concurrency; fail loudly on errors."""
-    headers = {"Authorization": f"Bearer {sb.token}"}
+    await send_requests(sb.url, sb.token, requests, concurrency)
+
+
+async def send_requests(
+    url: str, token: str, requests: list[tuple[str, str, Any, str]], concurrency: int = 24
+) -> None:
+    """:func:`bulk` for a sandbox known by its URL and bearer token (another process's sandbox)."""
+    headers = {"Authorization": f"Bearer {token}"}
     queue = list(reversed(requests))
-    async with aiohttp.ClientSession(sb.url, headers=headers) as session:
+    async with aiohttp.ClientSession(url, headers=headers) as session:
 
         async def worker() -> None:
             while queue:

@@ -53,7 +53,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_executor import write_section  # noqa: E402
-from bench_informer import deep_size  # noqa: E402
+from bench_informer import deep_size, send_requests  # noqa: E402
 
 from airflow_jobwatch.sandbox.process import SandboxProcess  # noqa: E402
 
@@ -179,7 +179,6 @@ def snapshot(pid: int) -> dict[str, Any]:
 
 def populate(n: int, kubeconfig: str) -> dict[str, Any]:
     """Create ``n`` worker pods as the executor builds them and mark them Running; return their size."""
-    import aiohttp
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
     from kubernetes.client import ApiClient
 
@@ -204,7 +203,7 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
         )
         bodies.append(sanitize(pod))
     admin = AdminClient.from_kubeconfig(kubeconfig)
-    url, headers = admin.url, {"Authorization": f"Bearer {admin._token}"}
+    url, token = admin.url, admin.token
     started = "2026-12-03T10:00:00Z"
 
     def status_of(i: int, image: str) -> dict[str, Any]:
@@ -244,25 +243,12 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
             }
         }
 
-    async def send(requests: list[tuple[str, str, Any, str]], concurrency: int = 16) -> None:
-        queue = list(reversed(requests))
-        async with aiohttp.ClientSession(url, headers=headers) as session:
-
-            async def worker() -> None:
-                while queue:
-                    method, path, body, ctype = queue.pop()
-                    async with session.request(
-                        method, path, data=json.dumps(body), headers={"Content-Type": ctype}
-                    ) as r:
-                        if r.status >= 300:
-                            raise RuntimeError(f"{method} {path}: HTTP {r.status} {await r.text()}")
-
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-
     path = f"/api/v1/namespaces/{NS}/pods"
-    asyncio.run(send([("POST", path, b, "application/json") for b in bodies]))
+    asyncio.run(send_requests(url, token, [("POST", path, b, "application/json") for b in bodies], 16))
     asyncio.run(
-        send(
+        send_requests(
+            url,
+            token,
             [
                 (
                     "PATCH",
@@ -271,7 +257,8 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
                     "application/merge-patch+json",
                 )
                 for i, b in enumerate(bodies)
-            ]
+            ],
+            16,
         )
     )
     sample = {**bodies[0], **status_of(0, bodies[0]["spec"]["containers"][0]["image"])}

@@ -129,6 +129,11 @@ class AdminClient:
                 "the server; AdminClient.from_kubeconfig(path) takes it from the sandbox's kubeconfig"
             )
 
+    @property
+    def token(self) -> str:
+        """The bearer token the client sends (the sandbox's own test token, never a real cluster's)."""
+        return self._token
+
     @classmethod
     def from_kubeconfig(cls, path: str | os.PathLike[str], *, timeout: float = 10.0) -> AdminClient:
         """A client for the sandbox that wrote the kubeconfig at ``path`` (server, token and CA from it)."""
