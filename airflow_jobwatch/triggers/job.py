@@ -39,7 +39,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_jobwatch import metrics
 from airflow_jobwatch.kube import client as kube_client
 from airflow_jobwatch.kube.informer import InformerConfig
-from airflow_jobwatch.kube.objects import to_dict
+from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
 from airflow_jobwatch.kube.states import (
     DEFAULT_FATAL_WAITING_REASONS,
     TERMINAL_PHASES,
@@ -757,7 +757,14 @@ def client_job_dict(job: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     import json
 
+    import kubernetes.client.models
     from kubernetes.client import ApiClient
+
+    try:  # the same result without building models: see model_dict_from_json
+        result: dict[str, Any] = model_dict_from_json(job, "V1Job", kubernetes.client.models)
+        return result
+    except ModelShapeUnsupported:
+        pass
 
     if _model_client is None:
         from kubernetes.client import Configuration

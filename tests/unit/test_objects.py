@@ -163,3 +163,155 @@ def test_unsupported_types_raise_a_type_error_naming_the_type(value: object) -> 
     assert not is_model(value)
     with pytest.raises(TypeError, match=type(value).__qualname__):
         to_dict(value)
+
+
+# ------------------------------------------------- API JSON -> Model.to_dict() without building models
+
+REAL_APISERVER = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "real-apiserver"
+
+
+def _recorded_objects(kind: str) -> list[dict[str, Any]]:
+    """Every ``kind`` object in the unit fixtures and, where present, the real kube-apiserver's answers."""
+    found: list[dict[str, Any]] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if value.get("kind") == kind and isinstance(value.get("metadata"), dict):
+                found.append(value)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    folder = "jobs" if kind == "Job" else "pods"
+    for path in sorted((FIXTURES / folder).glob("*.json")):
+        obj = json.loads(path.read_text())
+        found.append(obj)
+    for path in sorted(REAL_APISERVER.glob("*.json")) if REAL_APISERVER.is_dir() else []:
+        walk(json.loads(path.read_text()))
+    return found
+
+
+def _library_to_dict(obj: Any, type_name: str) -> Any:
+    """What the ``kubernetes`` client itself makes of ``obj``: the reference for the fast path."""
+    configuration = kubernetes.client.Configuration()
+    configuration.client_side_validation = False
+    api = kubernetes.client.ApiClient(configuration)
+    return api.deserialize(_Body(json.dumps(obj)), type_name).to_dict()
+
+
+def _assert_same(fast: Any, slow: Any, where: str = "") -> None:
+    """Equal, and equal in type all the way down (an aware datetime for an aware datetime, with the
+    same offset), so that nothing reading the event's ``job`` can tell the two apart."""
+    assert type(fast) is type(slow), f"{where}: {type(fast).__name__} != {type(slow).__name__}"
+    if isinstance(slow, dict):
+        assert list(fast) == list(slow), where  # same keys, same order (as the XCom renders them)
+        for key in slow:
+            _assert_same(fast[key], slow[key], f"{where}.{key}")
+    elif isinstance(slow, list):
+        assert len(fast) == len(slow), where
+        for i, (a, b) in enumerate(zip(fast, slow, strict=True)):
+            _assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(slow, datetime.datetime):
+        assert fast == slow and fast.utcoffset() == slow.utcoffset(), where
+    else:
+        assert fast == slow, where
+
+
+@pytest.mark.parametrize(("kind", "type_name"), [("Job", "V1Job"), ("Pod", "V1Pod")])
+def test_model_dict_from_json_equals_the_clients_to_dict_on_recorded_objects(
+    kind: str, type_name: str
+) -> None:
+    from airflow_jobwatch.kube.objects import model_dict_from_json
+
+    objects = _recorded_objects(kind)
+    assert len(objects) >= 10 if kind == "Job" else objects
+    for obj in objects:
+        before = json.dumps(obj, sort_keys=True)
+        fast = model_dict_from_json(obj, type_name, kubernetes.client.models)
+        _assert_same(fast, _library_to_dict(obj, type_name), f"{kind} {obj['metadata'].get('name')}")
+        assert json.dumps(obj, sort_keys=True) == before  # the input is not modified
+
+
+def test_model_dict_from_json_copies_untyped_values() -> None:
+    """An ``object``-typed field (a port as int-or-string, say) is copied, not shared: the event's Job
+    must not alias the informer's cached one."""
+    from airflow_jobwatch.kube.objects import model_dict_from_json
+
+    job = json.loads(_text("jobs", "complete"))
+    probe = {"httpGet": {"port": {"weird": ["shape"]}, "path": "/"}}
+    job["spec"]["template"]["spec"]["containers"][0]["livenessProbe"] = probe
+    fast = model_dict_from_json(job, "V1Job", kubernetes.client.models)
+    port = fast["spec"]["template"]["spec"]["containers"][0]["liveness_probe"]["http_get"]["port"]
+    assert port == {"weird": ["shape"]}
+    port["weird"].append("changed")
+    assert probe["httpGet"]["port"] == {"weird": ["shape"]}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("startTime", "2026-12-02T12:19:46"),  # no zone: dateutil's reading depends on the machine
+        ("startTime", "2026-12-02T12:19:46.1234567Z"),  # more than microseconds
+        ("startTime", 1764677986),  # not a string
+        ("succeeded", "1"),  # a string where an int is declared: the client converts it
+        ("succeeded", True),  # a bool is an int to Python, not to the client's type check
+    ],
+)
+def test_model_dict_from_json_refuses_what_the_client_converts_its_own_way(field: str, value: Any) -> None:
+    from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json
+    from airflow_jobwatch.triggers.job import client_job_dict
+
+    job = json.loads(_text("jobs", "complete"))
+    job["status"][field] = value
+    with pytest.raises(ModelShapeUnsupported):
+        model_dict_from_json(job, "V1Job", kubernetes.client.models)
+    # client_job_dict falls back to the client for these, so the event's Job is still the client's
+    # (and where the client fails, as it does on a timestamp that is a number, it fails the same way)
+    try:
+        slow = _library_to_dict(job, "V1Job")
+    except Exception as e:
+        with pytest.raises(type(e)):
+            client_job_dict(job)
+    else:
+        _assert_same(client_job_dict(job), slow)
+
+
+def test_model_dict_from_json_reads_offsets_and_fractions_as_the_client_does() -> None:
+    from airflow_jobwatch.kube.objects import model_dict_from_json
+
+    job = json.loads(_text("jobs", "complete"))
+    for stamp in ("2026-12-02T12:19:46Z", "2026-12-02T12:19:46.5Z", "2026-12-02T14:19:46.123456+02:00"):
+        job["status"]["startTime"] = stamp
+        fast = model_dict_from_json(job, "V1Job", kubernetes.client.models)
+        _assert_same(fast, _library_to_dict(job, "V1Job"), stamp)
+
+
+def test_client_job_dict_equals_the_clients_to_dict_on_generated_jobs() -> None:
+    """Jobs with realistic and garbage values anywhere (the state-machine property tests' strategy):
+    the fast path gives the client's result exactly, or declines and the client is asked."""
+    from hypothesis import given
+    from test_states_properties import SETTINGS, jobs
+
+    from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json
+    from airflow_jobwatch.triggers.job import client_job_dict
+
+    declined = [0]
+
+    @SETTINGS
+    @given(jobs)
+    def check(job: dict[str, Any]) -> None:
+        try:
+            slow = _library_to_dict(job, "V1Job")
+        except Exception as e:  # the client itself fails on some garbage: so must we, the same way
+            with pytest.raises(type(e)):
+                client_job_dict(job)
+            return
+        try:
+            _assert_same(model_dict_from_json(job, "V1Job", kubernetes.client.models), slow)
+        except ModelShapeUnsupported:
+            declined[0] += 1
+        _assert_same(client_job_dict(job), slow)
+
+    check()
