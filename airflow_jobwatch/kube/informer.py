@@ -747,6 +747,17 @@ class Informer:
         return self._rv
 
     @property
+    def synced(self) -> bool:
+        """Whether the first list has completed (``health.synced``, without building the snapshot)."""
+        return self._synced
+
+    @property
+    def failing(self) -> bool:
+        """Whether the last list or watch attempt failed (``health.consecutive_failures > 0``) or the API
+        refuses us; cheap enough to ask on every trigger's turn, unlike the ``health`` snapshot."""
+        return self._consecutive_failures > 0 or self._access_denied is not None
+
+    @property
     def health(self) -> InformerHealth:
         now = time.monotonic()
         healthy = not self._unhealthy

@@ -276,7 +276,7 @@ class NamespaceWatch:
     @property
     def synced(self) -> bool:
         """Both informers have completed their first list: the cache can answer "does the Job exist"."""
-        return bool(self.jobs and self.pods and self.jobs.health.synced and self.pods.health.synced)
+        return bool(self.jobs and self.pods and self.jobs.synced and self.pods.synced)
 
     async def wait_synced(self, timeout: float) -> bool:  # noqa: ASYNC109 - mirrors Informer.wait_synced
         """Wait (at most ``timeout`` s) until both informers have their first list; False if not yet."""
@@ -313,7 +313,7 @@ class NamespaceWatch:
         now = time.monotonic()
         worst: float | None = None
         for informer in (self.jobs, self.pods):
-            if informer is None:
+            if informer is None or not informer.failing:
                 continue
             health = informer.health
             if health.consecutive_failures == 0:
@@ -333,7 +333,7 @@ class NamespaceWatch:
     def access_denied(self) -> str | None:
         """issue 12: the explained 401/403 either informer is refused with right now (permanent), or None."""
         for informer in (self.jobs, self.pods):
-            if informer is not None and informer.health.access_denied:
+            if informer is not None and informer.failing and informer.health.access_denied:
                 return informer.health.access_denied
         return None
 
@@ -418,12 +418,19 @@ class NamespaceWatch:
         sync_changed = synced != self._reported_synced
         if sync_changed:  # the cache can now answer (or no longer can)
             self._reported_synced = synced
-            self._notify_all()
-        if sync_changed or failing or self._reported_failing or not synced:
-            # the triggers' safety nets re-check their API failure tolerance (and recover with the API);
-            # a healthy watch merely reconnecting (timeoutSeconds, a resync) wakes nobody
+            self._notify_all()  # each trigger decides from the cache at once
+        if failing or self._reported_failing or (sync_changed and (not synced or self._any_job_missing())):
+            # The triggers' safety nets re-check their API failure tolerance (and recover with the API),
+            # and, once synced, confirm a Job the first list did not have (one GET each). A healthy
+            # watch syncing with every Job in it, or merely reconnecting (timeoutSeconds, a resync), wakes
+            # nobody: with 10,000 triggers each wake costs every one of them a loop turn.
             self._wake()
         self._reported_failing = failing
+
+    def _any_job_missing(self) -> bool:
+        """Whether a trigger waits for a Job that the synced cache does not hold (deleted, or not yet
+        delivered: its trigger confirms which; a tombstone may answer for it, or be of another uid)."""
+        return any(self.job(name) is None for name in self._listeners)
 
     def _expire_tombstones(self) -> None:
         cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS

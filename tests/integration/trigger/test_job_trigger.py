@@ -370,9 +370,16 @@ async def test_watch_per_namespace_starts_with_first_and_stops_after_last(
     await create_job(k8s_async_client, job_manifest("a", ["true"]))
     await BatchV1Api(k8s_async_client).create_namespaced_job("other", job_manifest("b", ["true"]))
     registry = get_registry()
+    sandbox.reset_counters()
     ta = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "a")))
     tb = asyncio.create_task(collect(JobTrigger("b", "other", config_file=str(kubeconfig), poll_interval=5)))
     await wait_until(lambda: sorted(k.namespace for k in registry.active()) == ["default", "other"])
+    # Both watches are past their LISTs (each watches): no LIST of theirs can still be on its way to
+    # the server, to be counted after the reset below as if the fresh watch had sent it.
+    await wait_until(
+        lambda: sandbox.counters().get("watch jobs", 0) == 2 and sandbox.counters().get("watch pods", 0) == 2,
+        what="both namespaces' watches running",
+    )
     ta.cancel()  # like a triggerer handing the trigger over: leaves the watch, touches nothing
     with pytest.raises(asyncio.CancelledError):
         await ta
