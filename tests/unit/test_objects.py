@@ -167,30 +167,19 @@ def test_unsupported_types_raise_a_type_error_naming_the_type(value: object) -> 
 
 # ------------------------------------------------- API JSON -> Model.to_dict() without building models
 
-REAL_APISERVER = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "real-apiserver"
+# Every Job and Pod a real kube-apiserver v1.36.2 returned in the reference recordings (see its `source`)
+REAL_OBJECTS = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "real-apiserver" / "job-and-pod-objects.json"
+)
 
 
 def _recorded_objects(kind: str) -> list[dict[str, Any]]:
-    """Every ``kind`` object in the unit fixtures and, where present, the real kube-apiserver's answers."""
-    found: list[dict[str, Any]] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            if value.get("kind") == kind and isinstance(value.get("metadata"), dict):
-                found.append(value)
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
+    """Every ``kind`` object in the unit fixtures and in the real kube-apiserver's answers."""
     folder = "jobs" if kind == "Job" else "pods"
-    for path in sorted((FIXTURES / folder).glob("*.json")):
-        obj = json.loads(path.read_text())
-        found.append(obj)
-    for path in sorted(REAL_APISERVER.glob("*.json")) if REAL_APISERVER.is_dir() else []:
-        walk(json.loads(path.read_text()))
-    return found
+    found = [json.loads(path.read_text()) for path in sorted((FIXTURES / folder).glob("*.json"))]
+    real = [item["object"] for item in json.loads(REAL_OBJECTS.read_text())["body"]]
+    assert any(obj["kind"] == kind for obj in real)
+    return found + [obj for obj in real if obj["kind"] == kind]
 
 
 def _library_to_dict(obj: Any, type_name: str) -> Any:
