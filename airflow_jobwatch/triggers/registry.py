@@ -333,8 +333,8 @@ class NamespaceWatch:
     def access_denied(self) -> str | None:
         """issue 12: the explained 401/403 either informer is refused with right now (permanent), or None."""
         for informer in (self.jobs, self.pods):
-            if informer is not None and informer.failing and informer.health.access_denied:
-                return informer.health.access_denied
+            if informer is not None and informer.failing and (denied := informer.health.access_denied):
+                return denied
         return None
 
     @property
