@@ -139,7 +139,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         if not xcom_path.startswith("/"):
             raise ValueError(f"xcom_path must be an absolute path in the container, got {xcom_path!r}")
         self.xcom_path = xcom_path
-        self._logs_streamed = False
+        #: What the in-worker wait's log followers did: the requested containers of each pod they saw,
+        #: and the (pod, container) logs they streamed. Empty when the task deferred or logs are off.
+        self._logs_wanted: dict[str, list[str]] = {}
+        self._logs_streamed: set[tuple[str, str]] = set()
 
     # -- building --------------------------------------------------------------------------------------
     def build_job_request_obj(self, context: Context | None = None) -> k8s.V1Job:
@@ -298,7 +301,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 discovering.cancel()
                 follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
             await follower.drain(_LOG_DRAIN_SECONDS)
-            self._logs_streamed = True
+            self._logs_wanted, self._logs_streamed = follower.wanted, follower.started
             return event
 
     def _check_arguments(self) -> None:
@@ -362,7 +365,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             )
         pods = self._read_pods(ns, uid, event)
         try:
-            if self.get_logs and not self._logs_streamed:
+            if self.get_logs:
                 for pod in pods:
                     self._write_pod_logs(pod)
             if status != STATUS_SUCCESS:
@@ -442,9 +445,17 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     )
         return chosen
 
-    def _write_pod_logs(self, pod: k8s.V1Pod, *, follow: bool = False) -> None:
-        for container in self._log_containers(pod):
-            self._write_container_log(pod.metadata.name, pod.metadata.namespace, container, follow=follow)
+    def _write_pod_logs(self, pod: k8s.V1Pod) -> None:
+        """Write the logs of the pod's requested containers, but those the in-worker wait streamed
+        already. A pod the followers never saw (its events reached the watch after the Job's end was
+        decided) is read here whole, so no pod's log is missing from the task log."""
+        name = pod.metadata.name
+        if name in self._logs_wanted:  # the followers saw it, and warned about containers not there
+            containers = [c for c in self._logs_wanted[name] if (name, c) not in self._logs_streamed]
+        else:
+            containers = self._log_containers(pod)
+        for container in containers:
+            self._write_container_log(name, pod.metadata.namespace, container, follow=False)
 
     def _write_container_log(
         self,

@@ -16,6 +16,7 @@ import pytest
 import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
+from airflow_jobwatch.operators import job as job_operator_module
 from airflow_jobwatch.operators.job import XCOM_RETURN_PATH, KubernetesJobOperator
 from airflow_jobwatch.triggers.job import JobTrigger
 
@@ -80,7 +81,7 @@ def test_waits_in_worker_logs_keeps_job_deletes_pods(sandbox, kubeconfig):
     with structlog.testing.capture_logs() as logs:
         op.execute(context)
     text = _rendered(logs)
-    assert "[base] hello-from-the-job" in text
+    assert text.count("[base] hello-from-the-job") == 1, text  # streamed, and not read again at the end
     assert not BYTES_REPR.search(text), text  # decoded text, not a bytes repr
     xcoms = context["ti"].xcoms
     assert xcoms["job_namespace"] == NS
@@ -90,6 +91,38 @@ def test_waits_in_worker_logs_keeps_job_deletes_pods(sandbox, kubeconfig):
     # on_finish_action=delete_pod (default): upstream's meaning, the Job's pods go, the Job stays
     wait_until_sync(lambda: not sandbox.objects("pods", NS), "the pods' deletion")
     assert sandbox.get_object("jobs", NS, name) is not None
+
+
+@pytest.mark.parametrize("missed", ["every pod", "the second pod"])
+def test_logs_of_pods_the_followers_missed_are_read_after_the_end(sandbox, kubeconfig, monkeypatch, missed):
+    """The followers start on the pods the shared watch has cached. A pod whose events reach the watch
+    after the Job's end was decided (its hold for the pods is 1 s; a loaded machine can lag more) is
+    never followed; its log is read once the Job has ended, so the task log still has every line, once."""
+    start_ready = job_operator_module._LogFollower.start_ready
+    followed: list[str] = []
+
+    def blind(self, pods):
+        if missed == "the second pod":  # follow the first pod cached, never another
+            if not followed and pods:
+                followed.append(pods[0]["metadata"]["name"])
+            start_ready(self, [p for p in pods if p["metadata"]["name"] in followed])
+
+    monkeypatch.setattr(job_operator_module._LogFollower, "start_ready", blind)
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "echo line-of-$HOSTNAME"],
+        wait_until_job_complete=True,
+        deferrable=False,
+        get_logs=True,
+        parallelism=2,
+        completions=2,
+    )
+    context = make_context()
+    with structlog.testing.capture_logs() as logs:
+        op.execute(context)
+    text = _rendered(logs)
+    lines = re.findall(r"\[base\] line-of-(\S+)", text)
+    assert len(lines) == 2 and len(set(lines)) == 2, text  # each pod's line, once
 
 
 def test_failed_job_raises_with_reason(sandbox, kubeconfig):
