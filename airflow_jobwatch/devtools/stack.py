@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -356,6 +357,18 @@ class AirflowStack:
 
     def _dag_serialized(self, dag_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", (dag_id,)))
+
+    def scheduler_job_id(self, name: str) -> int | None:
+        """The SchedulerJob id of a scheduler process's latest start, from its log (our executor logs
+        it when it starts); None before the executor started."""
+        path = self.home / "proc-logs" / f"{name}.log"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            return None
+        latest = text.rsplit(f"===== start {name} at ", 1)[-1]
+        found = re.findall(r"Starting JobWatchExecutor \(scheduler job (\d+),", latest)
+        return int(found[-1]) if found else None
 
     def log_tail(self, name: str, lines: int = 60) -> str:
         path = self.home / "proc-logs" / f"{name}.log"

@@ -5,9 +5,10 @@ A PostgreSQL server is started from Debian's ``postgresql`` package (``devtools/
 all on JobWatchExecutor, against the sandbox. Worker pods are kept (``delete_worker_pods = False``) so
 the test can count them afterwards.
 
-* SIGKILL one scheduler (and its watcher) while 30 tasks run: the other adopts its pods (Airflow's
-  orphan detection, then ``try_adopt_task_instances``); every task ends ``success`` on its first try,
-  and no try got two pods.
+* SIGKILL the scheduler (and its watcher) whose pods run, early in their 30 s sleep: the other adopts
+  them (Airflow's orphan detection, then ``try_adopt_task_instances``) and relabels them its own; every
+  task ends ``success``, each task whose pod existed at the kill on its first try, and each task got
+  one pod, for the try it ran.
 * SIGKILL one triggerer while 50 JobTriggers wait: the other takes them over; every deferred task
   ends ``success`` exactly once, on its first try.
 * Both at once, in a 410 storm (a one-change watch history and every watch dropped every 2 s): SIGKILL a
@@ -94,47 +95,72 @@ def _pod_summaries(pods: list[dict[str, Any]], tasks: dict[str, Any]) -> list[di
 
 
 def test_scheduler_sigkilled_while_30_tasks_run(stack: AirflowStack) -> None:
-    run_id = stack.trigger_dag("ha_sleepers", conf={"tasks": 30, "seconds": 20})
+    run_id = stack.trigger_dag("ha_sleepers", conf={"tasks": 30, "seconds": 30})
 
-    def running_pods() -> list[dict[str, Any]] | None:
-        pods = [p for p in _pods(stack, run_id) if p["metadata"]["annotations"].get("task_id") == "sleeper"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
-        owners = {p["metadata"]["labels"].get("airflow-worker") for p in running}
-        # Wait until both schedulers have pods running, so the kill really orphans some, and until
-        # every task has its pod: a task instance queued by the killed scheduler whose pod it had not
-        # yet created is not adoptable, and Airflow rightly resets it (a second try), which is not what
-        # this test is about.
-        return running if len(pods) == 30 and len(running) >= 10 and len(owners) == 2 else None
+    def sleeper_pods() -> list[dict[str, Any]]:
+        return [p for p in _pods(stack, run_id) if p["metadata"]["annotations"].get("task_id") == "sleeper"]
 
-    wait_until(running_pods, timeout=180, what="all 30 sleeper pods created, both schedulers' running")
-    stack.kill("scheduler", signal.SIGKILL)  # the process group: scheduler and its watcher child
+    def running_by_owner() -> Counter[str] | None:
+        owners = Counter(
+            str(p["metadata"]["labels"].get("airflow-worker"))
+            for p in sleeper_pods()
+            if p["status"].get("phase") == "Running"
+        )
+        return owners if sum(owners.values()) >= 10 else None
+
+    # The DAG runs at most 16 of its 30 tasks at once, and one scheduler usually queues them all in one
+    # loop. Kill the scheduler whose pods are running, early in their sleep, so that its peer must adopt
+    # them (after [scheduler] scheduler_health_check_threshold = 6 s), not find them finished.
+    owners = wait_until(running_by_owner, timeout=180, what="10 sleeper pods running")
+    victim_job = owners.most_common(1)[0][0]
+    ids = {name: stack.scheduler_job_id(name) for name in ("scheduler", "scheduler#2")}
+    victim = next((name for name, job in ids.items() if str(job) == victim_job), None)
+    assert victim is not None, (owners, ids)
+    (survivor,) = {"scheduler", "scheduler#2"} - {victim}
+    orphaned = {
+        p["metadata"]["name"]
+        for p in sleeper_pods()
+        if p["metadata"]["labels"]["airflow-worker"] == victim_job
+    }
+    # A task instance the victim queued but whose pod it had not yet created cannot be adopted: Airflow
+    # resets it and it runs a second try, rightly. Every task whose pod existed at the kill must be
+    # adopted instead: it runs once, on its first try.
+    had_pod = {p["metadata"]["annotations"].get("map_index") for p in sleeper_pods()}
+    stack.kill(victim, signal.SIGKILL)  # the process group: scheduler and its watcher child
     state = stack.wait_for_run("ha_sleepers", run_id, timeout=300)
     states = stack.task_states("ha_sleepers", run_id)
     sleepers = {k: v for k, v in states.items() if k.startswith("sleeper")}
     assert state == "success", states
     assert len(sleepers) == 30
-    # Adopted, not reset: every task ran once, on its first try.
-    pods = [p for p in _pods(stack, run_id) if p["metadata"]["annotations"].get("task_id") == "sleeper"]
-    not_once = {k: v for k, v in sleepers.items() if v["state"] != "success" or v["try_number"] != 1}
+    assert all(v["state"] == "success" for v in sleepers.values()), sleepers
+    pods = sleeper_pods()
+    not_once = {
+        k: v for k, v in sleepers.items() if k.split("[")[1].rstrip("]") in had_pod and v["try_number"] != 1
+    }
     assert not not_once, (not_once, _pod_summaries(pods, not_once))
+    # Each task got one pod, for the try it ran (a reset task's first try never had one), never two.
     per_try = Counter(
         (p["metadata"]["annotations"].get("map_index"), p["metadata"]["annotations"].get("try_number"))
         for p in pods
     )
-    assert len(per_try) == 30 and set(per_try.values()) == {1}, per_try
-    # Every pod ended up with the surviving scheduler (launched or adopted) and was marked done.
-    survivor = stack.query("SELECT id FROM job WHERE job_type = 'SchedulerJob' AND state = 'running'")
-    assert survivor, "no running scheduler left"
+    tries = {(k.split("[")[1].rstrip("]"), str(v["try_number"])) for k, v in sleepers.items()}
+    assert set(per_try) == tries and set(per_try.values()) == {1}, (per_try, tries)
+    # The survivor adopted the victim's pods: relabelled to its own job (a pod that ended before the
+    # adoption is only cleaned up, its task having reported its own end).
+    survivor_job = str(stack.scheduler_job_id(survivor))
+    adopted = [
+        p["metadata"]["name"]
+        for p in pods
+        if p["metadata"]["name"] in orphaned and p["metadata"]["labels"].get("airflow-worker") == survivor_job
+    ]
+    assert adopted, (orphaned, victim_job, survivor_job, _pod_summaries(pods, sleepers))
+    # Every pod was marked done, by whichever scheduler launched or adopted it.
     wait_until(
-        lambda: all(
-            p["metadata"]["labels"].get("airflow_executor_done") == "True"
-            for p in _pods(stack, run_id)
-            if p["metadata"]["annotations"].get("task_id") == "sleeper"
-        ),
+        lambda: all(p["metadata"]["labels"].get("airflow_executor_done") == "True" for p in sleeper_pods()),
         timeout=60,
         what="every sleeper pod labelled done",
     )
-    stack.start("scheduler")  # back to two schedulers for the next test
+    stack.start(victim)  # back to two schedulers for the next test
 
 
 def test_triggerer_sigkilled_while_50_job_triggers_wait(stack: AirflowStack) -> None:
