@@ -16,15 +16,23 @@ Real-deployment modes (docs/sandbox.md has the full list):
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.sandbox.incluster import InCluster
 from airflow_jobwatch.sandbox.rbac import RbacUsers
+
+# Property tests explore new examples on every run where they are developed; CI (`.ci/run` sets
+# HYPOTHESIS_PROFILE=ci) runs the same examples every time, so that a merge is never refused for an
+# example no one has seen before. A failure found locally is added as an explicit @example.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 # Bookmarks every 0.5 s so tests that rely on them don't wait for the 5 s production-like default.
 TEST_BOOKMARK_INTERVAL = 0.5
