@@ -136,10 +136,23 @@ def test_job_validation_errors(sandbox: SandboxThread, apis: Any) -> None:
     assert always.value.status == 422 and "restartPolicy" in always.value.body
 
 
+def _log_or_empty(core: Any, pod: str) -> str:
+    try:
+        return str(core.read_namespaced_pod_log(pod, "default"))
+    except ApiException:  # the container has not started yet
+        return ""
+
+
 def test_delete_job_foreground_waits_for_pods(sandbox: SandboxThread, apis: Any) -> None:
-    batch, _core = apis
-    batch.create_namespaced_job("default", job_body("fg", "sleep 60"))
-    wait_for(lambda: sandbox.objects("pods"), what="a pod of job fg")
+    batch, core = apis
+    # The container ignores SIGTERM, so its pod outlives the delete by the grace period (2 s), until
+    # the kubelet's SIGKILL: long enough to see the Job kept while its pod is there.
+    batch.create_namespaced_job("default", job_body("fg", "trap '' TERM; echo ready; sleep 60"))
+    pod = wait_for(lambda: (sandbox.objects("pods") or [None])[0], what="a pod of job fg")
+    wait_for(
+        lambda: "ready" in _log_or_empty(core, pod["metadata"]["name"]),
+        what="job fg's container ignoring SIGTERM",
+    )
     raw = batch.delete_namespaced_job(
         "fg", "default", propagation_policy="Foreground", _preload_content=False
     )
@@ -147,6 +160,7 @@ def test_delete_job_foreground_waits_for_pods(sandbox: SandboxThread, apis: Any)
     assert answer["kind"] == "Job" and answer["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in answer["metadata"]["finalizers"]
     assert sandbox.get_object("jobs", "default", "fg") is not None  # kept until its pods are gone
+    assert sandbox.objects("pods"), "the pod ignoring SIGTERM is gone before its grace period ended"
     wait_for(lambda: sandbox.get_object("jobs", "default", "fg") is None, what="job fg gone after its pods")
     assert sandbox.objects("pods") == []
 
