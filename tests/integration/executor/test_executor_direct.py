@@ -63,10 +63,22 @@ def test_success_and_failure_reported_with_upstream_labels(executor_factory, kub
     assert pod["metadata"]["annotations"]["try_number"] == "1"
     args = pod["spec"]["containers"][0]["args"]
     assert args[:3] == ["python", "-m", "airflow.sdk.execution_time.execute_workload"]
-    # The successful pod is deleted.
-    assert not [
-        p for p in sandbox.objects("pods", "default") if p["metadata"]["annotations"].get("task_id") == "ok"
-    ]
+
+    # The successful pod is deleted. The delete runs in the executor's API threads (and a pod being
+    # deleted lingers for its grace period), so wait for it on a deadline.
+    def ok_pods() -> list[dict[str, Any]]:
+        ex.sync()
+        return [
+            p
+            for p in sandbox.objects("pods", "default")
+            if p["metadata"]["annotations"].get("task_id") == "ok"
+        ]
+
+    deadline = time.monotonic() + 20
+    while remaining := ok_pods():
+        assert time.monotonic() < deadline, f"the successful pod was not deleted: {remaining}"
+        time.sleep(0.1)
+    assert [p["metadata"]["name"] for p in sandbox.objects("pods", "default")] == [pod["metadata"]["name"]]
 
 
 def test_transient_create_errors_keep_the_task_queued_then_it_runs(executor_factory, kube_sandbox):
