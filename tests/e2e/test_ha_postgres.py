@@ -75,6 +75,11 @@ def _pods(stack: AirflowStack, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def _map_index(task_key: str) -> str:
+    """The map index of a ``task_states`` key such as ``sleeper[7]``, as pod annotations spell it."""
+    return task_key.split("[")[1].rstrip("]")
+
+
 def _pod_summaries(pods: list[dict[str, Any]], tasks: dict[str, Any]) -> list[dict[str, Any]]:
     """What a failure message needs of the pods of these tasks (``sleeper[3]``): owner, try, phase."""
     out = []
@@ -134,16 +139,14 @@ def test_scheduler_sigkilled_while_30_tasks_run(stack: AirflowStack) -> None:
     assert len(sleepers) == 30
     assert all(v["state"] == "success" for v in sleepers.values()), sleepers
     pods = sleeper_pods()
-    not_once = {
-        k: v for k, v in sleepers.items() if k.split("[")[1].rstrip("]") in had_pod and v["try_number"] != 1
-    }
+    not_once = {k: v for k, v in sleepers.items() if _map_index(k) in had_pod and v["try_number"] != 1}
     assert not not_once, (not_once, _pod_summaries(pods, not_once))
     # Each task got one pod, for the try it ran (a reset task's first try never had one), never two.
     per_try = Counter(
         (p["metadata"]["annotations"].get("map_index"), p["metadata"]["annotations"].get("try_number"))
         for p in pods
     )
-    tries = {(k.split("[")[1].rstrip("]"), str(v["try_number"])) for k, v in sleepers.items()}
+    tries = {(_map_index(k), str(v["try_number"])) for k, v in sleepers.items()}
     assert set(per_try) == tries and set(per_try.values()) == {1}, (per_try, tries)
     # The survivor adopted the victim's pods: relabelled to its own job (a pod that ended before the
     # adoption is only cleaned up, its task having reported its own end).
