@@ -54,6 +54,12 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     assert "License-Expression: Apache-2.0" in metadata
     assert "Project-URL: Source, https://github.com/airflow-jobwatch/airflow-jobwatch" in metadata
     assert "Requires-Dist: cryptography" in metadata
+    # The long description is the user README (README-pypi.md), not the contributors' README.md.
+    assert "Description-Content-Type: text/markdown" in metadata
+    long_description = metadata.split("\n\n", 1)[1]
+    assert long_description.startswith("# airflow-jobwatch\n")
+    assert "from airflow_jobwatch.operators.job import KubernetesJobOperator" in long_description
+    assert "make demo" not in long_description
     licenses = [n for n in names if "/licenses/" in n]
     assert {Path(n).name for n in licenses} == {"LICENSE", "NOTICE"}
 
@@ -74,6 +80,7 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
         "LICENSE",
         "NOTICE",
         "CHANGELOG.md",
+        "README-pypi.md",
     ):
         assert expected in names, f"{expected} missing from the sdist"
     assert not [n for n in names if "__pycache__" in n or n.startswith(".venv")]
