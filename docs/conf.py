@@ -62,13 +62,13 @@ def _configuration_reference() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `provider.yaml` at build time. Set options in `airflow.cfg` or as",
-        "`AIRFLOW__<SECTION>__<OPTION>` environment variables; `airflow config list --section jobwatch`",
-        "shows the values in force. A value of the wrong kind stops the executor or the trigger with an",
-        "error that names the option.",
+        "Every option of the provider's own configuration. Set options in `airflow.cfg` or as",
+        "`AIRFLOW__<SECTION>__<OPTION>` environment variables;",
+        "`airflow config list --section jobwatch --show-values` shows the values in force. A value of the",
+        "wrong kind stops the executor or the trigger with an error that names the option.",
         "",
-        "JobWatchExecutor also reads the `[kubernetes_executor]` options of the cncf.kubernetes provider",
-        "with their upstream meaning (see the [executor guide](../executor.md)).",
+        "JobWatchExecutor also reads the `[kubernetes_executor]` options of the cncf.kubernetes provider:",
+        "the [executor guide](../executor.md#configuration) says which it honours, and why.",
         "",
     ]
     for section, spec in info.get("config", {}).items():
