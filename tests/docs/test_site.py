@@ -6,7 +6,7 @@ page by page in headless Chromium.
   page, no second heading of a page).
 * Every internal link of every page resolves: the file exists, and so does the anchor it points to
   (checked on the built HTML with the standard library's parser, so this runs without a browser).
-* Every page renders in the browser: it has its title and a body, the end of its text is on the page
+* Every page renders in the browser, in a desktop window and at a phone's width: it has its title and a body, the end of its text is on the page
   (nothing is cut off at the bottom), nothing is wider than the window or clipped at the sides, and
   no script fails.
 
@@ -345,13 +345,6 @@ async def browser() -> AsyncIterator[_DevTools]:
                     devtools = _DevTools(ws)
                     await devtools.call("Page.enable")
                     await devtools.call("Runtime.enable")
-                    await devtools.call(
-                        "Emulation.setDeviceMetricsOverride",
-                        width=WINDOW[0],
-                        height=WINDOW[1],
-                        deviceScaleFactor=1,
-                        mobile=False,
-                    )
                     yield devtools
         finally:
             _stop(proc)
@@ -417,7 +410,14 @@ def _letters(text: str) -> str:
     return re.sub(r"[\s¶#]+", "", text).casefold()
 
 
-async def test_every_page_renders_whole_in_chromium(site: Path, served: str, browser: _DevTools) -> None:
+@pytest.mark.parametrize("window", [(*WINDOW, False), (390, 844, True)], ids=["desktop", "phone"])
+async def test_every_page_renders_whole_in_chromium(
+    site: Path, served: str, browser: _DevTools, window: tuple[int, int, bool]
+) -> None:
+    width, height, mobile = window
+    await browser.call(
+        "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=mobile
+    )
     shots = os.environ.get("JOBWATCH_DOCS_SCREENSHOTS")
     problems: list[str] = []
     pages = _pages(site)
@@ -463,7 +463,8 @@ async def test_every_page_renders_whole_in_chromium(site: Path, served: str, bro
             problem(f"script errors: {[e['params']['exceptionDetails'].get('text') for e in errors]}")
         if shots:
             shot = await browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=False)
-            target = Path(shots) / (relative.replace("/", "__").removesuffix(".html") + ".png")
+            name = relative.replace("/", "__").removesuffix(".html")
+            target = Path(shots) / f"{name}-{width}px.png"
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(base64.b64decode(shot["data"]))
     assert not problems, "\n".join(problems)
