@@ -57,7 +57,7 @@ def _configuration_reference() -> str:
         "# Configuration reference",
         "",
         "Generated from `provider.yaml` at build time. Set options in `airflow.cfg` or as",
-        "`AIRFLOW__<SECTION>__<OPTION>` environment variables; `airflow config list --section jobwatch`",
+        "`AIRFLOW__<SECTION>__<OPTION>` environment variables; `airflow config list --section jobwatch --show-values`",
         "shows the values in force. A value of the wrong kind stops the executor or the trigger with an",
         "error that names the option.",
         "",
