@@ -80,6 +80,7 @@ def test_run_dag_runs_the_job_operator_and_returns_states_xcoms_and_logs(
     assert [j["metadata"]["name"] for j in jobwatch_sandbox.jobs()] == [job.xcoms["job_name"]]
 
 
+@pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 @pytest.mark.parametrize("deferrable", [False, True], ids=["in-worker", "deferred"])
 def test_fault_helpers_during_a_run_dropped_watches_and_410_are_survived(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox, deferrable: bool
@@ -112,6 +113,7 @@ def test_fault_helpers_during_a_run_dropped_watches_and_410_are_survived(
     assert expired_watches() >= 1
 
 
+@pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 def test_fault_helpers_during_a_run_an_evicted_pod_fails_the_task(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox
 ) -> None:
@@ -126,6 +128,7 @@ def test_fault_helpers_during_a_run_an_evicted_pod_fails_the_task(
     assert "Evicted" in run.task("job").log
 
 
+@pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 def test_an_exception_in_during_stops_the_run_and_is_raised(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox
 ) -> None:
