@@ -44,7 +44,8 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     names = zipfile.ZipFile(dists["wheel"]).namelist()
     code = {n for n in names if not n.startswith("airflow_jobwatch-")}
     assert "airflow_jobwatch/get_provider_info.py" in code
-    assert "airflow_jobwatch/testing.py" in code
+    assert "airflow_jobwatch/testing/__init__.py" in code
+    assert "airflow_jobwatch/testing/_child.py" in code
     assert "airflow_jobwatch/py.typed" in code
     assert not [n for n in code if n.startswith("airflow_jobwatch/devtools/")]
     assert not [n for n in code if not n.startswith("airflow_jobwatch/")], "only the package is installed"
@@ -60,6 +61,11 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     assert long_description.startswith("# airflow-jobwatch\n")
     assert "from airflow_jobwatch.operators.job import KubernetesJobOperator" in long_description
     assert "make demo" not in long_description
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    # the pytest plugin of docs/testing.md, loaded by pytest from the installed wheel
+    assert "[pytest11]\nairflow_jobwatch.testing = airflow_jobwatch.testing" in (
+        zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
+    )
     licenses = [n for n in names if "/licenses/" in n]
     assert {Path(n).name for n in licenses} == {"LICENSE", "NOTICE"}
 
