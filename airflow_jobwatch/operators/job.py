@@ -8,8 +8,10 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   deferred, it runs the same trigger code in the worker. No pod discovery before waiting (upstream
   lists pods right after creating the Job and fails when the Job controller has not made them yet,
   #70585; it then waits pod by pod and hangs when parallelism exceeds completions, #64867).
-* Deadline. What is left of ``execution_timeout`` goes to the trigger as an absolute deadline, so it
-  holds while deferred and across triggerer restarts (#16).
+* Deadline. Deferred, what is left of ``execution_timeout`` goes to the trigger as an absolute
+  deadline, so it holds while deferred and across triggerer restarts (#16). In the worker the only
+  deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
+  runs off the main thread so that the alarm always reaches it (``_wait_in_worker``).
 * XCom without a sidecar. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the base container's ``terminationMessagePath`` *is*
   ``/airflow/xcom/return.json``: the kubelet copies the file into the pod's status when the container
@@ -17,7 +19,8 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   Job from completing). The price is the kubelet's 4 KiB limit per container.
 * Killing. ``on_kill`` (worker) and the trigger's ``on_kill`` (deferred: only on a user's kill or
   mark-failed, never on a triggerer restart) delete the Job with ``on_kill_propagation_policy`` and
-  ``termination_grace_period``, as upstream's ``on_kill`` does (#14, #15).
+  ``termination_grace_period``, as upstream's ``on_kill`` does (#14, #15). A wait that ends while the
+  Job still runs (deferred timeout, unreachable API, fail-fast) deletes it the same way.
 * Retried workers. A Job that already exists under the same name is adopted when its pod template
   carries this task try's labels (the labels upstream's pods carry), instead of failing with 409 or
   starting the work twice. The Job's own labels stay exactly the user's.
