@@ -909,12 +909,14 @@ class _LoopThread:
         Whatever a signal handler raises while the main thread waits here propagates to the caller,
         after the loop was stopped (at most ``_STOP_SECONDS``).
         """
-        self._thread.start()
         try:
+            self._thread.start()  # (its own wait for the thread to start is interruptible too)
             self._finished.wait()  # interruptible: the alarm's AirflowTaskTimeout is raised right here
         except BaseException:
             self._stop()
-            if not self._finished.wait(_STOP_SECONDS):
+            # Not alive: either done, or not yet running its target, which then sees `_stopping` first
+            # and ends before it creates anything.
+            if self._thread.is_alive() and not self._finished.wait(_STOP_SECONDS):
                 log.warning("The Job's wait did not stop within %.0f s; leaving it behind", _STOP_SECONDS)
             raise
         if self._error is not None:
