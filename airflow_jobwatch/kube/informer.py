@@ -804,7 +804,7 @@ class Informer:
         too_large_in_a_row = 0
         next_resync: float | None = None
         listed_before = False
-        log.info("informer %s: starting", self.name)
+        log.debug("informer %s: starting", self.name)
         while True:
             delay = 0.0
             if next_resync is not None and loop.time() >= next_resync and not need_list:
@@ -839,8 +839,8 @@ class Informer:
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
             except _Stalled as exc:
                 self._observer.on_stall()
-                # INFO, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
-                log.info("informer %s: watch silent (%s); reconnecting", self.name, exc)
+                # DEBUG, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
+                log.debug("informer %s: watch silent (%s); reconnecting", self.name, exc)
             except KubeApiError as exc:
                 if exc.too_large_resource_version:
                     # The apiserver we reached has not caught up with a resourceVersion another one gave us
@@ -1024,7 +1024,7 @@ class Informer:
         self._last_sync = time.monotonic()
         self._synced = True
         self._record_success()
-        log.info(
+        log.debug(
             "informer %s: %s %d objects at resourceVersion %s (%s) in %.2f s (%d added, %d modified, "
             "%d vanished, %d confirmed gone of %d checked)",
             self.name,
@@ -1058,7 +1058,7 @@ class Informer:
         listing.rv = listing.rv or list_rv
         if len(items) > self.config.page_size and mode not in self._limit_ignored:
             self._limit_ignored.add(mode)
-            log.info(
+            log.debug(
                 "informer %s: the server ignored limit=%d on a %s list (%d items in one response); "
                 "not paging such lists any more",
                 self.name,
@@ -1259,7 +1259,9 @@ class Informer:
                 # A watch broken before it delivered anything or proved itself is a failure (backoff).
                 if events == 0 and loop.time() - opened < MIN_HEALTHY_WATCH_SECONDS:
                     raise
-                log.info("informer %s: watch connection broken (%s); resuming", self.name, type(exc).__name__)
+                log.debug(
+                    "informer %s: watch connection broken (%s); resuming", self.name, type(exc).__name__
+                )
                 return
         finally:
             if proved is not None:

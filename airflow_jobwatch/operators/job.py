@@ -8,8 +8,10 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   deferred, it runs the same trigger code in the worker. No pod discovery before waiting (upstream
   lists pods right after creating the Job and fails when the Job controller has not made them yet,
   #70585; it then waits pod by pod and hangs when parallelism exceeds completions, #64867).
-* Deadline. What is left of ``execution_timeout`` goes to the trigger as an absolute deadline, so it
-  holds while deferred and across triggerer restarts (#16).
+* Deadline. Deferred, what is left of ``execution_timeout`` goes to the trigger as an absolute
+  deadline, so it holds while deferred and across triggerer restarts (#16). In the worker the only
+  deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
+  runs off the main thread so that the alarm always reaches it (``_wait_in_worker``).
 * XCom without a sidecar. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the base container's ``terminationMessagePath`` *is*
   ``/airflow/xcom/return.json``: the kubelet copies the file into the pod's status when the container
@@ -17,7 +19,8 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   Job from completing). The price is the kubelet's 4 KiB limit per container.
 * Killing. ``on_kill`` (worker) and the trigger's ``on_kill`` (deferred: only on a user's kill or
   mark-failed, never on a triggerer restart) delete the Job with ``on_kill_propagation_policy`` and
-  ``termination_grace_period``, as upstream's ``on_kill`` does (#14, #15).
+  ``termination_grace_period``, as upstream's ``on_kill`` does (#14, #15). A wait that ends while the
+  Job still runs (deferred timeout, unreachable API, fail-fast) deletes it the same way.
 * Retried workers. A Job that already exists under the same name is adopted when its pod template
   carries this task try's labels (the labels upstream's pods carry), instead of failing with 409 or
   starting the work twice. The Job's own labels stay exactly the user's.
@@ -32,12 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import json
+import random
 import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
@@ -45,12 +50,15 @@ from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
 from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction
-from airflow.providers.common.compat.sdk import AirflowException, conf
+from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout, conf
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
+from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
 from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
+    OUTCOME_FAILED,
+    OUTCOME_TIMEOUT,
     STATUS_SUCCESS,
     JobTrigger,
 )
@@ -596,7 +604,17 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         start = getattr(context.get("ti"), "start_date", None) or datetime.datetime.now(datetime.UTC)
         return start + self.execution_timeout
 
-    def _trigger(self, context: Context, name: str, namespace: str, uid: str | None) -> JobTrigger:
+    def _trigger(
+        self,
+        context: Context,
+        name: str,
+        namespace: str,
+        uid: str | None,
+        *,
+        deadline: datetime.datetime | None = None,
+    ) -> JobTrigger:
+        """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
+        ``execution_timeout`` (SIGALRM) is the one deadline (see ``_wait_in_worker``)."""
         return JobTrigger(
             name,
             namespace,
@@ -604,7 +622,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             config_file=self.config_file,
             cluster_context=self.cluster_context,
             in_cluster=self.in_cluster,
-            timeout=self._deadline(context),
+            timeout=deadline,
             poll_interval=self.job_poll_interval,
             fatal_waiting_reasons=self.fatal_waiting_reasons,
             api_failure_tolerance=self.api_failure_tolerance,
@@ -634,7 +652,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         return self.job
 
     async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """The in-worker wait: open the namespace's watch, create the Job, wait for it."""
+        """The in-worker wait: open the namespace's watch, create the Job, wait for it.
+
+        Runs in the event loop of ``_wait_in_worker``'s helper thread, never in the main thread.
+        """
         meta = job_request.metadata
         trigger = self._trigger(context, meta.name, meta.namespace, None)
         async with trigger.watching() as watch:
@@ -647,12 +668,51 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             discovering = asyncio.create_task(follower.discover(lambda: watch.pods_of(job.metadata.uid)))
             try:
                 event = await trigger.wait()
+            except BaseException:  # cancelled (the task is being stopped: execution_timeout...) or failed
+                follower.close()
+                raise
             finally:
                 discovering.cancel()
-                follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
+            follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
             await follower.drain(_LOG_DRAIN_SECONDS)
             self._logs_wanted, self._logs_streamed = follower.wanted, follower.started
             return event
+
+    def _wait_in_worker(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
+        """Create the Job and wait for it in the worker, the way Airflow's ``execution_timeout`` expects.
+
+        How Airflow 3 enforces ``execution_timeout`` (``task_runner._run_execute_callable``): a SIGALRM
+        whose handler raises ``AirflowTaskTimeout``, a ``BaseException``, in the main thread; the runner
+        then calls ``on_kill()``, which deletes the Job with ``on_kill_propagation_policy``. Two rules
+        follow, and this method is built on them:
+
+        * **No deadline of our own.** A deadline computed here (from ``ti.start_date``) would fire before
+          Airflow's timer and end the task with an ordinary error, so Airflow would never call
+          ``on_kill()`` and the Job would run on (and, with ``backoffLimit > 0``, the Job controller would
+          replace every pod the clean-up deleted). The trigger gets no timeout in the worker.
+        * **The event loop never runs in the main thread.** Python runs a signal handler in the main
+          thread, between two bytecodes of whatever the main thread is running. If that were an event
+          loop, the handler's ``AirflowTaskTimeout`` would be raised inside a task's step (asyncio stores
+          a ``BaseException`` other than ``KeyboardInterrupt``/``SystemExit`` as that task's result: an
+          informer dies silently) or inside a callback (logged by the loop): the timeout is lost and the
+          task runs on. So the loop (informers, the trigger's wait, log discovery) runs in a helper
+          thread, which signals never interrupt, and the main thread only blocks in
+          ``threading.Event.wait()``: a lock wait that a signal interrupts (Python >= 3.2 on POSIX),
+          out of which the handler's exception propagates in the main thread, as from upstream's
+          ``time.sleep`` poll.
+
+        When anything is raised in the main thread while it waits (the alarm, ``KeyboardInterrupt``), the
+        wait's task is cancelled in its loop, which closes the log streams, leaves the shared watch and
+        stops the informers; the main thread waits for that (at most ``_STOP_SECONDS``), so that a Job
+        whose create was in flight is recorded in ``self.job``, and re-raises. Airflow then calls
+        ``on_kill()``, which deletes the Job. (SIGTERM needs nothing special: Airflow's handler calls
+        ``on_kill()`` in the main thread, the Job is deleted, and the wait ends with ``deleted``.)
+        """
+        runner = _LoopThread(
+            lambda: self._create_and_wait(job_request, context), name=f"jobwatch-wait-{self.task_id}"
+        )
+        event: dict[str, Any] = runner.run(self.log)
+        return event
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -699,24 +759,54 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         if self.deferrable:
             job = self._create_job(job_request, context)
             self.defer(
-                trigger=self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid),
+                trigger=self._trigger(
+                    context,
+                    job.metadata.name,
+                    job.metadata.namespace,
+                    job.metadata.uid,
+                    deadline=self._deadline(context),
+                ),
                 method_name="execute_complete",
             )
-        event = asyncio.run(self._create_and_wait(job_request, context))
+        event = self._wait_in_worker(job_request, context)
         return self.execute_complete(context, event)
 
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:
         """Report the trigger's result: the ``job`` XCom, logs, the pods' clean-up, then the XCom result
         or an error. Takes our trigger's event and upstream's ``KubernetesJobTrigger`` event alike (a
-        task deferred by upstream's operator can resume in ours)."""
+        task deferred by upstream's operator can resume in ours).
+
+        A failure is reported with the pods as they are now, not only as the event saw them: a Job's
+        terminal condition and its pods' final states come down two different watches, so an event can
+        lack the failing container's exit code; the pods are read (and, bounded, re-read until the ones
+        the Job counts have ended) and the message rebuilt from them.
+
+        When the wait ended but the Job has not (a ``timeout``, an unreachable API, a pod stuck on an
+        unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
+        stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
+        ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
+        """
         name, ns, uid = _event_identity(event)
         status = event.get("status")
         outcome = event.get("outcome") or status
+        reason, message = event.get("reason"), event.get("message")
         context["ti"].xcom_push(key="job", value=event.get("job"))
-        self.log.info(
-            "Job %s/%s ended: %s (%s) %s", ns, name, outcome, event.get("reason"), event.get("message")
-        )
-        for pod in event.get("pods") or []:
+        pods = self._read_pods(ns, uid, event)
+        unfinished: k8s.V1Job | None = None
+        if status != STATUS_SUCCESS and ns and name:
+            job_now = self._read_job_now(ns, name, uid)
+            if job_now is not None:
+                fatal = self._trigger(context, name, ns, uid)._fatal_reasons
+                if outcome == OUTCOME_FAILED:
+                    pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
+                    state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
+                    if state.terminal and state.phase == "failed":
+                        message = state.message  # names the failing pod and its container's exit code
+                if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
+                    unfinished = job_now
+        summaries = [pod_summary(p) for p in pods] if pods else list(event.get("pods") or [])
+        self.log.info("Job %s/%s ended: %s (%s) %s", ns, name, outcome, reason, message)
+        for pod in summaries:
             self.log.info(
                 "  pod %s: %s, exit code %s, reason %s",
                 pod.get("name"),
@@ -724,20 +814,85 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 pod.get("exit_code"),
                 pod.get("reason"),
             )
-        pods = self._read_pods(ns, uid, event)
         try:
             if self.get_logs:
                 for pod in pods:
                     self._write_pod_logs(pod)
             if status != STATUS_SUCCESS:
-                raise AirflowException(
-                    f"Kubernetes Job {ns}/{name} {outcome}: {event.get('reason')}: {event.get('message')}"
-                )
+                text = f"Kubernetes Job {ns}/{name} {outcome}: {reason}: {message}"
+                if outcome == OUTCOME_TIMEOUT:
+                    raise AirflowTaskTimeout(text)
+                raise AirflowException(text)
             if self.do_xcom_push:
                 return self._xcom_value(event, pods)
             return None
         finally:
+            if unfinished is not None:
+                self._stop_unfinished_job(unfinished, outcome, reason)
             self._cleanup_pods(pods, context)
+
+    def _read_job_now(self, ns: str, name: str, uid: str | None) -> k8s.V1Job | None:
+        """The Job as the API server has it now; None when it is gone (or another Job took its name) or
+        cannot be read (logged)."""
+        try:
+            job = self.job_client.read_namespaced_job(name=name, namespace=ns)
+        except ApiException as e:
+            if e.status != 404:
+                self.log.warning("Could not read Job %s/%s: %s", ns, name, _api_error_message(e))
+            return None
+        except Exception as e:  # the API unreachable (what may have ended the wait): say so, go on
+            self.log.warning("Could not read Job %s/%s: %s", ns, name, e)
+            return None
+        if uid and job.metadata.uid != uid:
+            return None
+        return job
+
+    def _settled_pods(
+        self,
+        job: k8s.V1Job,
+        pods: list[k8s.V1Pod],
+        ns: str,
+        uid: str | None,
+        event: dict[str, Any],
+        fatal: Collection[str],
+    ) -> list[k8s.V1Pod]:
+        """The Job's pods once every pod it counts as ended shows so (at most ``_POD_SETTLE_SECONDS``).
+
+        The Job controller counts a pod only after it saw it end, so a list read after the Job's
+        condition normally has them all; the bounded re-read covers a list answered before that.
+        """
+        want = _ended_pods_counted(job)
+        deadline = time.monotonic() + _POD_SETTLE_SECONDS
+        delay = 0.1
+        while True:
+            ended = sum(1 for p in pods if classify_pod(p, fatal_waiting_reasons=fatal).terminal)
+            if ended >= want or time.monotonic() >= deadline:
+                return pods
+            time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+            pods = self._read_pods(ns, uid, event)
+
+    def _stop_unfinished_job(self, job: k8s.V1Job, outcome: str | None, reason: str | None) -> None:
+        """The task fails while its Job still runs: delete the Job as ``on_kill`` does (with
+        ``on_kill_propagation_policy`` / ``termination_grace_period``; its pods unless
+        ``on_kill_action="keep_pod"``). Best effort: a failure here never hides the task's own error."""
+        self.log.warning(
+            "Job %s/%s has not finished, but the task ends (%s: %s): deleting it as on_kill does",
+            job.metadata.namespace,
+            job.metadata.name,
+            outcome,
+            reason,
+        )
+        self.job = job
+        try:
+            self.on_kill()
+        except Exception as e:
+            self.log.warning(
+                "Could not delete Job %s/%s; it may still be running: %s",
+                job.metadata.namespace,
+                job.metadata.name,
+                e,
+            )
 
     # -- after the wait ----------------------------------------------------------------------------------
     def _read_pods(self, ns: str | None, uid: str | None, event: dict[str, Any]) -> list[k8s.V1Pod]:
@@ -826,11 +981,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         *,
         follow: bool,
         opened: Callable[[Any], None] | None = None,
+        stopped: threading.Event | None = None,
     ) -> None:
         """Stream one container's log into the task log, line by line, decoded; never held whole.
 
         :param follow: keep reading until the container ends (the in-worker wait streams this way).
         :param opened: called with the open response, so that a follower can be closed from outside.
+        :param stopped: set when the stream was ended on purpose (then its end is no warning).
         """
         try:
             response = self.client.read_namespaced_pod_log(
@@ -854,7 +1011,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             for line in _decoded_lines(response.stream(_LOG_CHUNK_BYTES)):
                 self.log.info("[%s] [%s] %s", pod_name, container, line)
         except Exception as e:  # a log is a nice-to-have; never fail the task for it
-            self.log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod_name, e)
+            if stopped is not None and stopped.is_set():
+                self.log.debug("Stopped following the log of container %s of pod %s", container, pod_name)
+            else:
+                self.log.warning(
+                    "Reading the log of container %s of pod %s stopped: %s", container, pod_name, e
+                )
         finally:
             response.release_conn()
 
@@ -912,6 +1074,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         job = getattr(self, "job", None)
         if job is None:
             return
+        if job.metadata.uid and getattr(self, "_kill_sent", None) == job.metadata.uid:
+            return  # already deleted (execute_complete stopped it, then Airflow's timeout path called us)
         ns, name, uid = job.metadata.namespace, job.metadata.name, job.metadata.uid
         kwargs: dict[str, Any] = {"propagation_policy": self.on_kill_propagation_policy}
         if self.termination_grace_period is not None:
@@ -922,6 +1086,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
+        self._kill_sent = uid
         if self.on_kill_action == OnKillAction.KEEP_POD:
             self.log.info(
                 "Skipping the Job's pods' deletion since on_kill_action is set to %r.",
@@ -962,6 +1127,7 @@ class _LogFollower:
         self.wanted: dict[str, list[str]] = {}
         self.threads: list[threading.Thread] = []
         self.responses: list[Any] = []
+        self.stopped = threading.Event()
 
     async def discover(self, pods: Callable[[], list[dict[str, Any]]]) -> None:
         while True:
@@ -969,6 +1135,8 @@ class _LogFollower:
             await asyncio.sleep(_LOG_DISCOVERY_SECONDS)
 
     def start_ready(self, pods: list[dict[str, Any]]) -> None:
+        if self.stopped.is_set():
+            return
         for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
             meta, status = pod.get("metadata") or {}, pod.get("status") or {}
             name = str(meta.get("name"))
@@ -996,7 +1164,7 @@ class _LogFollower:
                 thread = threading.Thread(
                     target=self.operator._write_container_log,
                     args=(name, self.namespace, container),
-                    kwargs={"follow": True, "opened": self.responses.append},
+                    kwargs={"follow": True, "opened": self.responses.append, "stopped": self.stopped},
                     name=f"log-{name}-{container}",
                     daemon=True,
                 )
@@ -1012,9 +1180,109 @@ class _LogFollower:
             self.operator.log.warning(
                 "Stopped following logs still open %.0f s after the Job ended (a pod still running?)", limit
             )
-            for response in self.responses:
-                with contextlib.suppress(Exception):
+            self.close()
+
+    def close(self) -> None:
+        """End every log stream still open; their threads then return (and release the connection).
+
+        ``HTTPResponse.shutdown()`` (urllib3 >= 2.3) shuts the socket down for reading, which wakes a
+        thread blocked in ``recv``. ``close()`` would not: it waits for the buffered reader's lock, which
+        the following thread holds until the stream ends, so it is only the fallback.
+        """
+        self.stopped.set()
+        for response in self.responses:
+            with contextlib.suppress(Exception):
+                shutdown = getattr(response, "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
+                else:
                     response.close()
+
+
+#: How long a failure's report waits for the pods the Job counts as ended to show so in a list
+#: (see ``KubernetesJobOperator._settled_pods``); normally the first list already does.
+_POD_SETTLE_SECONDS = 5.0
+
+
+def _ended_pods_counted(job: k8s.V1Job) -> int:
+    """How many of its pods the Job has seen end: its counters plus the ones not yet counted."""
+    status = job.status
+    if status is None:
+        return 0
+    uncounted = status.uncounted_terminated_pods
+    return (
+        (status.succeeded or 0)
+        + (status.failed or 0)
+        + len((uncounted.succeeded or []) if uncounted else [])
+        + len((uncounted.failed or []) if uncounted else [])
+    )
+
+
+#: After the main thread was interrupted (execution_timeout's alarm...), how long it waits for the
+#: in-worker wait's loop to stop (a create in flight answers, the watch closes) before re-raising anyway.
+#: A create is bounded by the client's request timeout; closing informers takes milliseconds.
+_STOP_SECONDS = 30.0
+
+
+class _LoopThread:
+    """Runs one coroutine to its end with ``asyncio.run`` in a thread of its own, while the calling
+    (main) thread waits in a way signals can interrupt. See ``KubernetesJobOperator._wait_in_worker``
+    for why; the thread inherits the caller's context variables (the task's log context)."""
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, Any]], *, name: str) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._stopping = False
+        self._finished = threading.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._main,), name=name, daemon=True)
+
+    def _main(self) -> None:
+        try:
+            self._result = asyncio.run(self._run())
+        except BaseException as e:  # handed to the main thread, which re-raises it
+            self._error = e
+        finally:
+            self._finished.set()
+
+    async def _run(self) -> Any:
+        with self._lock:
+            if self._stopping:  # stopped before the loop had even started
+                raise asyncio.CancelledError
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        return await self._make()
+
+    def _stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed already: nothing to cancel
+                loop.call_soon_threadsafe(task.cancel)
+
+    def run(self, log: Any) -> Any:
+        """Start the thread and return the coroutine's result (or raise its exception).
+
+        Whatever a signal handler raises while the main thread waits here propagates to the caller,
+        after the loop was stopped (at most ``_STOP_SECONDS``).
+        """
+        try:
+            self._thread.start()  # (its own wait for the thread to start is interruptible too)
+            self._finished.wait()  # interruptible: the alarm's AirflowTaskTimeout is raised right here
+        except BaseException:
+            self._stop()
+            # Not alive: either done, or not yet running its target, which then sees `_stopping` first
+            # and ends before it creates anything.
+            if self._thread.is_alive() and not self._finished.wait(_STOP_SECONDS):
+                log.warning("The Job's wait did not stop within %.0f s; leaving it behind", _STOP_SECONDS)
+            raise
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 #: Bytes read from the log stream at a time; a line longer than _MAX_LINE_BYTES is cut into pieces, so

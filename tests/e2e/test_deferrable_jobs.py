@@ -71,6 +71,15 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     assert "ErrImagePull" in stack.task_log(DAG_ID, run_id, "bad_image", 1) or "ImagePullBackOff" in (
         stack.task_log(DAG_ID, run_id, "bad_image", 1)
     )
-    # on_finish_action="delete_pod" (upstream's meaning): the Jobs' pods are gone, the Jobs stay
+    # on_finish_action="delete_pod" (upstream's meaning): the Jobs' pods are gone, the Jobs that ended
+    # stay; bad_image's Job, which could never run, is deleted as on_kill deletes it (its task failed)
     wait_until(lambda: not stack.admin.objects("pods", "default"), timeout=30, what="the pods' deletion")
-    assert len(stack.admin.objects("jobs", "default")) == 5
+    wait_until(
+        lambda: len(stack.admin.objects("jobs", "default")) == 4, timeout=30, what="bad_image's Job deletion"
+    )
+    assert sorted(j["metadata"]["labels"].get("task_id") for j in stack.admin.objects("jobs", "default")) == [
+        "fails",
+        "fan_out",
+        "long",
+        "quick",
+    ]
