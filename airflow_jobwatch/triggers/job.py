@@ -303,16 +303,19 @@ class JobTrigger(BaseTrigger):
     async def _watch_key_and_factory(self) -> tuple[WatchKey, Callable[[], Any]]:
         """Which shared watch this trigger belongs to, and how to build its client if it starts it.
 
-        The key names the cluster and the credentials (server, context, user; or "in-cluster") and reads
-        only what the configuration names: an in-cluster trigger in a Helm-chart triggerer, which has
-        no ~/.kube/config, never looks for one.
+        The key names the cluster (server, context, user; or "in-cluster") and carries a keyed digest of
+        the credential source (token, certificate, exec command, file path and context, inline text:
+        ``ClusterConfig.credential_digest()``), so triggers share a watch only when they act with the
+        same credential. It reads only what the configuration names: an in-cluster trigger in a
+        Helm-chart triggerer, which has no ~/.kube/config, never looks for one.
         """
         cfg = await self._resolved_cluster_config()
 
         async def factory() -> Any:
             return await kube_client.async_api_client(cfg)
 
-        return WatchKey(cluster=cfg.identity(), namespace=self.namespace), factory
+        key = WatchKey(cluster=cfg.identity(), namespace=self.namespace, credential=cfg.credential_digest())
+        return key, factory
 
     def _informer_config(self) -> InformerConfig:
         config = informer_config_from_airflow()
