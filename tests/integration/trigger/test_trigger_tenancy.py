@@ -153,6 +153,9 @@ async def test_same_credential_still_shares_one_watch(sandbox: Any, rbac: Any, t
         registry = get_registry()
         await wait_until(lambda: sum(registry.active().values()) == 3, what="three subscriptions")
         assert sorted(registry.active().values()) == [1, 2]
+        from airflow_jobwatch import metrics
+
+        assert metrics.triggerer_status()["shared_watches"] == 2  # two watches in one namespace
         for w in waits:
             w.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
