@@ -101,6 +101,16 @@ def _conf_float(option: str, fallback: float | None = None) -> float:
     return jobwatch_config.get_float(option)
 
 
+def _on_kill_timeout() -> float:
+    """``[triggerer] on_kill_timeout``: how long Airflow lets ``on_kill`` run (30 s by default)."""
+    try:
+        from airflow.configuration import conf
+
+        return float(conf.getint("triggerer", "on_kill_timeout", fallback=30))
+    except Exception:  # a worker with the task SDK only: the operator's own kill path has no such bound
+        return 30.0
+
+
 def informer_config_from_airflow(*, resync_interval_seconds: float | None = None) -> InformerConfig:
     """The ``[jobwatch]`` options as an :class:`InformerConfig` (read each time: env overrides apply)."""
     from airflow_jobwatch import config as jobwatch_config
@@ -557,6 +567,28 @@ class JobTrigger(BaseTrigger):
         """
         if not self.delete_on_kill:
             return
+        # Airflow's trigger runner re-sends its cancel request every loop until the trigger has finished
+        # (the supervisor keeps the id in ``cancelling_triggers`` until then), and each one cancels the
+        # coroutine running this method again. Reading the task's state through the supervisor can take
+        # seconds on a busy triggerer, and a cancel in the middle would leave a Job the user asked to
+        # delete (seen end to end). So the work runs shielded, and repeated cancels are absorbed within
+        # ``[triggerer] on_kill_timeout``, Airflow's own bound on this method; after it, the cancel goes
+        # through and the work finishes on its own (each of its requests has a timeout).
+        loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(self._kill())
+        deadline = loop.time() + _on_kill_timeout()
+        while True:
+            try:
+                await asyncio.shield(work)
+                return
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if work.done() or loop.time() >= deadline or current is None:
+                    raise
+                current.uncancel()  # absorbed: a repeat of the cancel that started this kill
+
+    async def _kill(self) -> None:
+        """on_kill's work: decide, then delete the Job (and its pods with ``delete_pods_on_kill``)."""
         delete, why = await self._kill_decision()
         if not delete:
             self.log.warning("Not deleting Job %s/%s on kill: %s", self.namespace, self.job_name, why)

@@ -34,15 +34,19 @@ DAG, RUN, TASK = "deferrable_jobs", "manual__2026-12-04", "wait_for_job"
 class _Supervisor:
     """Answers the trigger runner's ``GetTaskStates`` like the triggerer's supervisor (from the DB)."""
 
-    def __init__(self, state: str | None) -> None:
+    def __init__(self, state: str | None, *, delay: float = 0.0) -> None:
         self.state = state
+        self.delay = delay  # a busy supervisor: the answer takes this long
         self.asked: list[Any] = []
 
     def send(self, msg: Any) -> Any:
+        import time
+
         from airflow.sdk.execution_time.comms import GetTaskStates, TaskStatesResult
 
         assert isinstance(msg, GetTaskStates), msg
         self.asked.append(msg)
+        time.sleep(self.delay)  # called in a worker thread, as the trigger's sync SDK calls are
         if self.state == "unreachable":
             raise ConnectionError("supervisor socket closed")
         return TaskStatesResult(task_states={RUN: {TASK: self.state}})
@@ -162,3 +166,30 @@ async def test_a_users_kill_still_deletes_the_job(
     await wait_until(lambda: _job_deleted(k8s_async_client, "killed"), what="the Job to be deleted")
     assert f"the task left DEFERRED (state {state!r}): a user's kill" in capsys.readouterr().out
     assert not runner.events
+
+
+async def test_a_users_kill_survives_the_runners_repeated_cancels(
+    sandbox: Any, k8s_async_client: Any, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor re-sends its cancel list every loop until the trigger has finished, and each one
+    cancels the trigger's task again, while on_kill is still reading the task's state (slow on a busy
+    triggerer: 14-18 s were seen end to end). The Job is deleted all the same."""
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+    from airflow.sdk.execution_time import task_runner
+
+    supervisor = _Supervisor("failed", delay=1.5)
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", supervisor, raising=False)
+    job = await create_job(k8s_async_client, job_manifest("killed-slowly", ["sh", "-c", "sleep 600"]))
+    classpath, kwargs = JobTrigger(
+        "killed-slowly", NS, config_file=str(kubeconfig), job_uid=job["metadata"]["uid"], delete_on_kill=True
+    ).serialize()
+    runner = TriggerRunner()
+    task = _start(runner, 9, classpath, kwargs, _task_instance())
+    await wait_until(lambda: sum(get_registry().active().values()) == 1, what="the trigger to subscribe")
+    for _ in range(4):  # what the runner's loop does while the id stays in the supervisor's cancel list
+        runner.to_cancel.append(9)
+        await runner.cancel_triggers()
+        await asyncio.sleep(0.3)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: _job_deleted(k8s_async_client, "killed-slowly"), what="the Job to be deleted")
