@@ -161,24 +161,33 @@ class ClusterConfig:
         return os.path.join(directory, "token"), os.path.join(directory, "ca.crt")
 
     def identity(self) -> str:
-        """A stable key naming the cluster and the user we act as, for sharing informers.
+        """A stable string naming the cluster and the user we act as (for messages and keys).
 
-        Two configurations with the same identity see the same objects with the same permissions, so
-        one watch can serve both. Built from the resolved server URL, context and user *names* only,
-        never credentials. It reads only what this configuration names: the kubeconfig file(s) it
-        names (or ``$KUBECONFIG`` / ``~/.kube/config`` when it names none and is not in-cluster), or
-        the inline kubeconfig; in-cluster it reads nothing but the environment. No exec plugin is run.
+        Built from the resolved server URL, context and user *names* only, never credentials. Names are
+        not enough to decide that two configurations may share a watch: two kubeconfigs can use the
+        same names with different credentials; :meth:`credential_digest` tells those apart. It reads
+        only what this configuration names: the kubeconfig file(s) it names (or ``$KUBECONFIG`` /
+        ``~/.kube/config`` when it names none and is not in-cluster), or the inline kubeconfig;
+        in-cluster it reads nothing but the environment. No exec plugin is run.
 
         :raises ClusterConfigError: when the kubeconfig cannot be read or the context does not resolve.
         """
-        if self.in_cluster:
+        return self._identity(None if self.in_cluster else _resolve(self))
+
+    def identity_and_credential_digest(self) -> tuple[str, str]:
+        """``(identity(), credential_digest())``, resolving the kubeconfig once (a trigger names its
+        shared watch with both; with thousands of triggers an inline kubeconfig parsed twice shows)."""
+        resolved = None if self.in_cluster else _resolve(self)
+        return self._identity(resolved), self._credential_digest(resolved)
+
+    def _identity(self, resolved: _Resolved | None) -> str:
+        if resolved is None:
             # The pod's own cluster and service account: fixed for the life of the process.
             base = IN_CLUSTER_IDENTITY
             directory = os.path.dirname(self.service_account_files()[0])
             if directory != SERVICE_ACCOUNT_DIR:
                 base += f" sa={directory}"
         else:
-            resolved = _resolve(self)
             base = f"server={resolved.server} context={resolved.context} user={resolved.user or '-'}"
         if not self.verify_ssl:
             base += " insecure"
@@ -200,7 +209,8 @@ class ClusterConfig:
         * a kubeconfig file: its path(s) and the context, plus the resolved user entry (token,
           ``tokenFile``, client certificate and key, ``exec`` command, args and env,
           ``auth-provider``, username/password) and cluster entry (server, CA, TLS options);
-        * an inline ``kube_config``: its whole text, plus the context;
+        * an inline ``kube_config``: its whole content (parsed, so formatting does not count), plus the
+          context;
         * the TLS options of this configuration (``verify_ssl``, ``ssl_ca_cert``).
 
         It is an HMAC-SHA256 under a key drawn at random once per process: it identifies a credential
@@ -209,12 +219,14 @@ class ClusterConfig:
 
         :raises ClusterConfigError: when the kubeconfig cannot be read or the context does not resolve.
         """
+        return self._credential_digest(None if self.in_cluster else _resolve(self))
+
+    def _credential_digest(self, resolved: _Resolved | None) -> str:
         source: dict[str, Any] = {"verify_ssl": self.verify_ssl, "ssl_ca_cert": self.ssl_ca_cert}
-        if self.in_cluster:
+        if resolved is None:
             token_file, ca_file = self.service_account_files()
             source["in_cluster"] = {"token_file": os.path.abspath(token_file), "ca_file": ca_file}
         else:
-            resolved = _resolve(self)
             source["context"] = resolved.context
             source["user"] = resolved.user_fields
             source["cluster"] = resolved.cluster_fields

@@ -326,7 +326,8 @@ class JobTrigger(BaseTrigger):
         async def factory() -> Any:
             return await kube_client.async_api_client(cfg)
 
-        key = WatchKey(cluster=cfg.identity(), namespace=self.namespace, credential=cfg.credential_digest())
+        identity, credential = cfg.identity_and_credential_digest()
+        key = WatchKey(cluster=identity, namespace=self.namespace, credential=credential)
         return key, factory
 
     def _informer_config(self) -> InformerConfig:

@@ -72,6 +72,8 @@ def test_every_credential_variant_has_its_own_digest_under_the_same_names() -> N
     assert len(set(digests.values())) == len(VARIANTS), digests
     again = {name: _inline(user).credential_digest() for name, user in VARIANTS.items()}
     assert again == digests  # stable within the process
+    for name, cfg in configs.items():  # what a trigger names its watch with: one kubeconfig parse
+        assert cfg.identity_and_credential_digest() == (cfg.identity(), digests[name])
 
 
 def test_files_paths_and_contexts(tmp_path: Path) -> None:
