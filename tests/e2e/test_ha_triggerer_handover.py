@@ -108,15 +108,28 @@ def _mark_failed(stack: AirflowStack, run_id: str, task_id: str, map_index: int)
         assert r.status == 200, r.read()
 
 
-def _logs_mention(stack: AirflowStack, text: str) -> bool:
-    for path in stack.home.rglob("*"):
-        if path.is_file() and path.suffix in (".log", "") and path.stat().st_size < 20_000_000:
-            try:
-                if text in path.read_text(errors="replace"):
-                    return True
-            except OSError:
-                continue
-    return False
+def _trigger_log(stack: AirflowStack, run_id: str, map_index: int, triggerer_id: int) -> str:
+    """What triggerer ``triggerer_id`` logged for the trigger of ``job[map_index]`` (Airflow writes each
+    triggerer's part of a deferred task's log next to the task's log)."""
+    path = (
+        stack.home
+        / "logs"
+        / f"dag_id={DAG}"
+        / f"run_id={run_id}"
+        / "task_id=job"
+        / f"map_index={map_index}"
+        / f"attempt=1.log.trigger.{triggerer_id}.log"
+    )
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _on_kill_finished(log: str) -> bool:
+    """Airflow's own lines: the cancel with the user-action message, then the trigger's end."""
+    cancelled = log.find("invoking on_kill")
+    return cancelled >= 0 and log.find("trigger completed", cancelled) >= 0
 
 
 def _job(stack: AirflowStack, name: str) -> dict[str, Any] | None:
@@ -130,7 +143,7 @@ def _deleted(job: dict[str, Any] | None) -> bool:
 def test_handover_keeps_the_job_and_a_users_kill_deletes_it(stack: AirflowStack) -> None:
     [triggerer_a] = wait_until(lambda: _running_triggerers(stack) or None, timeout=120, what="triggerer A")
     # The Jobs outlast the hand-over (seconds) on a loaded machine; the test waits for job[0]'s end.
-    run_id = stack.trigger_dag(DAG, conf={"jobs": 2, "seconds": 45})
+    run_id = stack.trigger_dag(DAG, conf={"jobs": 2, "seconds": 75})
     wait_until(
         lambda: (
             (owners := _owners(stack, run_id)) and len(owners) == 2 and set(owners.values()) == {triggerer_a}
@@ -158,19 +171,22 @@ def test_handover_keeps_the_job_and_a_users_kill_deletes_it(stack: AirflowStack)
         )
     finally:
         os.killpg(a.pid, signal.SIGCONT)
-    # A recovers, finds it no longer owns the triggers and cancels them: on_kill runs, sees the tasks
-    # still deferred, and leaves the Jobs.
+    # A recovers, finds it no longer owns the triggers and cancels them with the user-action message:
+    # on_kill runs (Airflow's log says so), sees the tasks still deferred, and leaves the Jobs.
     wait_until(
-        lambda: _logs_mention(stack, "the trigger was handed over to another triggerer") or None,
+        lambda: all(_on_kill_finished(_trigger_log(stack, run_id, m, triggerer_a)) for m in (0, 1)) or None,
         timeout=120,
-        what="triggerer A to give up its triggers (on_kill) and leave the Jobs",
+        what="triggerer A to give up its triggers (on_kill ran and the triggers ended)",
     )
     for m in ("0", "1"):
         job = _job(stack, jobs[m][0]["metadata"]["name"])
         assert not _deleted(job) and job["metadata"]["uid"] == uid[m], (m, job and job["metadata"])
+        log = _trigger_log(stack, run_id, int(m), triggerer_a)
+        assert "the trigger was handed over to another triggerer" in log, log[-3000:]
 
     # A user's kill: job[1] is marked failed while deferred. Its trigger's owner (B) runs on_kill,
     # which sees the task left DEFERRED and deletes the Job.
+    assert stack.task_states(DAG, run_id)["job[1]"]["state"] == "deferred"  # else the Jobs ended too soon
     _mark_failed(stack, run_id, "job", 1)
     wait_until(
         lambda: _deleted(_job(stack, jobs["1"][0]["metadata"]["name"])) or None,
