@@ -585,8 +585,19 @@ class JobTrigger(BaseTrigger):
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if work.done() or loop.time() >= deadline or current is None:
+                    if not work.done():  # it goes on alone: its outcome still reaches the log
+                        work.add_done_callback(self._log_detached_kill)
                     raise
                 current.uncancel()  # absorbed: a repeat of the cancel that started this kill
+
+    def _log_detached_kill(self, work: asyncio.Future[None]) -> None:
+        if not work.cancelled() and (error := work.exception()) is not None:
+            self.log.warning(
+                "Deleting Job %s/%s on kill failed after on_kill_timeout: %s",
+                self.namespace,
+                self.job_name,
+                error,
+            )
 
     async def _kill(self) -> None:
         """on_kill's work: decide, then delete the Job (and its pods with ``delete_pods_on_kill``)."""

@@ -14,6 +14,7 @@ tests/e2e/test_ha_postgres.py for that end to end). The Kubernetes side is the s
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,10 @@ DAG, RUN, TASK = "deferrable_jobs", "manual__2026-12-04", "wait_for_job"
 class _Supervisor:
     """Answers the trigger runner's ``GetTaskStates`` like the triggerer's supervisor (from the DB)."""
 
-    def __init__(self, state: str | None, *, delay: float = 0.0) -> None:
+    def __init__(self, state: str | None, *, delay: float = 0.0, gate: threading.Event | None = None) -> None:
         self.state = state
         self.delay = delay  # a busy supervisor: the answer takes this long
+        self.gate = gate  # ... or until the test opens this gate
         self.asked: list[Any] = []
 
     def send(self, msg: Any) -> Any:
@@ -47,6 +49,8 @@ class _Supervisor:
         assert isinstance(msg, GetTaskStates), msg
         self.asked.append(msg)
         time.sleep(self.delay)  # called in a worker thread, as the trigger's sync SDK calls are
+        if self.gate is not None:
+            assert self.gate.wait(60), "the test never opened the supervisor's gate"
         if self.state == "unreachable":
             raise ConnectionError("supervisor socket closed")
         return TaskStatesResult(task_states={RUN: {TASK: self.state}})
@@ -193,3 +197,37 @@ async def test_a_users_kill_survives_the_runners_repeated_cancels(
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_until(lambda: _job_deleted(k8s_async_client, "killed-slowly"), what="the Job to be deleted")
+
+
+async def test_on_kill_stops_absorbing_cancels_at_on_kill_timeout_and_the_kill_still_completes(
+    sandbox: Any, k8s_async_client: Any, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Repeated cancels are absorbed only within ``[triggerer] on_kill_timeout``: after it the trigger
+    ends although the task's state has not been read yet, and the kill's work finishes on its own."""
+    from airflow.jobs.triggerer_job_runner import TriggerRunner
+    from airflow.sdk.execution_time import task_runner
+
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__ON_KILL_TIMEOUT", "1")
+    gate = threading.Event()
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", _Supervisor("failed", gate=gate), raising=False)
+    job = await create_job(k8s_async_client, job_manifest("killed-late", ["sh", "-c", "sleep 600"]))
+    classpath, kwargs = JobTrigger(
+        "killed-late", NS, config_file=str(kubeconfig), job_uid=job["metadata"]["uid"], delete_on_kill=True
+    ).serialize()
+    runner = TriggerRunner()
+    task = _start(runner, 10, classpath, kwargs, _task_instance())
+    await wait_until(lambda: sum(get_registry().active().values()) == 1, what="the trigger to subscribe")
+
+    async def cancel_every_loop() -> None:
+        while not task.done():
+            runner.to_cancel.append(10)
+            await runner.cancel_triggers()
+            await asyncio.sleep(0.3)
+
+    canceller = asyncio.ensure_future(cancel_every_loop())
+    with pytest.raises(asyncio.CancelledError):
+        await task  # ends while the supervisor still has not answered: the runner is not held
+    await canceller
+    assert not await _job_deleted(k8s_async_client, "killed-late")
+    gate.set()  # the supervisor answers "failed" at last
+    await wait_until(lambda: _job_deleted(k8s_async_client, "killed-late"), what="the detached kill")
