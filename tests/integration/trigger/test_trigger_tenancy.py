@@ -162,3 +162,61 @@ async def test_same_credential_still_shares_one_watch(sandbox: Any, rbac: Any, t
     finally:
         await admin.close()
         await get_registry().close()
+
+
+async def test_inline_exec_kubeconfigs_differing_only_in_the_role_get_their_own_watches(
+    sandbox: Any, rbac: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EKS ``update-kubeconfig --role-arn``: the same names, the same command, one argument apart. Two
+    connections with such inline ``kube_config`` extras: the one whose role may not read Jobs ends
+    Forbidden while the other's trigger waits in the namespace."""
+    import json
+
+    import yaml
+
+    rbac.grant(ALICE, verbs=["get", "list", "watch"], resources=["jobs", "pods"], namespace=NS)
+    rbac.grant(BOB, verbs=["get", "list", "watch"], resources=["pods"], namespace=NS)
+    key_file = tmp_path / "signing-key"
+    texts = {}
+    for who, user in (("alice", ALICE), ("bob", BOB)):
+        path = tmp_path / f"exec-{who}"
+        sandbox.write_exec_kubeconfig(path, user=user, key_file=key_file)
+        texts[who] = path.read_text()
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_K8S_{who.upper()}",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": texts[who]}}),
+        )
+    alice_user, bob_user = (yaml.safe_load(texts[w])["users"][0] for w in ("alice", "bob"))
+    assert alice_user["name"] == bob_user["name"]  # the same names; the exec args differ in --user only
+    assert [a for a in alice_user["user"]["exec"]["args"] if a not in bob_user["user"]["exec"]["args"]] == [
+        ALICE
+    ]
+    admin = await _admin(sandbox, tmp_path)
+    try:
+        running = await create_job(admin, job_manifest("alice-running", ["sh", "-c", "sleep 600"]))
+        done = await _finished_job(admin, sandbox, "secret-done")
+        alice_wait = asyncio.ensure_future(
+            JobTrigger(
+                "alice-running", NS, kubernetes_conn_id="k8s_alice", job_uid=running["metadata"]["uid"]
+            ).wait()
+        )
+        registry = get_registry()
+        await wait_until(lambda: bool(registry.active()), what="Alice's watch")
+        [alice_watch] = [registry._watches[k] for k in registry.active()]
+        assert await alice_watch.wait_synced(30)
+        bob = JobTrigger(
+            "secret-done",
+            NS,
+            kubernetes_conn_id="k8s_bob",
+            job_uid=done["metadata"]["uid"],
+            poll_interval=1.0,
+            api_failure_tolerance=300,
+        )
+        payload = await asyncio.wait_for(bob.wait(), 60)
+        assert payload["status"] == "error" and payload["reason"] == "Forbidden", payload
+        assert not alice_wait.done()
+        alice_wait.cancel()
+        await asyncio.gather(alice_wait, return_exceptions=True)
+    finally:
+        await admin.close()
+        await get_registry().close()
