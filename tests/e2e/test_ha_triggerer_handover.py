@@ -29,8 +29,8 @@ from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
-DAGS = Path(__file__).parent / "dags_ha"
-DAG = "ha_deferred"
+DAGS = Path(__file__).parent / "dags_handover"
+DAG = "handover_deferred"
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +142,9 @@ def _deleted(job: dict[str, Any] | None) -> bool:
 
 def test_handover_keeps_the_job_and_a_users_kill_deletes_it(stack: AirflowStack) -> None:
     [triggerer_a] = wait_until(lambda: _running_triggerers(stack) or None, timeout=120, what="triggerer A")
-    # The Jobs outlast the hand-over (seconds) on a loaded machine; the test waits for job[0]'s end.
-    run_id = stack.trigger_dag(DAG, conf={"jobs": 2, "seconds": 75})
+    # job[0]'s Job outlasts the hand-over on a loaded machine and then succeeds; job[1]'s runs until the
+    # user kills its task (it must still be deferred then, whatever the load).
+    run_id = stack.trigger_dag(DAG, conf={"seconds": [75, 1200]})
     wait_until(
         lambda: (
             (owners := _owners(stack, run_id)) and len(owners) == 2 and set(owners.values()) == {triggerer_a}
@@ -186,7 +187,7 @@ def test_handover_keeps_the_job_and_a_users_kill_deletes_it(stack: AirflowStack)
 
     # A user's kill: job[1] is marked failed while deferred. Its trigger's owner (B) runs on_kill,
     # which sees the task left DEFERRED and deletes the Job.
-    assert stack.task_states(DAG, run_id)["job[1]"]["state"] == "deferred"  # else the Jobs ended too soon
+    assert stack.task_states(DAG, run_id)["job[1]"]["state"] == "deferred"
     _mark_failed(stack, run_id, "job", 1)
     wait_until(
         lambda: _deleted(_job(stack, jobs["1"][0]["metadata"]["name"])) or None,
