@@ -268,6 +268,11 @@ class InformerMetrics:
         if self._gauges is not None:
             self._gauges.cancel()
             self._gauges = None
+        if self.component == "triggerer":
+            # issue 18 item 8: the registry writes the file when a watch closes, but before its informers
+            # have stopped; and once no watch is open nothing rewrites it. Rewrite it now that this
+            # informer is gone, so `airflow jobwatch status` never lists a closed watch.
+            write_triggerer_status(force=True)
 
 
 # ---- executor ---------------------------------------------------------------------------------------
@@ -348,7 +353,7 @@ def triggerer_status() -> dict[str, Any]:
         "pid": os.getpid(),
         "updated_at": time.time(),
         "write_interval_seconds": GAUGE_INTERVAL_SECONDS,
-        "shared_watches": len(_open_watches),
+        "shared_watches": _open_watch_count,  # watches, not namespaces: one per credential
         "triggers_per_watch": dict(sorted(_open_watches.items())),
         "healthy": all(i["healthy"] for i in informers),
         "informers": informers,

@@ -13,8 +13,12 @@ tokens and private keys, and the libraries' YAML errors print the offending line
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
+import json
 import logging
 import os
+import secrets
 import socket
 import ssl
 import threading
@@ -41,6 +45,7 @@ __all__ = [
     "ClusterConfigError",
     "TcpKeepalive",
     "async_api_client",
+    "credential_digest",
     "sync_api_client",
 ]
 
@@ -156,30 +161,80 @@ class ClusterConfig:
         return os.path.join(directory, "token"), os.path.join(directory, "ca.crt")
 
     def identity(self) -> str:
-        """A stable key naming the cluster and the user we act as, for sharing informers.
+        """A stable string naming the cluster and the user we act as (for messages and keys).
 
-        Two configurations with the same identity see the same objects with the same permissions, so
-        one watch can serve both. Built from the resolved server URL, context and user *names* only,
-        never credentials. It reads only what this configuration names: the kubeconfig file(s) it
-        names (or ``$KUBECONFIG`` / ``~/.kube/config`` when it names none and is not in-cluster), or
-        the inline kubeconfig; in-cluster it reads nothing but the environment. No exec plugin is run.
+        Built from the resolved server URL, context and user *names* only, never credentials. Names are
+        not enough to decide that two configurations may share a watch: two kubeconfigs can use the
+        same names with different credentials; :meth:`credential_digest` tells those apart. It reads
+        only what this configuration names: the kubeconfig file(s) it names (or ``$KUBECONFIG`` /
+        ``~/.kube/config`` when it names none and is not in-cluster), or the inline kubeconfig;
+        in-cluster it reads nothing but the environment. No exec plugin is run.
 
         :raises ClusterConfigError: when the kubeconfig cannot be read or the context does not resolve.
         """
-        if self.in_cluster:
+        return self._identity(None if self.in_cluster else _resolve(self))
+
+    def identity_and_credential_digest(self) -> tuple[str, str]:
+        """``(identity(), credential_digest())``, resolving the kubeconfig once (a trigger names its
+        shared watch with both; with thousands of triggers an inline kubeconfig parsed twice shows)."""
+        resolved = None if self.in_cluster else _resolve(self)
+        return self._identity(resolved), self._credential_digest(resolved)
+
+    def _identity(self, resolved: _Resolved | None) -> str:
+        if resolved is None:
             # The pod's own cluster and service account: fixed for the life of the process.
             base = IN_CLUSTER_IDENTITY
             directory = os.path.dirname(self.service_account_files()[0])
             if directory != SERVICE_ACCOUNT_DIR:
                 base += f" sa={directory}"
         else:
-            resolved = _resolve(self)
             base = f"server={resolved.server} context={resolved.context} user={resolved.user or '-'}"
         if not self.verify_ssl:
             base += " insecure"
         if self.ssl_ca_cert:
             base += f" ca={self.ssl_ca_cert}"
         return base
+
+    def credential_digest(self) -> str:
+        """A keyed, non-reversible digest of *which credential* this configuration acts with.
+
+        ``identity()`` names the cluster and user, but two kubeconfigs can use the same names with
+        different credentials (EKS ``update-kubeconfig --role-arn``: context and user are both named
+        after the cluster; generated kubeconfigs). Anything shared between clients (a watch, a cache)
+        is shared only between configurations with the same digest. What goes in is the credential's
+        source, never resolved at run time (no exec plugin runs, no token file is read):
+
+        * in-cluster: the service-account token file (the kubelet rotates its content; its path
+          names the credential);
+        * a kubeconfig file: its path(s) and the context, plus the resolved user entry (token,
+          ``tokenFile``, client certificate and key, ``exec`` command, args and env,
+          ``auth-provider``, username/password) and cluster entry (server, CA, TLS options);
+        * an inline ``kube_config``: its whole content (parsed, so formatting does not count), plus the
+          context;
+        * the TLS options of this configuration (``verify_ssl``, ``ssl_ca_cert``).
+
+        It is an HMAC-SHA256 under a key drawn at random once per process: it identifies a credential
+        within this process only and cannot be matched against a guessed token offline (a plain hash
+        of a short token could). The input is never logged or kept.
+
+        :raises ClusterConfigError: when the kubeconfig cannot be read or the context does not resolve.
+        """
+        return self._credential_digest(None if self.in_cluster else _resolve(self))
+
+    def _credential_digest(self, resolved: _Resolved | None) -> str:
+        source: dict[str, Any] = {"verify_ssl": self.verify_ssl, "ssl_ca_cert": self.ssl_ca_cert}
+        if resolved is None:
+            token_file, ca_file = self.service_account_files()
+            source["in_cluster"] = {"token_file": os.path.abspath(token_file), "ca_file": ca_file}
+        else:
+            source["context"] = resolved.context
+            source["user"] = resolved.user_fields
+            source["cluster"] = resolved.cluster_fields
+            if self.kube_config:
+                source["inline"] = resolved.data  # parsed: the same kubeconfig however it is formatted
+            else:
+                source["paths"] = [os.path.abspath(p) for p in resolved.paths]
+        return credential_digest(source)
 
     def describe(self) -> str:
         """Where this configuration comes from, for messages (never credentials)."""
@@ -190,6 +245,20 @@ class ClusterConfig:
         else:
             what = f"kubeconfig {KUBECONFIG_PATH_SEPARATOR.join(self.kubeconfig_paths())!r}"
         return f"{what} ({self.source})" if self.source else what
+
+
+#: The HMAC key of ``credential_digest``: random, drawn once per process and never written anywhere,
+#: so a digest means something only inside this process (a status file or log line that shows one
+#: cannot be used to test guessed tokens offline).
+_DIGEST_KEY = secrets.token_bytes(32)
+
+
+def credential_digest(source: Mapping[str, Any]) -> str:
+    """HMAC-SHA256 (per-process random key) of ``source`` serialized canonically (sorted keys), hex.
+
+    ``source`` holds credentials: callers pass it here and drop it, never log it."""
+    data = json.dumps(source, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hmac.new(_DIGEST_KEY, data, hashlib.sha256).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,6 +273,7 @@ class _Resolved:
     server: str
     user: str | None
     user_fields: Mapping[str, Any]
+    cluster_fields: Mapping[str, Any] = field(default_factory=dict)
 
     data: Mapping[str, Any] | None = None  # the inline kubeconfig, when there is no file
 
@@ -406,6 +476,7 @@ def _resolve(cfg: ClusterConfig) -> _Resolved:
         server=server.rstrip("/"),
         user=user_name,
         user_fields=user_fields,
+        cluster_fields=cluster,
         data=documents[0][1] if cfg.kube_config else None,
     )
 

@@ -20,8 +20,10 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   looks at the cache once more before it declares a timeout, so a success already delivered is never
   overwritten, and a timeout already declared is never turned into a success.
 * **Cleanup.** Leaving (triggerer restart, trigger moved, event fired) only unsubscribes. The Job is
-  deleted (Foreground propagation) only from :meth:`JobTrigger.on_kill`, which Airflow calls on a
-  user's mark-failed/clear of the deferred task, and only if the operator asked for it.
+  deleted (Foreground propagation) only from :meth:`JobTrigger.on_kill`, only if the operator asked
+  for it, and only when the task instance has really left DEFERRED (a user's mark-failed/clear):
+  Airflow 3.3 also calls ``on_kill`` on a triggerer that lost its trigger to another one (HA
+  hand-over), and that other triggerer still waits for the Job.
 """
 
 from __future__ import annotations
@@ -97,6 +99,16 @@ def _conf_float(option: str, fallback: float | None = None) -> float:
     from airflow_jobwatch import config as jobwatch_config
 
     return jobwatch_config.get_float(option)
+
+
+def _on_kill_timeout() -> float:
+    """``[triggerer] on_kill_timeout``: how long Airflow lets ``on_kill`` run (30 s by default)."""
+    try:
+        from airflow.configuration import conf
+
+        return float(conf.getint("triggerer", "on_kill_timeout", fallback=30))
+    except Exception:  # a worker with the task SDK only: the operator's own kill path has no such bound
+        return 30.0
 
 
 def informer_config_from_airflow(*, resync_interval_seconds: float | None = None) -> InformerConfig:
@@ -303,16 +315,20 @@ class JobTrigger(BaseTrigger):
     async def _watch_key_and_factory(self) -> tuple[WatchKey, Callable[[], Any]]:
         """Which shared watch this trigger belongs to, and how to build its client if it starts it.
 
-        The key names the cluster and the credentials (server, context, user; or "in-cluster") and reads
-        only what the configuration names: an in-cluster trigger in a Helm-chart triggerer, which has
-        no ~/.kube/config, never looks for one.
+        The key names the cluster (server, context, user; or "in-cluster") and carries a keyed digest of
+        the credential source (token, certificate, exec command, file path and context, inline text:
+        ``ClusterConfig.credential_digest()``), so triggers share a watch only when they act with the
+        same credential. It reads only what the configuration names: an in-cluster trigger in a
+        Helm-chart triggerer, which has no ~/.kube/config, never looks for one.
         """
         cfg = await self._resolved_cluster_config()
 
         async def factory() -> Any:
             return await kube_client.async_api_client(cfg)
 
-        return WatchKey(cluster=cfg.identity(), namespace=self.namespace), factory
+        identity, credential = cfg.identity_and_credential_digest()
+        key = WatchKey(cluster=identity, namespace=self.namespace, credential=credential)
+        return key, factory
 
     def _informer_config(self) -> InformerConfig:
         config = informer_config_from_airflow()
@@ -480,22 +496,121 @@ class JobTrigger(BaseTrigger):
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
         return await _Wait(self).run()
 
+    async def _kill_decision(self) -> tuple[bool, str]:
+        """Whether ``on_kill`` may delete the Job, and why (for the log): only a user's kill may.
+
+        Airflow 3.3's triggerer calls ``on_kill`` for every trigger id that ``update_triggers()`` finds
+        it no longer owns, with the same "user action" cancel message in two different cases:
+
+        * a user acted on the deferred task (mark failed / success, clear): the task instance has left
+          DEFERRED, its ``trigger_id`` was cleared and the trigger row removed;
+        * the trigger was *handed over*: this triggerer's heartbeat went stale for a moment (a database
+          hiccup, a blocked loop, a long GC), another triggerer took the trigger, and this one gives it
+          up when it recovers. The task instance is still DEFERRED, and the other triggerer's instance
+          of this same trigger still waits for the Job: deleting it would fail the task.
+
+        The trigger row's owner is not readable from inside a trigger; the task instance's state is,
+        through the Task SDK's public ``RuntimeTaskInstance.get_task_states`` (the supervisor's
+        ``GetTaskStates`` call, which upstream's ``KubernetesPodTrigger`` uses for the same purpose).
+        Still DEFERRED means a hand-over: the Job is left. Any other state means the task left
+        DEFERRED for a user's reason: the Job is deleted. When the state cannot be read (the call
+        fails, or the task instance is not found) the Job is left, and the log says why: a Job left
+        running by mistake costs resources, one deleted by mistake fails a healthy task.
+
+        A trigger that runs outside a triggerer (``task_instance`` unset: called directly, as the
+        operator's worker mode or a user's code does) is killed by its caller's explicit request.
+        """
+        ti = self.task_instance
+        if ti is None:
+            return True, "called directly (no task instance: not run by a triggerer)"
+        try:
+            from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+            map_index = getattr(ti, "map_index", -1)
+            map_index = -1 if map_index is None else int(map_index)
+            states = await asyncio.to_thread(
+                RuntimeTaskInstance.get_task_states,
+                dag_id=ti.dag_id,
+                task_ids=[ti.task_id],
+                run_ids=[ti.run_id],
+                map_index=map_index,
+            )
+        except Exception as e:
+            return False, (
+                f"the task instance's state could not be read ({type(e).__name__}: {e}); the Job is left "
+                "running rather than risk deleting one that another triggerer still waits for"
+            )
+        # The /states answer is {run_id: {task_id: state}}, the key suffixed with _<map_index> when mapped.
+        ti_key = f"{ti.task_id}_{map_index}" if map_index >= 0 else ti.task_id
+        run_states = (states or {}).get(ti.run_id) or {}
+        if ti_key not in run_states:
+            return False, (
+                f"the task instance {ti.dag_id}/{ti.run_id}/{ti_key} was not found; the Job is left running"
+            )
+        state = run_states[ti_key]
+        state = getattr(state, "value", state)
+        if state == "deferred":
+            return False, (
+                "the task is still deferred: the trigger was handed over to another triggerer (or this "
+                "triggerer is giving it up), which keeps waiting for the Job; the Job is left running"
+            )
+        return True, f"the task left DEFERRED (state {state!r}): a user's kill"
+
     async def on_kill(self) -> None:
         """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when
-        the operator asked for it, and its pods too with ``delete_pods_on_kill``.
+        the operator asked for it and the task was really killed by a user, and its pods too with
+        ``delete_pods_on_kill``.
 
-        Airflow calls this only when a user acts on the deferred task (mark failed / clear / mark
-        success), never on triggerer shutdown, hand-over or timeout, so an in-flight Job survives a
-        triggerer restart.
+        Airflow 3.3 calls this when a user acts on the deferred task (mark failed / clear / mark
+        success), never on triggerer shutdown or timeout; it also calls it when the trigger was handed
+        over to another triggerer, and then the Job is left alone (see :meth:`_kill_decision`), so an
+        in-flight Job survives a triggerer restart and an HA hand-over.
         """
         if not self.delete_on_kill:
             return
+        # Airflow's trigger runner re-sends its cancel request every loop until the trigger has finished
+        # (the supervisor keeps the id in ``cancelling_triggers`` until then), and each one cancels the
+        # coroutine running this method again. Reading the task's state through the supervisor can take
+        # seconds on a busy triggerer, and a cancel in the middle would leave a Job the user asked to
+        # delete (seen end to end). So the work runs shielded, and repeated cancels are absorbed within
+        # ``[triggerer] on_kill_timeout``, Airflow's own bound on this method; after it, the cancel goes
+        # through and the work finishes on its own (each of its requests has a timeout).
+        loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(self._kill())
+        deadline = loop.time() + _on_kill_timeout()
+        while True:
+            try:
+                await asyncio.shield(work)
+                return
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if work.done() or loop.time() >= deadline or current is None:
+                    if not work.done():  # it goes on alone: its outcome still reaches the log
+                        work.add_done_callback(self._log_detached_kill)
+                    raise
+                current.uncancel()  # absorbed: a repeat of the cancel that started this kill
+
+    def _log_detached_kill(self, work: asyncio.Future[None]) -> None:
+        if not work.cancelled() and (error := work.exception()) is not None:
+            self.log.warning(
+                "Deleting Job %s/%s on kill failed after on_kill_timeout: %s",
+                self.namespace,
+                self.job_name,
+                error,
+            )
+
+    async def _kill(self) -> None:
+        """on_kill's work: decide, then delete the Job (and its pods with ``delete_pods_on_kill``)."""
+        delete, why = await self._kill_decision()
+        if not delete:
+            self.log.warning("Not deleting Job %s/%s on kill: %s", self.namespace, self.job_name, why)
+            return
+        self.log.info("Deleting Job %s/%s on kill: %s", self.namespace, self.job_name, why)
         from kubernetes_asyncio.client import BatchV1Api, CoreV1Api, V1DeleteOptions, V1Preconditions
         from kubernetes_asyncio.client.exceptions import ApiException
 
         client = await kube_client.async_api_client(await self._resolved_cluster_config())
         try:
-            self.log.info("Task killed by a user: deleting Job %s/%s", self.namespace, self.job_name)
             await BatchV1Api(client).delete_namespaced_job(
                 self.job_name,
                 self.namespace,

@@ -28,7 +28,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_jobwatch import metrics
@@ -99,10 +99,20 @@ def linger_seconds_from_conf() -> float:
 
 @dataclass(frozen=True)
 class WatchKey:
-    """Identifies one shared watch: a cluster (``ClusterConfig.identity()``, never a secret) and a namespace."""
+    """Identifies one shared watch: a cluster, a namespace and the credential it is opened with.
+
+    :param cluster: ``ClusterConfig.identity()``: server, context and user *names*, for messages.
+    :param namespace: the watched namespace.
+    :param credential: ``ClusterConfig.credential_digest()``: a keyed digest of the credential source.
+        Names alone are not enough: two kubeconfigs can use the same names with different tokens,
+        and a watch opened with one user's credential must never answer another user's trigger (it
+        would show Jobs the other may not read, or keep failing with a credential that expired). A
+        watch is therefore shared only between triggers whose credentials are the same.
+    """
 
     cluster: str
     namespace: str
+    credential: str = field(default="", repr=False)
 
 
 ClientFactory = Callable[[], Awaitable[Any]]
@@ -546,7 +556,11 @@ class InformerRegistry:
         started_ok = (
             ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None
         )
-        if linger > 0 and started_ok:
+        # A watch refused with 401/403 is not kept: it could only hand its refusal to the next trigger
+        # of the same credential, which had better start afresh (re-reading its token, re-running its
+        # exec plugin) than inherit a dead cache. (A trigger of another credential never joins it: the
+        # key carries the credential's digest.)
+        if linger > 0 and started_ok and watch.access_denied is None:
             # Keep the warm cache for a while: the next trigger of this namespace joins it without a LIST.
             log.debug("Last JobTrigger left %s; keeping its informers for %.0f s", watch.key, linger)
             watch.idle_since = time.monotonic()
