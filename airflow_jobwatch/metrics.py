@@ -292,6 +292,11 @@ def terminal_report(outcome: str, *, after_watcher_gap: bool) -> None:
         incr("executor.reconciled_after_restart")
 
 
+def stale_launch_pod() -> None:
+    """A pod of an earlier launch of a relaunched task instance key ended: cleaned up, not reported."""
+    incr("executor.stale_launch_pods")
+
+
 def watcher_restarts(count: int) -> None:
     """The executor's KubernetesJobWatcher child process was replaced ``count`` times."""
     if count > 0:
