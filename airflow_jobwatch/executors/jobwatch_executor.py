@@ -73,6 +73,13 @@ RUNNING_POD_LOG_LINES = 100
 STATUS_FILE_INTERVAL_SECONDS = 1.0
 # Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
 STATUS_REPORTS_KEPT = 500
+# A gone scheduler's finished pod is cleaned up only once it finished longer ago than the time a live
+# scheduler may take to adopt that scheduler's task instances: [scheduler] scheduler_health_check_threshold
+# (until it counts as dead) + orphaned_tasks_check_interval (until the next adoption round) + this margin,
+# for clock skew between the nodes (the pod's finishedAt) and the scheduler, and loop lag. Before that,
+# its task instance may still be queued/running in the database, waiting for an adopter that must find
+# the pod to report its end (issue 18 item 5); deleting it would get the task reset and run again.
+COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
 
 
 def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
@@ -983,6 +990,32 @@ class JobWatchExecutor(BaseExecutor):
         selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
         return self._list_pods(selector, field_selector="status.phase=Succeeded")
 
+    def _adoption_may_still_need(self, pod: dict[str, Any]) -> bool:
+        """Whether a gone scheduler's finished pod may still be needed by a live scheduler's adoption.
+
+        Its task instance may still be queued/running in the database (the worker exited without
+        recording an end, or the scheduler died before reading it): then some live scheduler adopts it
+        within ``scheduler_health_check_threshold`` + ``orphaned_tasks_check_interval`` of the dead
+        scheduler's last heartbeat, which was no later than shortly after the pod finished. Until that
+        has passed (plus ``COMPLETED_POD_GRACE_MARGIN_SECONDS``), the pod is left where the adopter
+        looks for it. A pod with no completion time is not held back.
+        """
+        from datetime import UTC, datetime
+
+        from airflow_jobwatch.cli.cleanup import completion_time
+
+        finished = completion_time(pod)
+        if finished is None:
+            return False
+        if finished.tzinfo is None:
+            finished = finished.replace(tzinfo=UTC)
+        grace = (
+            _getfloat("scheduler", "scheduler_health_check_threshold", 30.0)
+            + _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            + COMPLETED_POD_GRACE_MARGIN_SECONDS
+        )
+        return (datetime.now(UTC) - finished).total_seconds() < grace
+
     def _queue_completed_cleanup(self, pods: list[dict[str, Any]]) -> None:
         tracked = self.supervisor.tracked() if self.supervisor is not None else {}
         for pod in pods:
@@ -990,6 +1023,8 @@ class JobWatchExecutor(BaseExecutor):
             ref = (meta.get("namespace", ""), meta.get("name", ""))
             if ref in tracked:
                 continue  # adopted by us meanwhile: its report cleans it up
+            if self._adoption_may_still_need(pod):
+                continue  # a later round cleans it up, if no adopter has taken it by then
             self.log.info(
                 "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
                 *ref,
@@ -1057,7 +1092,8 @@ class JobWatchExecutor(BaseExecutor):
                     # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
                     # already recorded): nobody else will ever clean it up.
                     finished = classify_pod(pod) if key is not None else None
-                    if finished is not None and finished.terminal:
+                    # (Another live scheduler may be adopting its task instance right now: wait as above.)
+                    if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
                         failed = finished.phase == "failed"
                         kc = self.kube_config
                         delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)

@@ -124,3 +124,55 @@ def test_end_returns_and_leaves_a_pod_that_failed_during_shutdown_for_adoption(
     state, info = terminal(events)["dies"]
     assert state == "failed"
     assert "137" in info, info
+
+
+def test_a_peers_completed_pod_cleanup_does_not_delete_a_pod_whose_task_awaits_adoption(
+    executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suspected item of issue 18 item 5, confirmed: a live peer's completed-pod clean-up (its own
+    ``orphaned_tasks_check_interval`` phase) ran before adoption and deleted a dead scheduler's
+    Succeeded pod whose task instance was still queued/running; adoption then found no pod and the task
+    was reset and run again. A pod that finished recently is now left for the adopter."""
+    from airflow_jobwatch.executors import jobwatch_executor
+
+    sandbox, _ = kube_sandbox
+    # Production grace (the adoption interval + health threshold + one minute), not the tests' short one.
+    monkeypatch.setattr(jobwatch_executor, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 60.0)
+    dead = executor_factory(job_id="42")
+    may_end = tmp_path / "may-end"
+    w = make_workload(task_id="ends_unwatched", command=f"{_wait_for(may_end)}; exit 0")
+    submit(dead, w)
+    deadline = time.monotonic() + 60
+    while not ((p := _pod(sandbox, "ends_unwatched")) and p["status"].get("phase") == "Running"):
+        dead.heartbeat()
+        assert time.monotonic() < deadline, "the pod did not start"
+        time.sleep(0.1)
+    dead.terminate()  # the scheduler dies; its worker exits without having recorded an end
+    may_end.touch()
+    deadline = time.monotonic() + 60
+    while (_pod(sandbox, "ends_unwatched") or {}).get("status", {}).get("phase") != "Succeeded":
+        assert time.monotonic() < deadline, "the pod did not succeed"
+        time.sleep(0.1)
+
+    # A live peer heartbeats before it adopts: its first sync() runs the completed-pod clean-up.
+    peer = executor_factory(job_id="43")
+    sandbox.reset_counters()
+    deadline = time.monotonic() + 30
+    while not sandbox.counters().get("list pods"):
+        peer.heartbeat()
+        assert time.monotonic() < deadline, "the peer did not search for finished pods"
+        time.sleep(0.1)
+    # ... and until it has acted on what it found (test-only peek: the search's answer handled, and
+    # no clean-up queued or in flight in its API threads).
+    deadline = time.monotonic() + 30
+    while peer._completed_search is not None or peer._cleanup or peer._cleanup_inflight:
+        peer.heartbeat()
+        assert time.monotonic() < deadline, "the peer's completed-pod clean-up did not settle"
+        time.sleep(0.1)
+    assert _pod(sandbox, "ends_unwatched") is not None, "the peer deleted the pod before adopting its task"
+    assert peer.status()["completed_pods_cleaned"] == 0
+
+    orphan = SimpleNamespace(key=w.ti.key, queued_by_job_id=42)
+    assert peer.try_adopt_task_instances([orphan]) == [], "adoption found no pod: the task would run again"
+    events = heartbeat_until(peer, lambda e: "ends_unwatched" in terminal(e), timeout=30)
+    assert terminal(events)["ends_unwatched"][0] == "success"
