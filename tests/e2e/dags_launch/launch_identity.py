@@ -11,6 +11,7 @@ while the second launch's pod is still being created.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk import DAG, BaseOperator
@@ -26,13 +27,13 @@ LINGER = k8s.V1Container(
 class ResumeAtOnce(BaseOperator):
     """Defers to a trigger that fires at once, then finishes in ``resume``."""
 
-    def execute(self, context):  # type: ignore[no-untyped-def]
+    def execute(self, context: Any) -> None:
         self.defer(
             trigger=DateTimeTrigger(moment=datetime.datetime.now(datetime.UTC)),
             method_name="resume",
         )
 
-    def resume(self, context, event=None):  # type: ignore[no-untyped-def]
+    def resume(self, context: Any, event: Any = None) -> str:
         print(f"resumed after deferral (try {context['ti'].try_number})")
         return "resumed"
 
