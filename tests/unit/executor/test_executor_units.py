@@ -94,6 +94,22 @@ def test_pod_is_template_then_dynamic_pod_then_override(kube_config):
     ]
 
 
+def test_launch_id_is_one_more_annotation_beside_upstreams(kube_config):
+    """Issue 18 item 1: the launch id rides on its own annotation; upstream's labels and annotations
+    (what its executor reads when it adopts a pod) are exactly those of a pod built without one."""
+    from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION, launch_id_of
+
+    w = make_workload(task_id="t", run_id="manual__1")
+    plain = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p")
+    pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p", launch_id="abc")
+    assert pod.metadata.labels == plain.metadata.labels
+    assert pod.metadata.annotations == {**plain.metadata.annotations, LAUNCH_ANNOTATION: "abc"}
+    assert key_from_annotations(pod.metadata.annotations) == w.ti.key
+    assert launch_id_of(pod.metadata.annotations, "ns", "p") == "abc"
+    # A pod without one (upstream's, or launched before launch ids) is its own launch.
+    assert launch_id_of(plain.metadata.annotations, "ns", "p") == "pod:ns/p"
+
+
 def test_pod_override_image_and_namespace_win(kube_config):
     w = make_workload(task_id="t", image="custom/image:7", namespace="special")
     pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p")
