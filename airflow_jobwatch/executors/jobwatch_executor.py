@@ -80,6 +80,31 @@ STATUS_REPORTS_KEPT = 500
 # its task instance may still be queued/running in the database, waiting for an adopter that must find
 # the pod to report its end (issue 18 item 5); deleting it would get the task reset and run again.
 COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
+# Issue 21: a worker pod disrupted before any of its containers started cannot have run the task; it is
+# launched again for the same try (up to [jobwatch] disruption_relaunches times). The reasons that name a
+# disruption, as classify_pod reports them: the pod's status.reason (kubelet eviction, preemption, node
+# shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/states.py's
+# disruption rules (written in parallel) are merged. A pod deleted by someone is not among them: that may
+# be a user stopping the task.
+DISRUPTION_REASONS = frozenset(
+    {
+        "Evicted",
+        "Preempting",
+        "NodeShutdown",
+        "NodeLost",
+        "PreemptionByScheduler",
+        "PreemptionByKubeScheduler",
+        "EvictionByEvictionAPI",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+        "DisruptionTarget",
+    }
+)
+# Backoff between such relaunches: a preempting scheduler or a node under pressure needs a moment; the
+# delay doubles (with jitter) up to the maximum.
+RELAUNCH_BACKOFF_INITIAL_SECONDS = 2.0
+RELAUNCH_BACKOFF_MAX_SECONDS = 60.0
 
 
 def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
@@ -213,7 +238,14 @@ class JobWatchExecutor(BaseExecutor):
             "completed_pods_cleaned": 0,
             "stale_pods_cleaned": 0,  # pods of an earlier launch of a relaunched key: cleaned, not reported
             "left_for_adoption": 0,  # pods that ended while end() ran: left as they are for the next scheduler
+            "disruption_relaunches": 0,  # pods disrupted before they started, launched again for the same try
         }
+        # Issue 21: disruptions before start, per key (what a final failure names), and their backoff.
+        self._disruptions: dict[TaskInstanceKey, list[str]] = {}
+        self._relaunch_backoffs: dict[TaskInstanceKey, Backoff] = {}
+        self._disruption_relaunches = int(
+            jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
+        )
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
@@ -690,6 +722,8 @@ class JobWatchExecutor(BaseExecutor):
     def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
         self._pending.pop(key, None)
         self._launch_ids.pop(key, None)
+        self._disruptions.pop(key, None)
+        self._relaunch_backoffs.pop(key, None)
         self._counters["create_failures"] += 1
         self.log.error("Failing %s: %s", key, reason)
         self._append_task_log(key, reason)
@@ -747,6 +781,11 @@ class JobWatchExecutor(BaseExecutor):
         self._pod_launches.pop(ref, None)
         self._launch_ids.pop(key, None)
         where = f"pod {result.namespace}/{result.name}"
+        disrupted = self._disrupted_before_start(result)
+        if disrupted is not None and self._relaunch_after_disruption(key, result, disrupted):
+            return
+        history = self._disruptions.pop(key, [])
+        self._relaunch_backoffs.pop(key, None)
         if result.phase == "succeeded":
             # execute_workload exits 0 whatever the task did; the task recorded its own state through
             # the execution API. SUCCESS here means "the worker finished"; if the task instance is
@@ -758,6 +797,12 @@ class JobWatchExecutor(BaseExecutor):
             self._counters["failed"] += 1
             reason = result.reason or "Failed"
             info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            if disrupted is not None:
+                info = (
+                    f"the worker pod was disrupted before any of its containers started {len(history)} "
+                    f"times, more than [jobwatch] disruption_relaunches = {self._disruption_relaunches} "
+                    f"allows: " + "; ".join(history)
+                )
             self.log.warning("Task %s: %s", key, info)
             self._append_task_log(key, info)
             self.fail(key, info)
@@ -772,6 +817,54 @@ class JobWatchExecutor(BaseExecutor):
             gap=result.gap,
         )
         self._clean_up_finished(result)
+
+    def _disrupted_before_start(self, result: PodResult) -> str | None:
+        """What disrupted a failed pod none of whose containers ever started, or None (issue 21)."""
+        if result.phase != "failed" or result.started is not False or result.gap:
+            return None
+        if result.reason not in DISRUPTION_REASONS:
+            return None
+        return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": ")
+
+    def _relaunch_after_disruption(self, key: TaskInstanceKey, result: PodResult, disruption: str) -> bool:
+        """Launch ``key`` again for the same try after its pod was disrupted before it started.
+
+        Such a pod cannot have run the task (its worker never started, so it never told Airflow's
+        execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
+        a new pod is created after a backoff. Returns False past ``[jobwatch] disruption_relaunches``:
+        the task then fails with a message naming every disruption.
+        """
+        history = self._disruptions.setdefault(key, [])
+        history.append(disruption)
+        workload = self._workloads.get(key)
+        if workload is None or len(history) > self._disruption_relaunches:
+            return False
+        backoff = self._relaunch_backoffs.get(key)
+        if backoff is None:
+            backoff = self._relaunch_backoffs[key] = Backoff(
+                initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
+                max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
+                reset_after_seconds=float("inf"),
+            )
+        now = time.monotonic()
+        delay = backoff.failure(now)
+        launch = _PendingLaunch(workload=workload, not_before=now + delay)
+        self._new_launch(key, launch.launch_id)
+        self._pending[key] = launch
+        self._counters["disruption_relaunches"] += 1
+        metrics.disruption_relaunch(result.reason or "Disrupted")
+        message = (
+            f"{disruption}. No container of the pod had started, so the task never ran: launching it again "
+            f"for the same try in {delay:.1f} s (relaunch {len(history)} of at most "
+            f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
+        )
+        self.log.warning("Task %s: %s", key, message)
+        self._append_task_log(key, message)
+        self._report(
+            key, pod=f"{result.namespace}/{result.name}", state="relaunched", reason=result.reason, gap=False
+        )
+        self._clean_up_finished(result)
+        return True
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
         """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
@@ -1197,6 +1290,8 @@ class JobWatchExecutor(BaseExecutor):
             launch.revoked = True
         self._workloads.pop(key, None)
         self._launch_ids.pop(key, None)  # a pod of this key still watched is now stale: cleaned, not reported
+        self._disruptions.pop(key, None)
+        self._relaunch_backoffs.pop(key, None)
         ref = self._pods.pop(key, None)
         if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
             # A create may have been sent (its answer lost): delete the pod in case it exists (404 is fine).

@@ -210,3 +210,53 @@ def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
     assert ours(labels)
     with pytest.raises(ValueError, match=r"worker_pod_labels must be one of \['jobwatch', 'upstream'\]"):
         label_scheme("kubernetes")
+
+
+@pytest.mark.parametrize(
+    ("statuses", "started"),
+    [
+        pytest.param([], False, id="no statuses yet"),
+        pytest.param([{"state": {"waiting": {"reason": "ContainerCreating"}}}], False, id="creating"),
+        pytest.param(
+            # What the kubelet writes for a pod disrupted while its containers were being created.
+            [
+                {
+                    "state": {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "ContainerStatusUnknown",
+                            "startedAt": None,
+                            "finishedAt": "2026-12-04T03:34:25Z",
+                        }
+                    },
+                    "lastState": {},
+                }
+            ],
+            False,
+            id="disrupted while creating",
+        ),
+        pytest.param([{"state": {"running": {"startedAt": "2026-12-04T03:34:25Z"}}}], True, id="running"),
+        pytest.param(
+            [{"state": {"terminated": {"exitCode": 137, "startedAt": "2026-12-04T03:34:25Z"}}}],
+            True,
+            id="ran then killed",
+        ),
+        pytest.param(
+            [
+                {
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1}},
+                }
+            ],
+            True,
+            id="restarting",
+        ),
+    ],
+)
+def test_containers_started(statuses, started):
+    """Issue 21: only a pod none of whose containers ever started is relaunched after a disruption."""
+    from airflow_jobwatch.executors.watcher.child import containers_started
+
+    assert containers_started({"status": {"phase": "Failed", "containerStatuses": statuses}}) is started
+    # Init containers count too (conservative: whatever of the pod ran, it is not relaunched).
+    assert containers_started({"status": {"initContainerStatuses": statuses}}) is started
