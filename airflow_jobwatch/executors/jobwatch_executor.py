@@ -781,7 +781,8 @@ class JobWatchExecutor(BaseExecutor):
         self._pod_launches.pop(ref, None)
         self._launch_ids.pop(key, None)
         where = f"pod {result.namespace}/{result.name}"
-        disrupted = self._disrupted_before_start(result)
+        # (An adopted pod has no workload here to launch again: it fails as before.)
+        disrupted = self._disrupted_before_start(result) if key in self._workloads else None
         if disrupted is not None and self._relaunch_after_disruption(key, result, disrupted):
             return
         history = self._disruptions.pop(key, [])
