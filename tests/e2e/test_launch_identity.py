@@ -1,4 +1,4 @@
-"""Issue 18 item 1 end to end: a deferrable task that resumes at once is not failed by the executor.
+"""Issue 18 item 1 (and issue 21 item 1) end to end: a deferrable task that resumes at once is not failed by the executor.
 
 Real api-server, scheduler, dag-processor and triggerer on SQLite; worker pods run by the sandbox.
 The task defers to a trigger that fires at once, so the scheduler queues its key (same try number)
@@ -35,8 +35,9 @@ def stack(release_file: Path) -> Iterator[AirflowStack]:
     with AirflowStack(
         triggerer=True,
         dags_folder=DAGS,
-        dag_ids=[DAG_ID],
-        sandbox_args=["--bookmark-interval", "1"],
+        dag_ids=[DAG_ID, "disrupted_before_start"],
+        # Pods stay Pending (containers being created) for 3 s: time to disrupt one before it starts.
+        sandbox_args=["--bookmark-interval", "1", "--pod-start-delay", "3"],
         env={"JOBWATCH_E2E_RELEASE_FILE": str(release_file)},
     ) as s:
         yield s
@@ -109,3 +110,34 @@ def test_a_task_resumed_at_once_succeeds_once_while_pod_creates_are_refused(
     )
     assert status["stale_pods_cleaned"] == 1
     assert status["success"] == 1 and status["failed"] == 0
+
+
+def test_a_pod_evicted_before_it_started_is_launched_again_and_the_task_succeeds_on_try_1(
+    stack: AirflowStack,
+) -> None:
+    dag_id, task_id = "disrupted_before_start", "never_started_first"
+    run_id = stack.trigger_dag(dag_id)
+
+    def pending_pod() -> dict[str, Any] | None:
+        pods = [
+            p
+            for p in stack.admin.objects("pods", "default")
+            if p["metadata"]["annotations"].get("run_id") == run_id
+            and p["metadata"]["annotations"].get("task_id") == task_id
+        ]
+        return pods[0] if pods else None
+
+    first = wait_until(pending_pod, timeout=120, what="the task's first pod")
+    assert first["status"].get("phase") == "Pending", first["status"]
+    stack.admin.fault("evict_pod", namespace="default", name=first["metadata"]["name"])
+    assert stack.wait_for_run(dag_id, run_id, timeout=150) == "success", stack.task_states(dag_id, run_id)
+    assert stack.task_states(dag_id, run_id)[task_id] == {"state": "success", "try_number": 1, "max_tries": 0}
+    log = stack.task_log(dag_id, run_id, task_id, 1)
+    assert "launching it again" in log and first["metadata"]["name"] in log, log[-3000:]
+    assert "running on try 1" in log
+    status = wait_until(
+        lambda: (s := stack.executor_status()) and s.get("running") == 0 and s,
+        timeout=30,
+        what="the executor to hold no running task",
+    )
+    assert status["disruption_relaunches"] == 1

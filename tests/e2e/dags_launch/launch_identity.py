@@ -14,7 +14,7 @@ import datetime
 from typing import Any
 
 from airflow.providers.standard.triggers.temporal import DateTimeTrigger
-from airflow.sdk import DAG, BaseOperator
+from airflow.sdk import DAG, BaseOperator, task
 from kubernetes.client import models as k8s
 
 LINGER = k8s.V1Container(
@@ -50,3 +50,19 @@ with DAG(
             "pod_override": k8s.V1Pod(spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base"), LINGER]))
         },
     )
+
+
+with DAG(
+    dag_id="disrupted_before_start",
+    schedule=None,
+    catchup=False,
+    default_args={"retries": 0},
+):
+    # Issue 21: its first worker pod is evicted while its containers are being created (the test does
+    # it); the executor launches it again for the same try.
+    @task
+    def never_started_first(ti: Any = None) -> str:
+        print(f"running on try {ti.try_number}")
+        return "ok"
+
+    never_started_first()
