@@ -36,8 +36,9 @@ def stack(release_file: Path) -> Iterator[AirflowStack]:
         triggerer=True,
         dags_folder=DAGS,
         dag_ids=[DAG_ID, "disrupted_before_start"],
-        # Pods stay Pending (containers being created) for 3 s: time to disrupt one before it starts.
-        sandbox_args=["--bookmark-interval", "1", "--pod-start-delay", "3"],
+        # Pods stay Pending (containers being created) for 6 s: time to disrupt one before it starts, also
+        # on a loaded machine (3 s was not always enough).
+        sandbox_args=["--bookmark-interval", "1", "--pod-start-delay", "6"],
         env={"JOBWATCH_E2E_RELEASE_FILE": str(release_file)},
     ) as s:
         yield s
@@ -127,7 +128,7 @@ def test_a_pod_evicted_before_it_started_is_launched_again_and_the_task_succeeds
         ]
         return pods[0] if pods else None
 
-    first = wait_until(pending_pod, timeout=120, what="the task's first pod")
+    first = wait_until(pending_pod, timeout=120, what="the task's first pod", interval=0.05)
     assert first["status"].get("phase") == "Pending", first["status"]
     stack.admin.fault("evict_pod", namespace="default", name=first["metadata"]["name"])
     assert stack.wait_for_run(dag_id, run_id, timeout=150) == "success", stack.task_states(dag_id, run_id)
