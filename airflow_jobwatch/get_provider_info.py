@@ -127,6 +127,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "16",
                         "default": "8",
                     },
+                    "disruption_relaunches": {
+                        "description": "JobWatchExecutor: how many times a task's worker pod that was disrupted (preempted, evicted,\nits node shut down or lost) before any of its containers started is launched again for the\nsame try, with backoff, while the task stays queued. Such a pod cannot have run the task, so\nthis spends none of the task's retries. Past this bound the task fails with a message naming\nevery disruption. 0 fails at the first one, as upstream does.\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "5",
+                        "default": "3",
+                    },
                     "worker_pod_labels": {
                         "description": 'JobWatchExecutor: which labels mark its worker pods. "upstream" (default): the upstream\nKubernetesExecutor\'s (airflow-worker=<scheduler job id>, kubernetes_executor=True), so pods\nstay adoptable when switching between the two executors. "jobwatch": its own\n(airflow-jobwatch-worker=<scheduler job id>, jobwatch_executor=True), for running both\nexecutors side by side ([core] executor = KubernetesExecutor,airflow_jobwatch.executors.JobWatchExecutor):\nthen neither watches, adopts, deletes or reports the other\'s pods. Adoption recognises both.\n',
                         "version_added": "0.1.0",

@@ -297,6 +297,17 @@ def terminal_report(outcome: str, *, after_watcher_gap: bool) -> None:
         incr("executor.reconciled_after_restart")
 
 
+def stale_launch_pod() -> None:
+    """A pod of an earlier launch of a relaunched task instance key ended: cleaned up, not reported."""
+    incr("executor.stale_launch_pods")
+
+
+def disruption_relaunch(reason: str) -> None:
+    """A worker pod disrupted before any container started (``reason``: Evicted, PreemptionByScheduler...)
+    is launched again for the same try (issue 21)."""
+    incr("executor.disruption_relaunches", tags={"reason": reason})
+
+
 def watcher_restarts(count: int) -> None:
     """The executor's KubernetesJobWatcher child process was replaced ``count`` times."""
     if count > 0:

@@ -34,6 +34,8 @@ from airflow_jobwatch.executors.pods import (
     build_worker_pod,
     key_from_annotations,
     label_scheme,
+    launch_id_of,
+    new_launch_id,
     new_pod_name,
 )
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
@@ -90,6 +92,38 @@ NOT_HONOURED_OPTIONS: dict[str, tuple[str, str]] = {
 STATUS_FILE_INTERVAL_SECONDS = 1.0
 # Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
 STATUS_REPORTS_KEPT = 500
+# A gone scheduler's finished pod is cleaned up only once it finished longer ago than the time a live
+# scheduler may take to adopt that scheduler's task instances: [scheduler] scheduler_health_check_threshold
+# (until it counts as dead) + orphaned_tasks_check_interval (until the next adoption round) + this margin,
+# for clock skew between the nodes (the pod's finishedAt) and the scheduler, and loop lag. Before that,
+# its task instance may still be queued/running in the database, waiting for an adopter that must find
+# the pod to report its end (issue 18 item 5); deleting it would get the task reset and run again.
+COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
+# Issue 21: a worker pod disrupted before any of its containers started cannot have run the task; it is
+# launched again for the same try (up to [jobwatch] disruption_relaunches times). The reasons that name a
+# disruption, as classify_pod reports them: the pod's status.reason (kubelet eviction, preemption, node
+# shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/states.py's
+# disruption rules (written in parallel) are merged. A pod deleted by someone is not among them: that may
+# be a user stopping the task.
+DISRUPTION_REASONS = frozenset(
+    {
+        "Evicted",
+        "Preempting",
+        "NodeShutdown",
+        "NodeLost",
+        "PreemptionByScheduler",
+        "PreemptionByKubeScheduler",
+        "EvictionByEvictionAPI",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+        "DisruptionTarget",
+    }
+)
+# Backoff between such relaunches: a preempting scheduler or a node under pressure needs a moment; the
+# delay doubles (with jitter) up to the maximum.
+RELAUNCH_BACKOFF_INITIAL_SECONDS = 2.0
+RELAUNCH_BACKOFF_MAX_SECONDS = 60.0
 
 
 def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
@@ -139,6 +173,9 @@ class _PendingLaunch:
     """A workload accepted by the executor whose pod is not created yet (or must be retried)."""
 
     workload: workloads.ExecuteTask
+    # This launch's identity (the pod's LAUNCH_ANNOTATION): the key alone cannot tell it from an earlier
+    # launch of the same key (same try_number after deferral, reschedule, some clears).
+    launch_id: str = field(default_factory=new_launch_id)
     pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
     attempts: int = 0
     backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
@@ -189,8 +226,13 @@ class JobWatchExecutor(BaseExecutor):
         self.supervisor: WatcherSupervisor | None = None
         self._core_v1: CoreV1Api | None = None
         self._pending: dict[TaskInstanceKey, _PendingLaunch] = {}
-        # key -> (namespace, pod name) of the pod currently running that key.
+        # key -> (namespace, pod name) of the pod of the key's current launch, once created.
         self._pods: dict[TaskInstanceKey, tuple[str, str]] = {}
+        # Launch identity (issue 18 item 1). key -> id of its current launch: the last workload accepted
+        # for it, or the pod adopted for it. (namespace, pod name) -> (key, launch id) of every pod this
+        # executor created or adopted and has not yet seen end. _is_current() decides from these two.
+        self._launch_ids: dict[TaskInstanceKey, str] = {}
+        self._pod_launches: dict[tuple[str, str], tuple[TaskInstanceKey, str]] = {}
         # Workloads by key, to find the task's log file for failure reasons.
         self._workloads: dict[TaskInstanceKey, workloads.ExecuteTask] = {}
         self._create_paused_until = 0.0  # after a 429 Retry-After
@@ -213,7 +255,16 @@ class JobWatchExecutor(BaseExecutor):
             "failed": 0,
             "adopted": 0,
             "completed_pods_cleaned": 0,
+            "stale_pods_cleaned": 0,  # pods of an earlier launch of a relaunched key: cleaned, not reported
+            "left_for_adoption": 0,  # pods that ended while end() ran: left as they are for the next scheduler
+            "disruption_relaunches": 0,  # pods disrupted before they started, launched again for the same try
         }
+        # Issue 21: disruptions before start, per key (what a final failure names), and their backoff.
+        self._disruptions: dict[TaskInstanceKey, list[str]] = {}
+        self._relaunch_backoffs: dict[TaskInstanceKey, Backoff] = {}
+        self._disruption_relaunches = int(
+            jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
+        )
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
@@ -388,7 +439,30 @@ class JobWatchExecutor(BaseExecutor):
             del self.queued_tasks[key]
             self.running.add(key)
             self._workloads[key] = w
-            self._pending[key] = _PendingLaunch(workload=w)
+            launch = _PendingLaunch(workload=w)
+            self._new_launch(key, launch.launch_id)
+            self._pending[key] = launch
+
+    def _new_launch(self, key: TaskInstanceKey, launch_id: str) -> None:
+        """Make ``launch_id`` the current launch of ``key``; any earlier launch's pod becomes stale.
+
+        A key keeps its try_number across deferral and resumption, reschedule-mode sensors and some
+        clears, so the scheduler may hand us a key again while the pod of its earlier launch still runs
+        or is just ending (its end not yet seen). That pod stays watched: when it ends it is cleaned up
+        like any finished pod, and nothing is reported for it (see :meth:`_is_current`).
+        """
+        previous = self._launch_ids.get(key)
+        self._launch_ids[key] = launch_id
+        old = self._pods.pop(key, None)
+        if previous is not None:
+            self.log.info(
+                "%s is launched again (launch %s) before its earlier launch %s%s ended; the earlier "
+                "launch's pod will be cleaned up when it ends and its end will not be reported",
+                key,
+                launch_id,
+                previous,
+                f" (pod {old[0]}/{old[1]})" if old else "",
+            )
 
     def sync(self) -> None:
         """One scheduler heartbeat: watcher results first (they free slots), then cleanup, then creates."""
@@ -408,7 +482,9 @@ class JobWatchExecutor(BaseExecutor):
             self._completed_search = self._pool().submit(self._find_completed_pods)
         if self._completed_search is not None and self._completed_search.done():
             search, self._completed_search = self._completed_search, None
-            if search.exception() is None:
+            if search.cancelled():
+                pass
+            elif search.exception() is None:
                 self._queue_completed_cleanup(search.result())
             else:
                 self.log.warning(
@@ -419,17 +495,41 @@ class JobWatchExecutor(BaseExecutor):
         self._write_status()
 
     def end(self) -> None:
-        """Report what the watcher already knows, then stop it. Pods keep running (adoptable)."""
+        """Stop the watcher and the API threads; never raises. Every pod is left for the next scheduler.
+
+        The scheduler calls this after its loop has exited: it never reads the event buffer again. So a
+        pod whose end the watcher delivers now is neither reported (nobody would read the event) nor
+        cleaned up (deleting it or labelling it done would hide it from the next scheduler's adoption,
+        which would then reset the task and run it again with no failure recorded). It keeps its
+        labels, and adoption reports it as a pod that finished while no scheduler watched it. The
+        clean-ups of pods whose end was reported earlier are still sent; queued creates and clean-ups
+        that did not start are dropped (a task instance without a pod is reset by the next scheduler).
+        """
         if self.supervisor is None:
             return
         self.log.info("Shutting down JobWatchExecutor")
-        for result in self.supervisor.stop():
-            self._on_result(result)
-        self._retry_cleanup()
-        self._stop_creates(wait=True)  # waits for the creates and cleanups already sent
-        self._retry_cleanup(submit=False)  # reads their answers (what failed is left to the adopter)
-        self._write_status(force=True)
-        self.supervisor = None
+        try:
+            ended = [r for r in self.supervisor.stop() if r.terminal]
+            if ended:
+                self._counters["left_for_adoption"] += len(ended)
+                self.log.info(
+                    "%d pod(s) ended while the executor shut down; left unreported and as they are for the "
+                    "next scheduler's adoption: %s",
+                    len(ended),
+                    ", ".join(f"{r.namespace}/{r.name} ({r.phase})" for r in ended),
+                )
+            self._retry_cleanup()
+            self._stop_creates(wait=True)  # waits for the calls already running; queued ones are cancelled
+            self._retry_cleanup(submit=False)  # reads their answers (what failed is left to the adopter)
+        except Exception:
+            # Nothing here may stop the scheduler's shutdown (it ends its other executors after this one).
+            self.log.exception("Error while shutting down JobWatchExecutor; its pods are left for adoption")
+        finally:
+            try:
+                self._write_status(force=True)
+            except Exception:
+                self.log.exception("Could not write the executor status file at shutdown")
+            self.supervisor = None
 
     def terminate(self) -> None:
         """SIGTERM on the scheduler: stop the watcher at once (pods are left for adoption)."""
@@ -482,7 +582,7 @@ class JobWatchExecutor(BaseExecutor):
             # tens of milliseconds: done in the API threads too, so that a burst of open slots does not
             # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
             if launch.build is None:
-                launch.build = self._pool().submit(self._build, key, launch.workload)
+                launch.build = self._pool().submit(self._build, key, launch.workload, launch.launch_id)
                 return True
             if not launch.build.done():
                 return True
@@ -501,13 +601,14 @@ class JobWatchExecutor(BaseExecutor):
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
+        self._pod_launches[(namespace, name)] = (key, launch.launch_id)
         core_v1 = self.core_v1
         future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
         self._inflight[key] = (launch, namespace, name, future)
         return True
 
     def _build(
-        self, key: TaskInstanceKey, workload: workloads.ExecuteTask
+        self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str
     ) -> tuple[k8s.V1Pod, dict[str, Any]]:
         assert self.scheduler_job_id is not None
         pod = build_worker_pod(
@@ -516,6 +617,7 @@ class JobWatchExecutor(BaseExecutor):
             scheduler_job_id=self.scheduler_job_id,
             pod_name=new_pod_name(key),
             labels=self.labels,
+            launch_id=launch_id,
         )
         return pod, self.core_v1.api_client.sanitize_for_serialization(pod)
 
@@ -526,6 +628,13 @@ class JobWatchExecutor(BaseExecutor):
             if not future.done():
                 continue
             del self._inflight[key]
+            if future.cancelled():
+                # Never sent (the API threads were shut down by end()): the task instance stays queued in
+                # the database and the next scheduler finds no pod for it (reset, launched again).
+                assert self.supervisor is not None
+                self.supervisor.untrack(namespace, name)
+                self._pod_launches.pop((namespace, name), None)
+                continue
             if self._pending.get(key) is not launch:
                 # Revoked, or already seen by the watch (launched, maybe even reported) meanwhile.
                 if launch.revoked and future.exception() is None:
@@ -565,6 +674,7 @@ class JobWatchExecutor(BaseExecutor):
             )
             if not transient:
                 self.supervisor.untrack(namespace, name)
+                self._pod_launches.pop((namespace, name), None)
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
@@ -620,6 +730,7 @@ class JobWatchExecutor(BaseExecutor):
             self._launched(key, namespace, name)
             return True
         self.supervisor.untrack(namespace, name)
+        self._pod_launches.pop((namespace, name), None)
         launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
         launch.not_before = 0.0
         self._counters["create_retries"] += 1
@@ -692,6 +803,9 @@ class JobWatchExecutor(BaseExecutor):
 
     def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
         self._pending.pop(key, None)
+        self._launch_ids.pop(key, None)
+        self._disruptions.pop(key, None)
+        self._relaunch_backoffs.pop(key, None)
         self._counters["create_failures"] += 1
         self.log.error("Failing %s: %s", key, reason)
         self._append_task_log(key, reason)
@@ -721,25 +835,40 @@ class JobWatchExecutor(BaseExecutor):
     # Results
     # ------------------------------------------------------------------------------------------
 
+    def _is_current(self, key: TaskInstanceKey, ref: tuple[str, str]) -> bool:
+        """Whether the pod ``ref`` belongs to the current launch of ``key``: the one place that decides.
+
+        Current: the pod was created (or adopted) for the launch that is still ``key``'s latest. Stale: a
+        pod of an earlier launch of the same key (the key was handed to us again, after deferral, a
+        reschedule or a clear, before that pod's end was seen), or of a launch that was revoked.
+        """
+        owner = self._pod_launches.get(ref)
+        return owner is not None and owner[0] == key and self._launch_ids.get(key) == owner[1]
+
     def _on_result(self, result: PodResult) -> None:
         key = cast("TaskInstanceKey", result.key)
-        launch = self._pending.get(key)
-        if (
-            launch is not None
-            and launch.pod is not None
-            and (launch.pod.metadata.namespace, launch.pod.metadata.name) == (result.namespace, result.name)
-        ):
+        ref = (result.namespace, result.name)
+        if not self._is_current(key, ref):
+            if result.terminal:
+                self._stale_pod_ended(key, result)
+            return
+        if key in self._pending:
             # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
             self._launched(key, result.namespace, result.name)
-        if self._pods.get(key) != (result.namespace, result.name):
-            # A stale pod of a key that has since been relaunched (e.g. resumed after deferral).
-            return
         if not result.terminal:
             if result.phase == "running":
                 self.running_state(key, f"{result.namespace}/{result.name}")
             return
-        del self._pods[key]
+        self._pods.pop(key, None)
+        self._pod_launches.pop(ref, None)
+        self._launch_ids.pop(key, None)
         where = f"pod {result.namespace}/{result.name}"
+        # (An adopted pod has no workload here to launch again: it fails as before.)
+        disrupted = self._disrupted_before_start(result) if key in self._workloads else None
+        if disrupted is not None and self._relaunch_after_disruption(key, result, disrupted):
+            return
+        history = self._disruptions.pop(key, [])
+        self._relaunch_backoffs.pop(key, None)
         if result.phase == "succeeded":
             # execute_workload exits 0 whatever the task did; the task recorded its own state through
             # the execution API. SUCCESS here means "the worker finished"; if the task instance is
@@ -751,6 +880,12 @@ class JobWatchExecutor(BaseExecutor):
             self._counters["failed"] += 1
             reason = result.reason or "Failed"
             info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            if disrupted is not None:
+                info = (
+                    f"the worker pod was disrupted before any of its containers started {len(history)} "
+                    f"times, more than [jobwatch] disruption_relaunches = {self._disruption_relaunches} "
+                    f"allows: " + "; ".join(history)
+                )
             self.log.warning("Task %s: %s", key, info)
             self._append_task_log(key, info)
             self.fail(key, info)
@@ -764,8 +899,85 @@ class JobWatchExecutor(BaseExecutor):
             reason=result.reason,
             gap=result.gap,
         )
+        self._clean_up_finished(result)
+
+    def _disrupted_before_start(self, result: PodResult) -> str | None:
+        """What disrupted a failed pod none of whose containers ever started, or None (issue 21)."""
+        if result.phase != "failed" or result.started is not False or result.gap:
+            return None
+        if result.reason not in DISRUPTION_REASONS:
+            return None
+        return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": ")
+
+    def _relaunch_after_disruption(self, key: TaskInstanceKey, result: PodResult, disruption: str) -> bool:
+        """Launch ``key`` again for the same try after its pod was disrupted before it started.
+
+        Such a pod cannot have run the task (its worker never started, so it never told Airflow's
+        execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
+        a new pod is created after a backoff. Returns False past ``[jobwatch] disruption_relaunches``:
+        the task then fails with a message naming every disruption.
+        """
+        history = self._disruptions.setdefault(key, [])
+        history.append(disruption)
+        workload = self._workloads.get(key)
+        if workload is None or len(history) > self._disruption_relaunches:
+            return False
+        backoff = self._relaunch_backoffs.get(key)
+        if backoff is None:
+            backoff = self._relaunch_backoffs[key] = Backoff(
+                initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
+                max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
+                reset_after_seconds=float("inf"),
+            )
+        now = time.monotonic()
+        delay = backoff.failure(now)
+        launch = _PendingLaunch(workload=workload, not_before=now + delay)
+        self._new_launch(key, launch.launch_id)
+        self._pending[key] = launch
+        self._counters["disruption_relaunches"] += 1
+        metrics.disruption_relaunch(result.reason or "Disrupted")
+        message = (
+            f"{disruption}. No container of the pod had started, so the task never ran: launching it again "
+            f"for the same try in {delay:.1f} s (relaunch {len(history)} of at most "
+            f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
+        )
+        self.log.warning("Task %s: %s", key, message)
+        self._append_task_log(key, message)
+        self._report(
+            key, pod=f"{result.namespace}/{result.name}", state="relaunched", reason=result.reason, gap=False
+        )
+        self._clean_up_finished(result)
+        return True
+
+    def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
+        """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
+
+        Reporting it would hand the scheduler an end that belongs to no launch it waits for: with the
+        task instance queued again (same try), Airflow's ``process_executor_events`` would fail it as
+        "finished although the task says it's queued", and the key would leave ``running`` while its
+        current pod still launches.
+        """
+        ref = (result.namespace, result.name)
+        owner = self._pod_launches.pop(ref, None)
+        self._counters["stale_pods_cleaned"] += 1
+        metrics.stale_launch_pod()
+        self.log.info(
+            "Pod %s/%s of an earlier launch (%s) of %s ended (%s%s); not reported, as the current launch "
+            "of that key is %s. Cleaning it up.",
+            *ref,
+            owner[1] if owner else "unknown",
+            key,
+            result.phase,
+            f", {result.reason}" if result.reason else "",
+            self._launch_ids.get(key, "none (revoked or finished)"),
+        )
+        self._clean_up_finished(result)
+
+    def _clean_up_finished(self, result: PodResult) -> None:
+        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does)."""
         if result.gap or result.reason == "Deleted":
             return  # nothing left to clean up
+        failed = result.phase != "succeeded"
         kc = self.kube_config
         # A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...) is deleted in
         # any case: left alone it could still start, and run a try Airflow already gave up on.
@@ -787,6 +999,10 @@ class JobWatchExecutor(BaseExecutor):
             if not future.done():
                 continue
             del self._cleanup_inflight[ref]
+            if future.cancelled():
+                # Never sent (end() shut the API threads down): left to the next scheduler.
+                self._cleanup.append(op)
+                continue
             err = future.exception()
             if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
                 continue
@@ -950,6 +1166,32 @@ class JobWatchExecutor(BaseExecutor):
         selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
         return self._list_pods(selector, field_selector="status.phase=Succeeded")
 
+    def _adoption_may_still_need(self, pod: dict[str, Any]) -> bool:
+        """Whether a gone scheduler's finished pod may still be needed by a live scheduler's adoption.
+
+        Its task instance may still be queued/running in the database (the worker exited without
+        recording an end, or the scheduler died before reading it): then some live scheduler adopts it
+        within ``scheduler_health_check_threshold`` + ``orphaned_tasks_check_interval`` of the dead
+        scheduler's last heartbeat, which was no later than shortly after the pod finished. Until that
+        has passed (plus ``COMPLETED_POD_GRACE_MARGIN_SECONDS``), the pod is left where the adopter
+        looks for it. A pod with no completion time is not held back.
+        """
+        from datetime import UTC, datetime
+
+        from airflow_jobwatch.cli.cleanup import completion_time
+
+        finished = completion_time(pod)
+        if finished is None:
+            return False
+        if finished.tzinfo is None:
+            finished = finished.replace(tzinfo=UTC)
+        grace = (
+            _getfloat("scheduler", "scheduler_health_check_threshold", 30.0)
+            + _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            + COMPLETED_POD_GRACE_MARGIN_SECONDS
+        )
+        return (datetime.now(UTC) - finished).total_seconds() < grace
+
     def _queue_completed_cleanup(self, pods: list[dict[str, Any]]) -> None:
         tracked = self.supervisor.tracked() if self.supervisor is not None else {}
         for pod in pods:
@@ -957,6 +1199,8 @@ class JobWatchExecutor(BaseExecutor):
             ref = (meta.get("namespace", ""), meta.get("name", ""))
             if ref in tracked:
                 continue  # adopted by us meanwhile: its report cleans it up
+            if self._adoption_may_still_need(pod):
+                continue  # a later round cleans it up, if no adopter has taken it by then
             self.log.info(
                 "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
                 *ref,
@@ -993,6 +1237,8 @@ class JobWatchExecutor(BaseExecutor):
             for job_id in {ti.queued_by_job_id for ti in by_key.values()}
             for scheme in (self.labels, other)
         ]
+        candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
+        seen: set[tuple[str, str]] = set()
         for scheme, job_id in searches:
             try:
                 pods = self._list_pods(scheme.selector(str(job_id)))
@@ -1013,57 +1259,109 @@ class JobWatchExecutor(BaseExecutor):
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
                 ns, name = meta["namespace"], meta["name"]
+                if (ns, name) in seen:
+                    continue
+                seen.add((ns, name))
                 if (key is None or key not in by_key) and scheme != self.labels:
                     continue  # not one of our task instances, and under the other labels: not ours
                 if key is None or key not in by_key:
                     # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
                     # already recorded): nobody else will ever clean it up.
                     finished = classify_pod(pod) if key is not None else None
-                    if finished is not None and finished.terminal:
+                    # (Another live scheduler may be adopting its task instance right now: wait as above.)
+                    if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
                         failed = finished.phase == "failed"
                         kc = self.kube_config
                         delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
                         self._cleanup.append((ns, name, delete))
                     continue
-                try:
-                    self.core_v1.patch_namespaced_pod(
-                        name,
-                        ns,
-                        {"metadata": {"labels": relabel}},
-                        _request_timeout=self._request_timeout,
-                    )
-                except Exception as err:
-                    self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
-                    continue
-                by_key.pop(key)
-                self.running.add(key)
-                self._pods[key] = (ns, name)
-                self.supervisor.track(ns, name, key)
-                self._counters["adopted"] += 1
-                self.log.info("Adopted pod %s/%s of %s from scheduler job %s", ns, name, key, job_id)
-                state = classify_pod(pod, fatal_waiting_reasons=self.fatal_waiting_reasons)
-                if state.terminal:
-                    self.supervisor.untrack(ns, name)
-                    self._on_result(
-                        PodResult(
-                            key=key,
-                            namespace=ns,
-                            name=name,
-                            phase=state.phase,
-                            terminal=True,
-                            reason=state.reason,
-                            message=state.message,
-                            exit_code=state.exit_code,
-                            annotations=meta.get("annotations") or {},
-                            observed_at=time.time(),
-                        )
-                    )
+                candidates.setdefault(key, []).append((str(job_id), pod))
+        for key, pods_of_key in candidates.items():
+            self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
         # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
         self._cleanup_completed_pods()
         self._retry_cleanup()
         # Already adopted by a previous (retried) call: do not hand them back for reset.
         not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
         return not_adopted
+
+    def _adopt_pods_of_key(
+        self,
+        key: TaskInstanceKey,
+        pods: list[tuple[str, dict[str, Any]]],
+        relabel: dict[str, str | None],
+        by_key: dict[TaskInstanceKey, TaskInstance],
+    ) -> None:
+        """Adopt a dead scheduler's pods of one orphaned task instance key: relabel, track, report ends.
+
+        A key may have several pods: the dead scheduler launched it again (resumed after deferral, same
+        try) while the pod of the earlier launch was still ending. The newest pod (by creation time) is
+        the key's current launch, unless this executor has launched the key itself since: then every
+        adopted pod is stale. Stale pods are adopted too, so that they are cleaned up when they end, but
+        what they report is decided by :meth:`_is_current` like any other result, and never reaches the
+        scheduler. A pod that has already ended is handed to :meth:`_on_result` at once.
+        """
+        from airflow_jobwatch.kube.states import classify_pod
+
+        assert self.supervisor is not None
+
+        def created(item: tuple[str, dict[str, Any]]) -> tuple[str, str]:
+            meta = item[1].get("metadata") or {}
+            return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+        pods = sorted(pods, key=created)  # RFC 3339 UTC timestamps sort as strings; newest last
+        newest = (pods[-1][1].get("metadata") or {}).get("name")
+        mine_already = key in self._launch_ids
+        for job_id, pod in pods:
+            meta = pod.get("metadata") or {}
+            ns, name = meta["namespace"], meta["name"]
+            annotations = meta.get("annotations") or {}
+            try:
+                self.core_v1.patch_namespaced_pod(
+                    name,
+                    ns,
+                    {"metadata": {"labels": relabel}},
+                    _request_timeout=self._request_timeout,
+                )
+            except Exception as err:
+                self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
+                continue
+            launch_id = launch_id_of(annotations, ns, name)
+            self._pod_launches[(ns, name)] = (key, launch_id)
+            self.supervisor.track(ns, name, key)
+            if name == newest and not mine_already:
+                by_key.pop(key, None)
+                self.running.add(key)
+                self._pods[key] = (ns, name)
+                self._launch_ids[key] = launch_id
+                self._counters["adopted"] += 1
+                self.log.info("Adopted pod %s/%s of %s from scheduler job %s", ns, name, key, job_id)
+            else:
+                self.log.info(
+                    "Adopted pod %s/%s of an earlier launch of %s from scheduler job %s: it is cleaned up "
+                    "when it ends, and its end is not reported",
+                    ns,
+                    name,
+                    key,
+                    job_id,
+                )
+            state = classify_pod(pod, fatal_waiting_reasons=self.fatal_waiting_reasons)
+            if state.terminal:
+                self.supervisor.untrack(ns, name)
+                self._on_result(
+                    PodResult(
+                        key=key,
+                        namespace=ns,
+                        name=name,
+                        phase=state.phase,
+                        terminal=True,
+                        reason=state.reason,
+                        message=state.message,
+                        exit_code=state.exit_code,
+                        annotations=annotations,
+                        observed_at=time.time(),
+                    )
+                )
 
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """Stop a task (queued too long, or cleared): delete its pod; no event is reported."""
@@ -1074,6 +1372,9 @@ class JobWatchExecutor(BaseExecutor):
         if launch is not None:
             launch.revoked = True
         self._workloads.pop(key, None)
+        self._launch_ids.pop(key, None)  # a pod of this key still watched is now stale: cleaned, not reported
+        self._disruptions.pop(key, None)
+        self._relaunch_backoffs.pop(key, None)
         ref = self._pods.pop(key, None)
         if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
             # A create may have been sent (its answer lost): delete the pod in case it exists (404 is fine).
@@ -1084,6 +1385,7 @@ class JobWatchExecutor(BaseExecutor):
             return
         if self.supervisor is not None:
             self.supervisor.untrack(*ref)
+        self._pod_launches.pop(ref, None)
         self._cleanup.append((ref[0], ref[1], True))
         try:
             self._retry_cleanup()

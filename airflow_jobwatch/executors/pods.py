@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 WORKER_LABEL = "airflow-worker"
 EXECUTOR_LABEL = "kubernetes_executor"
 DONE_LABEL = POD_EXECUTOR_DONE_KEY
+# Which launch of its task instance key a worker pod belongs to (issue 18 item 1). A key keeps its
+# try_number across deferral and resumption, reschedule-mode sensors and some clears, so the key alone
+# cannot tell the pod of the current launch from one of an earlier launch that is still ending. An
+# annotation, beside upstream's (which stay exactly as upstream writes and reads them): upstream's
+# executor ignores it when it adopts our pods, and it needs no label selector.
+LAUNCH_ANNOTATION = "airflow-jobwatch/launch-id"
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,19 @@ def key_from_annotations(annotations: dict[str, str]) -> TaskInstanceKey | None:
         return None
 
 
+def new_launch_id() -> str:
+    """A fresh launch id: unique across launches, schedulers and restarts (random, 16 hex digits)."""
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+def launch_id_of(annotations: dict[str, str], namespace: str, name: str) -> str:
+    """The launch id a pod carries; a pod without one (launched by upstream's executor, or by a
+    version of ours before launch ids) is its own launch, named after the pod."""
+    return annotations.get(LAUNCH_ANNOTATION) or f"pod:{namespace}/{name}"
+
+
 def new_pod_name(key: TaskInstanceKey) -> str:
     """A unique, DNS-safe pod name (same scheme as upstream: ``<dag>-<task>-<8 random chars>``)."""
     return create_unique_id(key.dag_id, key.task_id)
@@ -133,13 +152,15 @@ def build_worker_pod(
     scheduler_job_id: str,
     pod_name: str,
     labels: LabelScheme | None = None,
+    launch_id: str | None = None,
 ) -> k8s.V1Pod:
     """Build the worker pod of one ``ExecuteTask`` workload.
 
     Order of precedence, as upstream: the pod template (``executor_config["pod_template_file"]``,
     else ``[kubernetes_executor] pod_template_file``) < the dynamic pod (name, labels,
     annotations, the ``execute_workload`` command, the worker image) < ``executor_config["pod_override"]``;
-    then Airflow's ``pod_mutation_hook``. Raises ``PodReconciliationError`` /
+    then Airflow's ``pod_mutation_hook``. ``launch_id`` is written to the ``LAUNCH_ANNOTATION``
+    annotation after all of them (a template or hook cannot drop it). Raises ``PodReconciliationError`` /
     ``PodMutationHookException`` / ``AirflowConfigException`` / ``TypeError`` on bad input; the
     executor fails the task with that message.
     """
@@ -173,4 +194,6 @@ def build_worker_pod(
         base_worker_pod=base_pod,
         with_mutation_hook=True,
     )
+    if launch_id is not None:
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), LAUNCH_ANNOTATION: launch_id}
     return apply_label_scheme(pod, labels or UPSTREAM_LABELS)

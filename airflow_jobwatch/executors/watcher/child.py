@@ -50,6 +50,24 @@ MISSING_CHECK_CONCURRENCY = 8
 MISSING_CHECK_READ_TIMEOUT_SECONDS = 30.0
 
 
+def containers_started(pod: dict[str, Any]) -> bool:
+    """Whether any container (init containers included) of the pod ever started.
+
+    A container that never started has no ``running`` state and a ``terminated`` state without
+    ``startedAt`` (the kubelet's ContainerStatusUnknown, exit code 137, for a pod disrupted while its
+    containers were being created), and no ``lastState``. Issue 21: a local predicate of the executor's
+    watcher until the disruption rules of ``kube/states.py`` (written in parallel) are merged.
+    """
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        state = cs.get("state") or {}
+        if state.get("running") is not None or (state.get("terminated") or {}).get("startedAt"):
+            return True
+        if (cs.get("lastState") or {}).get("terminated") or (cs.get("lastState") or {}).get("running"):
+            return True
+    return False
+
+
 def child_main(
     spec: WatcherSpec,
     conn: Connection,
@@ -130,7 +148,7 @@ async def child_run(
                 namespace=event.namespace or "",
                 name=event.name,
                 uid=uid,
-                state=state.as_dict(),
+                state={**state.as_dict(), "containers_started": containers_started(event.obj)},
                 annotations=dict(meta.get("annotations") or {}),
                 deleted=deleted,
                 observed_at=time.time(),

@@ -84,6 +84,9 @@ class PodResult:
     annotations: dict[str, str]
     observed_at: float
     gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
+    # Whether any container of the pod ever started (issue 21: a pod disrupted before that cannot have
+    # run the task); None when unknown (a pod found deleted after a watcher gap).
+    started: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -473,6 +473,7 @@ class WatcherSupervisor:
             annotations=annotations,
             observed_at=observed_at,
             gap=gap,
+            started=state.get("containers_started"),
         )
 
     def _on_gone(self, msg: PodGone, results: list[PodResult]) -> None:

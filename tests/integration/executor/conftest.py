@@ -63,6 +63,10 @@ def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "5",
         "AIRFLOW__JOBWATCH__WATCH_STALL_TIMEOUT_SECONDS": "3",
         "AIRFLOW__JOBWATCH__WATCHER_UNRESPONSIVE_AFTER_SECONDS": "5",
+        # A gone scheduler's finished pods are cleaned up once their adoption window has passed
+        # (threshold + interval + COMPLETED_POD_GRACE_MARGIN_SECONDS): about 3 s here, not 6 minutes.
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "1",
+        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "2",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -72,6 +76,7 @@ def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     # Pod creation retries start at 1 s in production; 0.1 s keeps this test short.
     monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_INITIAL_SECONDS", 0.1)
     monkeypatch.setattr(jobwatch_executor, "CREATE_BACKOFF_MAX_SECONDS", 0.5)
+    monkeypatch.setattr(jobwatch_executor, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 0.0)
     created: list[JobWatchExecutor] = []
 
     def make(job_id: str = "42", kubeconfig: str | None = None, **extra_env: str) -> JobWatchExecutor:

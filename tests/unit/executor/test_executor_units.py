@@ -94,6 +94,22 @@ def test_pod_is_template_then_dynamic_pod_then_override(kube_config):
     ]
 
 
+def test_launch_id_is_one_more_annotation_beside_upstreams(kube_config):
+    """Issue 18 item 1: the launch id rides on its own annotation; upstream's labels and annotations
+    (what its executor reads when it adopts a pod) are exactly those of a pod built without one."""
+    from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION, launch_id_of
+
+    w = make_workload(task_id="t", run_id="manual__1")
+    plain = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p")
+    pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p", launch_id="abc")
+    assert pod.metadata.labels == plain.metadata.labels
+    assert pod.metadata.annotations == {**plain.metadata.annotations, LAUNCH_ANNOTATION: "abc"}
+    assert key_from_annotations(pod.metadata.annotations) == w.ti.key
+    assert launch_id_of(pod.metadata.annotations, "ns", "p") == "abc"
+    # A pod without one (upstream's, or launched before launch ids) is its own launch.
+    assert launch_id_of(plain.metadata.annotations, "ns", "p") == "pod:ns/p"
+
+
 def test_pod_override_image_and_namespace_win(kube_config):
     w = make_workload(task_id="t", image="custom/image:7", namespace="special")
     pod = build_worker_pod(w, kube_config=kube_config, scheduler_job_id="9", pod_name="p")
@@ -194,3 +210,53 @@ def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
     assert ours(labels)
     with pytest.raises(ValueError, match=r"worker_pod_labels must be one of \['jobwatch', 'upstream'\]"):
         label_scheme("kubernetes")
+
+
+@pytest.mark.parametrize(
+    ("statuses", "started"),
+    [
+        pytest.param([], False, id="no statuses yet"),
+        pytest.param([{"state": {"waiting": {"reason": "ContainerCreating"}}}], False, id="creating"),
+        pytest.param(
+            # What the kubelet writes for a pod disrupted while its containers were being created.
+            [
+                {
+                    "state": {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "ContainerStatusUnknown",
+                            "startedAt": None,
+                            "finishedAt": "2026-12-04T03:34:25Z",
+                        }
+                    },
+                    "lastState": {},
+                }
+            ],
+            False,
+            id="disrupted while creating",
+        ),
+        pytest.param([{"state": {"running": {"startedAt": "2026-12-04T03:34:25Z"}}}], True, id="running"),
+        pytest.param(
+            [{"state": {"terminated": {"exitCode": 137, "startedAt": "2026-12-04T03:34:25Z"}}}],
+            True,
+            id="ran then killed",
+        ),
+        pytest.param(
+            [
+                {
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 1}},
+                }
+            ],
+            True,
+            id="restarting",
+        ),
+    ],
+)
+def test_containers_started(statuses, started):
+    """Issue 21: only a pod none of whose containers ever started is relaunched after a disruption."""
+    from airflow_jobwatch.executors.watcher.child import containers_started
+
+    assert containers_started({"status": {"phase": "Failed", "containerStatuses": statuses}}) is started
+    # Init containers count too (conservative: whatever of the pod ran, it is not relaunched).
+    assert containers_started({"status": {"initContainerStatuses": statuses}}) is started
