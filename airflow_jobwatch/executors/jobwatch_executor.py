@@ -160,11 +160,11 @@ class JobWatchExecutor(BaseExecutor):
         if getattr(self, "team_name", None):
             # A team's [core] parallelism (upstream does the same; without a team the constructor's wins).
             self.parallelism = self.kube_config.parallelism
-        fatal = self.kube_config.worker_pod_pending_fatal_container_state_reasons
-        from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
-
+        # Exactly upstream's list (its KubeConfig reads the option): unset -> the provider's default
+        # (CreateContainerConfigError, ErrImagePull, CreateContainerError, ImageInspectError,
+        # InvalidImageName); set to an empty value -> no fail-fast at all.
         self.fatal_waiting_reasons: frozenset[str] = frozenset(
-            r for r in (fatal or DEFAULT_FATAL_WAITING_REASONS) if r
+            r for r in self.kube_config.worker_pod_pending_fatal_container_state_reasons if r
         )
         self.scheduler_job_id: str | None = None
         self.supervisor: WatcherSupervisor | None = None

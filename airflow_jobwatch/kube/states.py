@@ -317,6 +317,11 @@ def _first_failed_container(pod: Mapping[str, Any]) -> _ContainerProblem | None:
 def _fatal_waiting_container(
     pod: Mapping[str, Any], fatal_waiting_reasons: Collection[str]
 ) -> _ContainerProblem | None:
+    # Only a Pending pod fails fast, as upstream's KubernetesExecutor decides (its watcher checks the
+    # waiting reasons of Pending pods only). In a Running pod the task has started: a restartable
+    # init container ("sidecar") that is restarting into ImagePullBackOff does not stop it.
+    if _str(_map(pod.get("status")).get("phase")) != "Pending":
+        return None
     for kind, cs in _container_statuses(pod):
         waiting = _map(_map(cs.get("state")).get("waiting"))
         reason = _str(waiting.get("reason"))
