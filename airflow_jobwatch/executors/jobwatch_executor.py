@@ -652,6 +652,14 @@ class JobWatchExecutor(BaseExecutor):
         if self._pods.get(key) != (result.namespace, result.name):
             # A stale pod of a key that has since been relaunched (e.g. resumed after deferral).
             return
+        if result.adopted:
+            # Another scheduler adopted the pod (it took this one for dead): the task is that scheduler's
+            # now. As upstream's ADOPTED state: free the slot, report nothing.
+            del self._pods[key]
+            self.running.discard(key)
+            self._workloads.pop(key, None)
+            self.log.warning("Task %s: pod %s/%s was %s", key, result.namespace, result.name, result.message)
+            return
         if not result.terminal:
             if result.phase == "running":
                 self.running_state(key, f"{result.namespace}/{result.name}")

@@ -55,6 +55,21 @@ class PodGone:
 
 
 @dataclass(frozen=True, slots=True)
+class PodAdopted:
+    """A pod left this scheduler's label selector while it still exists: another scheduler adopted it.
+
+    Seen as a watch DELETED event whose object no longer matches the selector, or as a missing-pod GET
+    (after a restart) that finds the pod relabelled. Its task belongs to the other scheduler now: as
+    upstream's ``ADOPTED`` state, the executor frees the slot and reports nothing.
+    """
+
+    namespace: str
+    name: str
+    worker: str | None  # the scheduler job the pod is labelled with now, when known
+    observed_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class WatcherStats:
     relists: int
     watches: int
@@ -84,6 +99,7 @@ class PodResult:
     annotations: dict[str, str]
     observed_at: float
     gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
+    adopted: bool = False  # another scheduler adopted the pod: free the slot, report nothing
 
 
 @dataclass(frozen=True)
