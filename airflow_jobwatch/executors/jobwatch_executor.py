@@ -131,6 +131,16 @@ class _PendingLaunch:
     accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
 
 
+class _Conflict(Exception):
+    """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be:
+    ``ours`` (an earlier attempt's), ``someone_else`` or ``retry`` (could not tell)."""
+
+    def __init__(self, verdict: str, error: str) -> None:
+        super().__init__(f"{verdict}: {error}")
+        self.verdict = verdict
+        self.error = error
+
+
 class JobWatchExecutor(BaseExecutor):
     """Executor that runs each task instance in its own Kubernetes pod.
 
@@ -419,10 +429,22 @@ class JobWatchExecutor(BaseExecutor):
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
-        core_v1 = self.core_v1
-        future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
+        future = self._pool().submit(self._create_call, key, namespace, name, body)
         self._inflight[key] = (launch, namespace, name, future)
         return True
+
+    def _create_call(self, key: TaskInstanceKey, namespace: str, name: str, body: dict[str, Any]) -> Any:
+        """One create, in an API thread. A 409 is looked into here too (a GET, maybe a PATCH), so that
+        neither ever runs on the scheduler loop; what it found is raised as a :class:`_Conflict`."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core_v1.create_namespaced_pod(namespace, body, **self._create_args)
+        except ApiException as err:
+            if err.status != HTTPStatus.CONFLICT:
+                raise
+            error = f"{err.status} {err.reason}: {_api_message(err)}"
+        raise self._resolve_conflict(key, namespace, name, error)
 
     def _build(
         self, key: TaskInstanceKey, workload: workloads.ExecuteTask
@@ -468,12 +490,13 @@ class JobWatchExecutor(BaseExecutor):
             self._launched(key, namespace, name)
             return True
         err = error
+        if isinstance(err, _Conflict):
+            metrics.pod_create_error(HTTPStatus.CONFLICT)
+            return self._on_conflict(key, launch, namespace, name, err)
         if isinstance(err, ApiException):
             status = err.status or 0
             metrics.pod_create_error(status)
             message = _api_message(err)
-            if status == HTTPStatus.CONFLICT:
-                return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
             retry_after = _retry_after(err)
             transient = (
                 (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
@@ -499,43 +522,49 @@ class JobWatchExecutor(BaseExecutor):
         self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
         return False  # the next create would fail the same way; wait for the backoff
 
-    def _on_conflict(
-        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
-    ) -> bool:
-        """A 409 AlreadyExists: an earlier attempt of ours (whose answer was lost), or someone else's pod.
+    def _resolve_conflict(self, key: TaskInstanceKey, namespace: str, name: str, error: str) -> _Conflict:
+        """What a 409 AlreadyExists is (runs in an API thread): an earlier attempt of ours, or someone else's pod.
 
-        Ours (its annotations name this very try) -> created, and tracked as our own (relabelled if
-        another scheduler's label is on it). Someone else's -> a new name on the next attempt, at once:
-        retrying the same name would meet the same pod for ever. Unknown (the GET failed, or the pod
-        has just gone) -> retry later with backoff.
+        Ours (its annotations name this very try) -> created, relabelled here if another scheduler's label
+        is on it. Someone else's -> the next attempt takes a new name. Unknown (the GET or the PATCH
+        failed, or the pod has just gone) -> retried later with backoff.
         """
-        assert self.supervisor is not None and self.scheduler_job_id is not None
+        assert self.scheduler_job_id is not None
         try:
             pod = self._read_pod(namespace, name)
         except Exception as err:
-            self._retry_launch(key, launch, f"{error}; reading the existing pod failed: {err}", None)
-            return True
+            return _Conflict("retry", f"{error}; reading the existing pod failed: {err}")
         if pod is None:
-            self._retry_launch(key, launch, f"{error}; the existing pod is gone now", None)
-            return True
+            return _Conflict("retry", f"{error}; the existing pod is gone now")
         meta = pod.get("metadata") or {}
-        if key_from_annotations(meta.get("annotations") or {}) == key:
-            # An earlier attempt did create it (its answer was lost): that is a success.
-            from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+        if key_from_annotations(meta.get("annotations") or {}) != key:
+            return _Conflict("someone_else", error)
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
-            mine = make_safe_label_value(self.scheduler_job_id)
-            if (meta.get("labels") or {}).get(self.labels.worker) != mine:
-                try:
-                    self.core_v1.patch_namespaced_pod(
-                        name,
-                        namespace,
-                        {"metadata": {"labels": {self.labels.worker: mine}}},
-                        _request_timeout=self._request_timeout,
-                    )
-                except Exception as err:
-                    self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
-                    return True
+        mine = make_safe_label_value(self.scheduler_job_id)
+        if (meta.get("labels") or {}).get(self.labels.worker) != mine:
+            try:
+                self.core_v1.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    {"metadata": {"labels": {self.labels.worker: mine}}},
+                    _request_timeout=self._request_timeout,
+                )
+            except Exception as err:
+                return _Conflict("retry", f"{error}; relabelling our pod failed: {err}")
+        return _Conflict("ours", error)
+
+    def _on_conflict(
+        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, conflict: _Conflict
+    ) -> bool:
+        """Act on what :meth:`_resolve_conflict` found (on the scheduler loop, without an API call)."""
+        assert self.supervisor is not None
+        if conflict.verdict == "ours":
+            # An earlier attempt did create it (its answer was lost): that is a success.
             self._launched(key, namespace, name)
+            return True
+        if conflict.verdict == "retry":
+            self._retry_launch(key, launch, conflict.error, None)
             return True
         self.supervisor.untrack(namespace, name)
         launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
@@ -546,7 +575,7 @@ class JobWatchExecutor(BaseExecutor):
             namespace,
             name,
             key,
-            error,
+            conflict.error,
         )
         return True
 
