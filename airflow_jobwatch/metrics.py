@@ -391,13 +391,20 @@ _TERMINAL_CONDITIONS = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarg
 
 def job_detected(job: dict[str, Any] | None, *, status: str) -> None:
     """A JobTrigger found its Job terminal: send the detection delay, measured from the earliest terminal
-    condition's ``lastTransitionTime`` (whole seconds on a real API server, so the figure is +-1 s)."""
+    condition's ``lastTransitionTime`` (whole seconds on a real API server, so the figure is +-1 s).
+
+    ``job`` is API JSON or the client's ``V1Job.to_dict()`` shape (the trigger event's ``job``). The
+    trigger calls this once per wait, when its result is decided; nothing is sent without a terminal
+    condition (a timeout, an error)."""
     if not job:
         return
     times = []
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") in _TERMINAL_CONDITIONS and cond.get("status") == "True":
-            when = cond.get("lastTransitionTime")
+            when = cond.get("lastTransitionTime", cond.get("last_transition_time"))
+            if isinstance(when, datetime.datetime):
+                times.append(when.timestamp())
+                continue
             try:
                 times.append(datetime.datetime.fromisoformat(str(when).replace("Z", "+00:00")).timestamp())
             except ValueError:

@@ -416,7 +416,6 @@ class JobTrigger(BaseTrigger):
             outcome = OUTCOME_DELETED
         else:
             outcome = OUTCOME_FAILED
-        metrics.job_detected(job, status=outcome)
         return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
 
     def _current_state_note(
@@ -570,6 +569,7 @@ class _Wait:
         """Set-once: whichever terminal result comes first is the one reported."""
         if not self.result.done():
             self.result.set_result(payload)
+            metrics.job_detected(payload.get("job"), status=payload["outcome"])  # once per wait
 
     # -- WATCHING -> HOLDING / DONE --------------------------------------------------------------------
     def offer(self, payload: dict[str, Any]) -> None:
