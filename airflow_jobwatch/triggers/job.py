@@ -174,7 +174,8 @@ class JobTrigger(BaseTrigger):
         namespace also uses it as its informers' relist period if ``[jobwatch] resync_interval_seconds``
         is 0. Defaults to 30.
     :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
-        ``kube.states.DEFAULT_FATAL_WAITING_REASONS``: ErrImagePull, ImagePullBackOff, ...).
+        ``kube.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
+        ImagePullBackOff, ...).
     :param api_failure_tolerance: seconds the Kubernetes API may stay unreachable before the trigger
         ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).
     :param job_uid: uid of the Job the operator created. A different Job re-created under the same
@@ -278,8 +279,8 @@ class JobTrigger(BaseTrigger):
     # -- configuration ---------------------------------------------------------------------------------
     @property
     def _fatal_reasons(self) -> Collection[str]:
-        if self.fatal_waiting_reasons is None:
-            return DEFAULT_FATAL_WAITING_REASONS
+        if self.fatal_waiting_reasons is None:  # a missing Secret/ConfigMap may still come: wait, as upstream
+            return DEFAULT_FATAL_WAITING_REASONS - {"CreateContainerConfigError"}
         return frozenset(self.fatal_waiting_reasons)
 
     def _tolerance(self) -> float:
