@@ -292,6 +292,16 @@ def terminal_report(outcome: str, *, after_watcher_gap: bool) -> None:
         incr("executor.reconciled_after_restart")
 
 
+def pod_disrupted(reason: str) -> None:
+    """A running worker pod was disrupted by the cluster (preempted, evicted, ...) and its task failed."""
+    incr(f"executor.disruptions.{_safe(reason)}", tags={"reason": reason})
+
+
+def tasks_waiting_for_quota(count: int) -> None:
+    """Tasks whose worker pod create was refused for a ResourceQuota and waits for room (a gauge)."""
+    gauge("executor.tasks_waiting_for_quota", count)
+
+
 def watcher_restarts(count: int) -> None:
     """The executor's KubernetesJobWatcher child process was replaced ``count`` times."""
     if count > 0:
@@ -422,7 +432,9 @@ __all__ = [
     "incr",
     "pod_create_error",
     "pod_created",
+    "pod_disrupted",
     "shared_watches",
+    "tasks_waiting_for_quota",
     "terminal_report",
     "timing_seconds",
     "watch_subscribers",

@@ -706,6 +706,10 @@ class JobWatchExecutor(BaseExecutor):
             self._counters["failed"] += 1
             reason = result.reason or "Failed"
             info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            if result.disruption:
+                # The cluster ended it (issue 21): say so first, in the task's words, then the details.
+                info = f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
+                metrics.pod_disrupted(reason)
             self.log.warning("Task %s: %s", key, info)
             self._append_task_log(key, info)
             self.fail(key, info)

@@ -72,6 +72,8 @@ def _emit_everything() -> None:
     metrics.terminal_report("success", after_watcher_gap=False)
     metrics.terminal_report("failed", after_watcher_gap=True)
     metrics.watcher_restarts(1)
+    metrics.pod_disrupted("PreemptionByScheduler")
+    metrics.tasks_waiting_for_quota(2)
     metrics.shared_watches({"ns1": 3})
     metrics.shared_watches({})
     metrics.job_detected(

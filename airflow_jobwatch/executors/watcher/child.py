@@ -36,6 +36,7 @@ from airflow_jobwatch.kube.informer import _selector_matcher
 
 if TYPE_CHECKING:
     from airflow_jobwatch.kube.informer import InformerEvent
+    from airflow_jobwatch.kube.states import ObjectState
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,20 @@ class PodRelay:
                 annotations=dict(meta.get("annotations") or {}),
                 deleted=deleted,
                 observed_at=time.time(),
+                disruption=_disruption(event.obj, state),
             )
         )
+
+
+def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:
+    """For a failed pod that the cluster disrupted (preempted, evicted, ...): what did it, in words."""
+    if state.phase != "failed":
+        return None
+    from airflow_jobwatch.executors.disruption import describe_disruption
+    from airflow_jobwatch.kube.states import pod_disruption
+
+    found = pod_disruption(pod)
+    return describe_disruption(*found) if found is not None else None
 
 
 def _adopted(spec: WatcherSpec, namespace: str, name: str, labels: dict[str, Any]) -> PodAdopted:
@@ -346,17 +359,17 @@ async def check_missing(
                         if ours is not None and not ours(labels):
                             send(_adopted(spec, namespace, name, labels))
                             return
+                        state = classify_pod(pod, fatal_waiting_reasons=spec.fatal_waiting_reasons)
                         send(
                             PodUpdate(
                                 namespace=namespace,
                                 name=name,
                                 uid=meta.get("uid", ""),
-                                state=classify_pod(
-                                    pod, fatal_waiting_reasons=spec.fatal_waiting_reasons
-                                ).as_dict(),
+                                state=state.as_dict(),
                                 annotations=dict(meta.get("annotations") or {}),
                                 deleted=False,
                                 observed_at=time.time(),
+                                disruption=_disruption(pod, state),
                             )
                         )
                     return

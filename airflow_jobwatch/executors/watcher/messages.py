@@ -33,6 +33,7 @@ class PodUpdate:
     annotations: dict[str, str]
     deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
     observed_at: float  # time.time() in the child when the informer delivered the event
+    disruption: str | None = None  # a failed pod the cluster disrupted: what did it, in words (issue 21)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class PodResult:
     observed_at: float
     gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
     adopted: bool = False  # another scheduler adopted the pod: free the slot, report nothing
+    disruption: str | None = None  # "preempted by the scheduler on node X", ... (failed results only)
 
 
 @dataclass(frozen=True)

@@ -445,7 +445,8 @@ class WatcherSupervisor:
         if terminal:
             del self._tracked[ref]
             self.counters.terminal_reports += 1
-            results.append(self._result(tracked, state, upd.annotations, upd.observed_at))
+            result = self._result(tracked, state, upd.annotations, upd.observed_at)
+            results.append(replace(result, disruption=upd.disruption) if upd.disruption else result)
         elif phase == "running" and not tracked.reported_running:
             tracked.reported_running = True
             self.counters.running_reports += 1
