@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -128,6 +129,8 @@ class _PendingLaunch:
     build: Future[tuple[k8s.V1Pod, dict[str, Any]]] | None = None  # building in the API threads
     not_before: float = 0.0
     last_error: str | None = None
+    retry_reason: str | None = None  # the last failure's reason, without details (logged when it changes)
+    waiting_for_quota: bool = False  # the last create was refused for a ResourceQuota
     accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
 
 
@@ -213,6 +216,7 @@ class JobWatchExecutor(BaseExecutor):
         self._status_written_at = 0.0
         self._restarts_reported = 0  # watcher restarts already sent as a metric
         self._last_result_at: float | None = None  # when the watcher last reported a pod change
+        self._quota_waiting = 0  # tasks whose create waits for ResourceQuota room (the gauge's last value)
 
     # ------------------------------------------------------------------------------------------
     # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
@@ -344,6 +348,10 @@ class JobWatchExecutor(BaseExecutor):
                 )
         self._retry_cleanup()
         self._launch_pending()
+        waiting = sum(1 for la in self._pending.values() if la.waiting_for_quota)
+        if waiting != self._quota_waiting:
+            self._quota_waiting = waiting
+            metrics.tasks_waiting_for_quota(waiting)
         self._write_status()
 
     def end(self) -> None:
@@ -629,12 +637,19 @@ class JobWatchExecutor(BaseExecutor):
         launch.not_before = now + delay
         launch.last_error = error
         self._counters["create_retries"] += 1
-        self.log.warning(
-            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s",
+        why = _retry_reason(error)
+        launch.waiting_for_quota = why.startswith("exceeded quota")
+        # One line per task and per change of reason (issue 21): a quota that stays full for ten minutes
+        # would otherwise log every attempt of every waiting task. Each attempt is still logged at DEBUG.
+        changed = why != launch.retry_reason
+        launch.retry_reason = why
+        (self.log.warning if changed else self.log.debug)(
+            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s%s",
             key,
             launch.attempts,
             error,
             delay,
+            " (further attempts failing the same way are logged at DEBUG)" if changed else "",
         )
 
     def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
@@ -1110,6 +1125,7 @@ class JobWatchExecutor(BaseExecutor):
             "updated_at": time.time(),
             "running": len(self.running),
             "pending_creation": len(self._pending),
+            "waiting_for_quota": self._quota_waiting,
             "tracked_pods": len(self._pods),
             "seconds_since_last_event": (
                 round(time.monotonic() - self._last_result_at, 1)
@@ -1150,6 +1166,18 @@ def _api_message(err: Any) -> str:
         return str(body.get("message") or err.reason or "")
     except (ValueError, TypeError, AttributeError):
         return str(err.body or err.reason or "")
+
+
+_QUOTA = re.compile(r"exceeded quota: ([^,]+)")
+
+
+def _retry_reason(error: str) -> str:
+    """A retried create's reason without the details that change from attempt to attempt (pod name, usage):
+    ``exceeded quota: <quota>`` for a ResourceQuota refusal, else the status or exception part."""
+    quota = _QUOTA.search(error)
+    if quota:
+        return f"exceeded quota: {quota.group(1).strip()}"
+    return error.split(":", 1)[0]
 
 
 def _retry_after(err: Any) -> float | None:
