@@ -139,8 +139,10 @@ def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:
 def _adopted(spec: WatcherSpec, namespace: str, name: str, labels: dict[str, Any]) -> PodAdopted:
     # The worker labels of pods.py's two label schemes (not imported: pods.py imports Airflow's models).
     worker = labels.get("airflow-worker") or labels.get("airflow-jobwatch-worker")
-    log.info(
-        "%s: pod %s/%s left this scheduler's selector (now labelled for scheduler job %s): adopted elsewhere",
+    # DEBUG: our own "done" label makes every kept pod leave the selector too; the parent, which knows
+    # whether the pod was still tracked, logs the adoptions that matter.
+    log.debug(
+        "%s: pod %s/%s left this scheduler's selector (labelled for scheduler job %s now)",
         spec.name,
         namespace,
         name,

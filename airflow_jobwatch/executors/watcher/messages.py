@@ -61,7 +61,8 @@ class PodAdopted:
 
     Seen as a watch DELETED event whose object no longer matches the selector, or as a missing-pod GET
     (after a restart) that finds the pod relabelled. Its task belongs to the other scheduler now: as
-    upstream's ``ADOPTED`` state, the executor frees the slot and reports nothing.
+    upstream's ``ADOPTED`` state, the executor frees the slot and reports nothing. (Pods this scheduler
+    labels done after their report leave the selector too; the parent no longer tracks those and ignores it.)
     """
 
     namespace: str
