@@ -1137,6 +1137,7 @@ class JobWatchExecutor(BaseExecutor):
             "relists": c.relists if c else 0,
             "watches": c.watches if c else 0,
             "gap_deleted": c.gap_deleted if c else 0,
+            "adopted_away": c.adopted_away if c else 0,
             "watcher_healthy": c.healthy if c else False,
             "watcher_last_error": c.last_error if c else None,
             "watcher_access_denied": c.access_denied if c else None,

@@ -68,7 +68,7 @@ def test_pod_adopted_while_the_watch_runs_frees_the_slot_without_a_report(
     _adopt(core_v1, pod, "99")
     _wait_released(ex, events, all_events, "adoptee")
     assert "adoptee" not in terminal(events), f"the other scheduler's task was reported: {all_events}"
-    assert ex.supervisor.counters.adopted_away == 1
+    assert ex.supervisor.counters.adopted_away == 1 and ex.status()["adopted_away"] == 1
     # The pod is the other scheduler's: left alone (not deleted, not labelled done).
     after = sandbox.get_object("pods", "default", pod["metadata"]["name"])
     assert after is not None and "airflow_executor_done" not in after["metadata"]["labels"]
