@@ -49,3 +49,36 @@ def test_wording_without_node_or_message_and_unknown_reasons() -> None:
     assert describe_disruption("SomethingNew", "why", "n2") == "disrupted (SomethingNew) on node n2: why"
     long = describe_disruption("EvictionByEvictionAPI", "x" * 1000, None)
     assert long.endswith("...") and len(long) < 500
+
+
+def test_a_preempted_pod_seen_only_in_its_deletion_is_named() -> None:
+    """Preemption deletes the pod: the watch may never show it Failed, only its DELETED event, whose object
+    still has the DisruptionTarget condition the scheduler set first."""
+    from airflow_jobwatch.executors.watcher.child import PodRelay
+    from airflow_jobwatch.executors.watcher.messages import PodUpdate, WatcherSpec
+    from airflow_jobwatch.kube.client import ClusterConfig
+    from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+
+    pod = _pod("running", node="spot-7")
+    pod["metadata"]["labels"] = {"kubernetes_executor": "True", "airflow-worker": "42"}
+    pod["status"]["conditions"].append(
+        {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "default-scheduler: preempting to accommodate a higher priority pod",
+        }
+    )
+    spec = WatcherSpec(
+        cluster=ClusterConfig(),
+        namespace="default",
+        label_selector="kubernetes_executor=True,airflow-worker=42,airflow_executor_done!=True",
+        informer_config=InformerConfig(),
+        fatal_waiting_reasons=frozenset(),
+    )
+    sent: list[Any] = []
+    PodRelay(spec, sent.append).on_event(InformerEvent(EventType.DELETED, pod))
+    [update] = sent
+    assert isinstance(update, PodUpdate) and update.state["reason"] == "Deleted"
+    assert update.disruption is not None
+    assert update.disruption.startswith("preempted by the scheduler on node spot-7")
