@@ -263,7 +263,7 @@ def main() -> int:
     print(text)
     mode = "quick mode" if args.quick else "full mode"
     doc = (
-        "# Sandbox benchmark\n\n"
+        "## Sandbox benchmark\n\n"
         f"`python bench/bench_sandbox.py{' --quick' if args.quick else ''}"
         f"{f' --pods {args.pods}' if args.pods else ''}` ({mode}, "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, shared with other work: "

@@ -1,8 +1,9 @@
 """Deferrable KubernetesJobOperator tasks: waits handed to JobTrigger in the triggerer.
 
 Every task creates a Kubernetes Job and defers; one shared watch per namespace in the triggerer ends the
-waits. On the sandbox (``make demo``, the e2e tests) the Jobs' containers are local processes, so the
-commands are plain ``sh``; on a real cluster the image is pulled and the same commands run in it.
+waits. The tasks show a quick Job, a long one, a parallel one, a failing one and one whose image cannot
+be pulled. The commands are plain ``sh``: on a cluster they run in the ``busybox`` image; on the
+embedded sandbox (``airflow_jobwatch.testing``) they run as local processes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from airflow.sdk import DAG
 
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 
-# The demo stack points the executor at the sandbox; the Jobs go to the same cluster. Unset on a real
-# installation, where the default kubeconfig (or in-cluster config) is used.
+# The Jobs go to the cluster the executor uses when its kubeconfig is set in the environment (as it is
+# when the DAG runs against the sandbox); unset, the default kubeconfig (or in-cluster config) is used.
 KUBECONFIG = os.environ.get("AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE") or None
 
 common = dict(

@@ -1,7 +1,7 @@
 """JobWatchExecutor scenarios in one DAG run: success, failure, non-zero exit, retry, timeout, bad image.
 
-Each task runs in its own worker pod. The end-to-end tests (tests/e2e/test_executor_basics.py) check
-the final state of each task instance and the reason in its log; ``make demo`` runs it too.
+Each task runs in its own worker pod. Every task but ``succeed`` and ``retry_then_succeed`` ends
+failed, each for its own reason, which the task's log names.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from datetime import timedelta
 from airflow.sdk import DAG, task
 from kubernetes.client import models as k8s
 
-# An image the sandbox is told it cannot pull (`--fail-images 'registry\.invalid/'`): the pod stays
-# Pending with ErrImagePull, which the executor must report as a failure at once.
+# An image that cannot be pulled: the pod stays Pending with ErrImagePull, which the executor reports
+# as a failure at once (not after [scheduler] task_queued_timeout).
 UNPULLABLE_IMAGE = "registry.invalid/jobwatch/no-such-image:1"
 
 with DAG(

@@ -1,8 +1,8 @@
 """Many short sleeping tasks, for running JobWatchExecutor under faults.
 
-The end-to-end tests and ``make demo`` trigger it with ``{"tasks": N, "seconds": S}`` (a mapped task)
-and meanwhile break things: 410 storms, dropped watches, the watcher process SIGKILLed, pods deleted
-or evicted, the API server unreachable, the scheduler killed and restarted.
+Trigger it with ``{"tasks": N, "seconds": S}`` (a mapped task of N sleepers) and meanwhile break
+things: 410 storms, dropped watches, the watcher process killed, pods deleted or evicted, the API
+server unreachable, the scheduler killed and restarted. Every task still ends exactly once.
 """
 
 from __future__ import annotations

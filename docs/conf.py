@@ -1,8 +1,9 @@
 """Sphinx configuration of the airflow-jobwatch documentation (``make docs``).
 
-The guides are Markdown, read by MyST. Two pages are generated at build time into ``docs/_generated/``
+The guides are Markdown, read by MyST. Two files are generated at build time into ``docs/_generated/``
 (never edited by hand, not committed): the configuration reference, from ``provider.yaml`` (the same
-source as ``get_provider_info.py``), and nothing else needs generating: the API reference is autodoc
+source as ``get_provider_info.py``), and the compatibility table as the Installation page includes it
+(from ``compatibility.md``). Nothing else needs generating: the API reference is autodoc
 over the package's docstrings (``api.md``), the metrics reference is ``metrics.md`` (checked against the
 code by ``tests/unit/test_metrics.py``).
 """
@@ -31,9 +32,14 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-# benchmarks/*.md, the parts benchmarks.md is assembled from (bench/run_all.py), are built as hidden pages
-# (index.md) because guides link to them.
-exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+# The navigation (index.md's toctrees) lists the user guide, then Internals; nothing else. Pages that are
+# built but not in it are "orphans" (_orphans below): benchmarks/*.md, the parts benchmarks.md is assembled
+# from (bench/run_all.py; guides link to them), compatibility.md, which installation.md includes, and the
+# Python API reference (api.md), which the guides link to where they name a class.
+# _generated/compatibility.md is that page prepared for inclusion: included, never a page of its own.
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store", "_generated/compatibility.md"]
+ORPHAN_PAGES = {"api", "compatibility"}
+ORPHAN_FOLDERS = ("benchmarks/",)
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
@@ -56,13 +62,13 @@ def _configuration_reference() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `provider.yaml` at build time. Set options in `airflow.cfg` or as",
-        "`AIRFLOW__<SECTION>__<OPTION>` environment variables; `airflow config list --section jobwatch`",
-        "shows the values in force. A value of the wrong kind stops the executor or the trigger with an",
-        "error that names the option.",
+        "Every option of the provider's own configuration. Set options in `airflow.cfg` or as",
+        "`AIRFLOW__<SECTION>__<OPTION>` environment variables;",
+        "`airflow config list --section jobwatch --show-values` shows the values in force. A value of the",
+        "wrong kind stops the executor or the trigger with an error that names the option.",
         "",
-        "JobWatchExecutor also reads the `[kubernetes_executor]` options of the cncf.kubernetes provider",
-        "with their upstream meaning (see the [executor guide](../executor.md)).",
+        "JobWatchExecutor also reads the `[kubernetes_executor]` options of the cncf.kubernetes provider:",
+        "the [executor guide](../executor.md#configuration) says which it honours, and why.",
         "",
     ]
     for section, spec in info.get("config", {}).items():
@@ -85,14 +91,50 @@ def _configuration_reference() -> str:
     return "\n".join(lines)
 
 
-def _generate(app: object) -> None:
-    out = DOCS / "_generated"
-    out.mkdir(exist_ok=True)
-    target = out / "configuration.md"
-    text = _configuration_reference()
+# Until docs/compatibility.md (the tested combinations) exists, the Installation page shows this.
+_COMPATIBILITY_FALLBACK = """\
+| Apache Airflow | apache-airflow-providers-cncf-kubernetes | Python |
+|---|---|---|
+| 3.3 | 10.25 or later 10.x | 3.11, 3.12, 3.13 |
+"""
+
+
+def _compatibility() -> str:
+    """docs/compatibility.md as a part of the Installation page: its title dropped (the page has its
+    own heading) and its headings one level down, so that it adds no entry to the navigation."""
+    source = DOCS / "compatibility.md"
+    if not source.exists():
+        return _COMPATIBILITY_FALLBACK
+    lines = source.read_text().splitlines()
+    while lines and (not lines[0].strip() or lines[0].startswith("# ")):
+        lines.pop(0)  # the title and the blank lines after it
+    out, fence = [], False
+    for line in lines:
+        if line.startswith(("```", ":::")):
+            fence = not fence
+        out.append("#" + line if not fence and line.startswith("#") else line)
+    return "\n".join(out) + "\n"
+
+
+def _write(target: Path, text: str) -> None:
     if not target.exists() or target.read_text() != text:  # unchanged files keep Sphinx's cache valid
         target.write_text(text)
 
 
+def _generate(app: object) -> None:
+    out = DOCS / "_generated"
+    out.mkdir(exist_ok=True)
+    _write(out / "configuration.md", _configuration_reference())
+    _write(out / "compatibility.md", _compatibility())
+
+
+def _orphans(app: object, docname: str, source: list[str]) -> None:
+    """Mark the pages that are built but deliberately not in the navigation as orphans (MyST front
+    matter), so that Sphinx does not warn that no toctree names them."""
+    if (docname in ORPHAN_PAGES or docname.startswith(ORPHAN_FOLDERS)) and not source[0].startswith("---"):
+        source[0] = "---\norphan: true\n---\n" + source[0]
+
+
 def setup(app: object) -> None:
     app.connect("builder-inited", _generate)  # type: ignore[attr-defined]
+    app.connect("source-read", _orphans)  # type: ignore[attr-defined]

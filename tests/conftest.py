@@ -28,6 +28,10 @@ from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.sandbox.incluster import InCluster
 from airflow_jobwatch.sandbox.rbac import RbacUsers
 
+# The provider's pytest plugin (its `jobwatch_sandbox` fixture), also where the package is on the path but
+# not installed; where it is installed, its pytest11 entry point has the same name and this is a no-op.
+pytest_plugins = ["airflow_jobwatch.testing"]
+
 # Property tests explore new examples on every run where they are developed; CI (`.ci/run` sets
 # HYPOTHESIS_PROFILE=ci) runs the same examples every time, so that a merge is never refused for an
 # example no one has seen before. A failure found locally is added as an explicit @example.

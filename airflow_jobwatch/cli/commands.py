@@ -109,7 +109,13 @@ def generate_pod_yaml(args: argparse.Namespace) -> None:
     """``airflow jobwatch generate-pod-yaml DAG_ID TASK_ID``: the worker pod JobWatchExecutor would create."""
     from airflow_jobwatch.cli.podyaml import worker_pod_yaml
 
-    text = worker_pod_yaml(args.dag_id, args.task_id, subdir=args.subdir, map_index=args.map_index)
+    try:
+        text = worker_pod_yaml(args.dag_id, args.task_id, subdir=args.subdir, map_index=args.map_index)
+    except ValueError as err:  # no pod template, a bad pod_override, ...: a clear line, not a traceback
+        raise SystemExit(
+            f"airflow jobwatch generate-pod-yaml: cannot build the worker pod of "
+            f"{args.dag_id}.{args.task_id}: {err}"
+        ) from None
     if args.output_path:
         from pathlib import Path
 

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from airflow.cli.cli_config import ActionCommand, Arg, GroupCommand, lazy_load_command
 
+
+def _text(help_text: str) -> str:
+    """Help text as Airflow's help formatter (rich-argparse) must get it: it reads ``[...]`` as rich markup
+    and drops it, so an option's section (``[kubernetes_executor]``) is escaped to stay visible."""
+    return help_text.replace("[", "\\[")
+
+
 ARG_PORT = Arg(
     ("--port",), type=int, default=0, help="Port to listen on (127.0.0.1 only); 0 picks a free one."
 )
@@ -34,7 +41,7 @@ ARG_TLS = Arg(
 ARG_NAMESPACE = Arg(
     ("--namespace",),
     default=None,
-    help="Kubernetes namespace. Default: [kubernetes_executor] namespace.",
+    help=_text("Kubernetes namespace. Default: [kubernetes_executor] namespace."),
 )
 ARG_MIN_PENDING_MINUTES = Arg(
     ("--min-pending-minutes",),
@@ -51,10 +58,10 @@ ARG_MIN_COMPLETED_MINUTES = Arg(
 ARG_DRY_RUN = Arg(("--dry-run",), action="store_true", help="Print what would be deleted; delete nothing.")
 ARG_VERBOSE = Arg(("-v", "--verbose"), action="store_true", help="Print every pod inspected.")
 ARG_EXECUTOR_STATUS_FILE = Arg(
-    ("--executor-status-file",), default=None, help="Default: [jobwatch] executor_status_file."
+    ("--executor-status-file",), default=None, help=_text("Default: [jobwatch] executor_status_file.")
 )
 ARG_TRIGGERER_STATUS_FILE = Arg(
-    ("--triggerer-status-file",), default=None, help="Default: [jobwatch] triggerer_status_file."
+    ("--triggerer-status-file",), default=None, help=_text("Default: [jobwatch] triggerer_status_file.")
 )
 ARG_COMPONENT = Arg(
     ("--component",),
@@ -72,7 +79,7 @@ ARG_STATUS_OUTPUT = Arg(("--output", "-o"), choices=("text", "json"), default="t
 ARG_DAG_ID = Arg(("dag_id",), help="The DAG's id.")
 ARG_TASK_ID = Arg(("task_id",), help="The task's id.")
 ARG_SUBDIR = Arg(
-    ("-S", "--subdir"), default=None, help="DAG file or folder to parse. Default: [core] dags_folder."
+    ("-S", "--subdir"), default=None, help=_text("DAG file or folder to parse. Default: [core] dags_folder.")
 )
 ARG_MAP_INDEX = Arg(("--map-index",), type=int, default=-1, help="Map index of a mapped task. Default -1.")
 ARG_OUTPUT_PATH = Arg(("--output-path",), default=None, help="Write the YAML to this file instead of stdout.")

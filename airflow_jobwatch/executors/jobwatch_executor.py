@@ -68,6 +68,25 @@ API_REQUEST_TIMEOUT = (10.0, 30.0)
 DEFAULT_CREATE_CONCURRENCY = 8
 # Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
 RUNNING_POD_LOG_LINES = 100
+# [kubernetes_executor] options of upstream's KubernetesExecutor that this executor does not honour: their
+# upstream default (as configuration text) and why. One that is set to something else is named in one
+# warning at start() (docs/executor.md, "Configuration").
+NOT_HONOURED_OPTIONS: dict[str, tuple[str, str]] = {
+    "task_publish_max_retries": (
+        "0",
+        "pod creation errors (403 quota, 409, 429, 5xx) are always retried with backoff while the task "
+        "stays queued, until [scheduler] task_queued_timeout",
+    ),
+    "async_pod_creation": ("False", "pods are always created concurrently, by a thread pool"),
+    "pod_creation_max_concurrency": ("0", "[jobwatch] pod_creation_concurrency bounds the creates in flight"),
+    "pod_launch_failure_retries": (
+        "1",
+        "a pod that fails before the task starts is reported failed with its reason; the task's retries apply",
+    ),
+    "pod_launch_failure_excluded_container_reasons": ("Error", "pod launch failures are not retried"),
+    "logs_task_metadata": ("False", "log lines always name the task instance"),
+}
+
 # The status file is rewritten at most this often.
 STATUS_FILE_INTERVAL_SECONDS = 1.0
 # Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
@@ -236,12 +255,73 @@ class JobWatchExecutor(BaseExecutor):
     @property
     def core_v1(self) -> CoreV1Api:
         if self._core_v1 is None:
+            factory = self._client_factory("client_factory")
+            if factory is not None:  # upstream's meaning: it replaces the client construction entirely
+                self._core_v1 = factory()
+                return self._core_v1
             from kubernetes.client import CoreV1Api
 
             from airflow_jobwatch.kube.client import sync_api_client
 
             self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf(self.conf)))
         return self._core_v1
+
+    def _client_factory(self, option: str) -> Any:
+        """The callable named by ``[kubernetes_executor] <option>`` (an import path), or None."""
+        path = (self.conf.get(K8S_SECTION, option, fallback=None) or "").strip()
+        if not path:
+            return None
+        from airflow.exceptions import AirflowConfigException
+
+        from airflow_jobwatch.executors.watcher.messages import import_callable
+
+        try:
+            return import_callable(path)
+        except ImportError as err:
+            raise AirflowConfigException(
+                f"[{K8S_SECTION}] {option} = {path!r} cannot be imported ({err}); it must be the import "
+                f"path of a zero-argument callable returning a Kubernetes CoreV1Api client"
+            ) from None
+
+    @property
+    def running_pod_log_lines(self) -> int:
+        """``[kubernetes_executor] running_pod_log_lines``: the tail of a running pod's log shown in the UI."""
+        value = self.conf.get(K8S_SECTION, "running_pod_log_lines", fallback=None)
+        try:
+            lines = int(value) if value not in (None, "") else RUNNING_POD_LOG_LINES
+        except ValueError:
+            lines = 0
+        if lines <= 0:
+            raise ValueError(
+                f"[{K8S_SECTION}] running_pod_log_lines must be a whole number greater than 0, got {value!r}"
+            )
+        return lines
+
+    def _check_upstream_options(self) -> None:
+        """At start: one warning naming every upstream ``[kubernetes_executor]`` option that is set but not
+        honoured here, with the reason; and the client factories upstream's executor takes checked."""
+        unhonoured = []
+        for option, (default, why) in NOT_HONOURED_OPTIONS.items():
+            value = self.conf.get(K8S_SECTION, option, fallback=None)
+            if value is not None and str(value).strip().lower() != default.lower():
+                unhonoured.append(f"{option} = {value} ({why})")
+        if unhonoured:
+            self.log.warning(
+                "These [%s] options are set but not honoured by JobWatchExecutor (docs/executor.md): %s",
+                K8S_SECTION,
+                "; ".join(unhonoured),
+            )
+        sync_factory = self._client_factory("client_factory")
+        async_factory = self._client_factory("async_client_factory")
+        if sync_factory is not None and async_factory is None:
+            from airflow.exceptions import AirflowConfigException
+
+            raise AirflowConfigException(
+                f"[{K8S_SECTION}] client_factory is set, so async_client_factory must be set too: "
+                f"JobWatchExecutor's watcher watches pods with kubernetes_asyncio, and a client built "
+                f"from [{K8S_SECTION}] would not carry your factory's credentials. Set it to the import "
+                f"path of a callable returning a kubernetes_asyncio.client.CoreV1Api."
+            )
 
     def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -274,6 +354,7 @@ class JobWatchExecutor(BaseExecutor):
 
         from airflow_jobwatch.kube.client import ClusterConfigError
 
+        self._check_upstream_options()
         try:
             # As upstream's start() (get_kube_client): an unusable kubeconfig or in-cluster environment
             # stops the scheduler here, with the reason, instead of crash-looping the watcher for ever.
@@ -302,6 +383,7 @@ class JobWatchExecutor(BaseExecutor):
             restart_backoff_initial=jobwatch_config.get_float("backoff_initial_seconds", source=self.conf),
             restart_backoff_max=jobwatch_config.get_float("backoff_max_seconds", source=self.conf),
             name=f"jobwatch-executor-{self.scheduler_job_id}",
+            async_client_factory=(self.conf.get(K8S_SECTION, "async_client_factory", fallback=None) or None),
         )
         self.supervisor.start()
 
@@ -1096,13 +1178,13 @@ class JobWatchExecutor(BaseExecutor):
                 meta["name"],
                 meta["namespace"],
                 container="base",
-                tail_lines=RUNNING_POD_LOG_LINES,
+                tail_lines=self.running_pod_log_lines,
                 _request_timeout=self._request_timeout,
                 _preload_content=False,  # the raw bytes: the client's str() of them reads "b'...'"
             )
             text = response.data.decode("utf-8", errors="backslashreplace")
             messages.append(
-                f"Log of pod {meta['namespace']}/{meta['name']} (last {RUNNING_POD_LOG_LINES} lines)"
+                f"Log of pod {meta['namespace']}/{meta['name']} (last {self.running_pod_log_lines} lines)"
             )
             return messages, [text or ""]
         except Exception as err:

@@ -133,3 +133,83 @@ def test_generate_pod_yaml_prints_the_executors_worker_pod(tmp_path):
     missing = airflow("generate-pod-yaml", "executor_basics", "no_such_task", home=tmp_path, env=env)
     assert missing.returncode != 0
     assert "has no task 'no_such_task'" in missing.stderr
+
+
+# ---- issue 19: help text, errors and documented commands as a user meets them ------------------------------
+
+
+def _airflow_cli(
+    *args: str, home: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Any ``airflow`` command (not only ``airflow jobwatch``), in a wide terminal so help lines don't wrap."""
+    full_env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False", COLUMNS="200")
+    full_env.update(env or {})
+    exe = Path(sys.executable).with_name("airflow")
+    return subprocess.run([str(exe), *args], env=full_env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.parametrize(
+    ("command", "text"),
+    [
+        ("cleanup-pods", "Default: [kubernetes_executor] namespace."),
+        ("status", "Default: [jobwatch] executor_status_file."),
+        ("generate-pod-yaml", "Default: [core] dags_folder."),
+    ],
+)
+def test_help_shows_the_config_sections(tmp_path, command, text):
+    # Airflow's help formatter (rich-argparse) reads "[...]" as markup: unescaped, the section vanished.
+    proc = _airflow_cli("jobwatch", command, "--help", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert text in " ".join(proc.stdout.split()), proc.stdout
+
+
+def test_generate_pod_yaml_without_a_pod_template_is_a_clear_error(tmp_path):
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "one.py").write_text(
+        "import datetime\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow.providers.standard.operators.empty import EmptyOperator\n"
+        "with DAG('one', schedule=None, start_date=datetime.datetime(2026, 1, 1)):\n"
+        "    EmptyOperator(task_id='t')\n"
+    )
+    proc = _airflow_cli(
+        "jobwatch",
+        "generate-pod-yaml",
+        "one",
+        "t",
+        "-S",
+        str(dags),
+        home=tmp_path,
+        env={"AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": ""},
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot build the worker pod of one.t" in proc.stderr
+    assert "[kubernetes_executor] pod_template_file" in proc.stderr
+
+
+def test_config_list_shows_the_values_in_force_as_the_docs_say(tmp_path):
+    """The docs send users to `airflow config list --section jobwatch` for the values in force; without
+    --show-values Airflow 3 prints the options commented out, without values."""
+    documented = [
+        line
+        for path in [ROOT / "README.md", ROOT / "docs" / "conf.py", *sorted((ROOT / "docs").glob("*.md"))]
+        for line in path.read_text().splitlines()
+        if "airflow config list --section jobwatch" in line
+    ]
+    assert documented
+    assert all("airflow config list --section jobwatch --show-values" in line for line in documented), (
+        documented
+    )
+    proc = _airflow_cli(
+        "config",
+        "list",
+        "--section",
+        "jobwatch",
+        "--show-values",
+        home=tmp_path,
+        env={"AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "77"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "watch_timeout_seconds = 77" in proc.stdout

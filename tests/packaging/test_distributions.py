@@ -44,7 +44,8 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     names = zipfile.ZipFile(dists["wheel"]).namelist()
     code = {n for n in names if not n.startswith("airflow_jobwatch-")}
     assert "airflow_jobwatch/get_provider_info.py" in code
-    assert "airflow_jobwatch/testing.py" in code
+    assert "airflow_jobwatch/testing/__init__.py" in code
+    assert "airflow_jobwatch/testing/_child.py" in code
     assert "airflow_jobwatch/py.typed" in code
     assert not [n for n in code if n.startswith("airflow_jobwatch/devtools/")]
     assert not [n for n in code if not n.startswith("airflow_jobwatch/")], "only the package is installed"
@@ -54,6 +55,17 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     assert "License-Expression: Apache-2.0" in metadata
     assert "Project-URL: Source, https://github.com/airflow-jobwatch/airflow-jobwatch" in metadata
     assert "Requires-Dist: cryptography" in metadata
+    # The long description is the user README (README-pypi.md), not the contributors' README.md.
+    assert "Description-Content-Type: text/markdown" in metadata
+    long_description = metadata.split("\n\n", 1)[1]
+    assert long_description.startswith("# airflow-jobwatch\n")
+    assert "from airflow_jobwatch.operators.job import KubernetesJobOperator" in long_description
+    assert "make demo" not in long_description
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    # the pytest plugin of docs/testing.md, loaded by pytest from the installed wheel
+    assert "[pytest11]\nairflow_jobwatch.testing = airflow_jobwatch.testing" in (
+        zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
+    )
     licenses = [n for n in names if "/licenses/" in n]
     assert {Path(n).name for n in licenses} == {"LICENSE", "NOTICE"}
 
@@ -74,6 +86,7 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
         "LICENSE",
         "NOTICE",
         "CHANGELOG.md",
+        "README-pypi.md",
     ):
         assert expected in names, f"{expected} missing from the sdist"
     assert not [n for n in names if "__pycache__" in n or n.startswith(".venv")]

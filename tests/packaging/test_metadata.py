@@ -6,6 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +18,8 @@ def _pyproject() -> dict:
 
 def test_changelog_versions_are_provider_yaml_versions():
     changelog = re.findall(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    if changelog and changelog[0] == "Unreleased":  # changes merged since the last release
+        changelog = changelog[1:]
     versions = yaml.safe_load((ROOT / "provider.yaml").read_text())["versions"]
     assert changelog == [str(v) for v in versions]
     assert changelog[0] == _pyproject()["version"]
@@ -49,10 +52,15 @@ def test_cryptography_is_a_runtime_dependency():
 REPO_BLOB = "https://github.com/airflow-jobwatch/airflow-jobwatch/blob/main/"
 
 
-def test_readme_links_work_on_pypi():
-    """PyPI renders README.md out of the repository, so relative links break there: every link is
-    absolute, and each link into this repository names a file that exists."""
-    links = re.findall(r"\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+PYPI_README = "README-pypi.md"
+
+
+@pytest.mark.parametrize("readme", ["README.md", PYPI_README])
+def test_readme_links_work_on_pypi(readme: str):
+    """PyPI renders its README out of the repository (and README.md is read on GitHub mirrors too), so
+    relative links break there: every link is absolute, and each link into this repository names a
+    file that exists."""
+    links = re.findall(r"\]\(([^)]+)\)", (ROOT / readme).read_text())
     assert links
     for link in links:
         assert link.startswith(("https://", "http://")), f"relative link {link!r} breaks on PyPI"
@@ -61,8 +69,26 @@ def test_readme_links_work_on_pypi():
             assert (ROOT / path).exists(), f"README links to {path}, which does not exist"
 
 
-def test_docs_site_lists_every_guide():
-    """Every Markdown page of docs/ is reachable from the site's index (explicitly or by its glob)."""
+def test_pypi_long_description_is_written_for_users():
+    """The long description PyPI shows is the user README: what the provider is, how to install it,
+    the one config line and the one import; the contributors' commands stay in README.md."""
+    assert _pyproject()["readme"] == PYPI_README
+    text = (ROOT / PYPI_README).read_text()
+    assert text.startswith("# airflow-jobwatch\n")
+    assert "pip install" in text and "airflow-jobwatch" in text
+    assert "executor = airflow_jobwatch.executors.JobWatchExecutor" in text
+    assert "from airflow_jobwatch.operators.job import KubernetesJobOperator" in text
+    for internal in ("make ", "devtools", "tests/", "AirflowStack", "kube/"):
+        assert internal not in text, f"{PYPI_README} mentions {internal!r}, which users do not have"
+    contributors = (ROOT / "README.md").read_text()
+    assert "make demo" in contributors and "make test" in contributors
+
+
+def test_docs_site_names_every_guide_explicitly():
+    """The navigation is exactly what index.md's toctrees list: no glob pulls in a page by accident
+    (a Markdown page in no toctree fails `make docs`, unless docs/conf.py marks it as an orphan)."""
     index = (ROOT / "docs" / "index.md").read_text()
-    assert ":glob:" in index and "\n*\n" in index
+    assert ":glob:" not in index
+    for page in ("installation", "connections", "operators", "executor", "trigger", "testing", "changelog"):
+        assert f"<{page}>" in index, f"docs/index.md does not list {page}.md"
     assert (ROOT / "docs" / "failure-modes.md").exists()

@@ -219,8 +219,11 @@ async def child_run(
     # Beat from the start, so that connecting to a slow API server is not mistaken for a wedge.
     beat_task = asyncio.create_task(beat())
     try:
-        api_client = await async_api_client(spec.cluster)
-    except ClusterConfigError as err:
+        if spec.async_client_factory:
+            api_client = await _factory_api_client(spec.async_client_factory)
+        else:
+            api_client = await async_api_client(spec.cluster)
+    except (ClusterConfigError, ImportError) as err:
         # issue 12: one clear line, not a traceback; the parent restarts us with backoff (the executor's
         # start() checks the same configuration, so this is a file that changed after the start).
         log.error("KubernetesJobWatcher %s cannot build its Kubernetes client: %s", spec.name, err)
@@ -393,3 +396,17 @@ async def check_missing(
 
     await asyncio.gather(*(check(ref) for ref in missing))
     log.info("%s: checked the %d expected pod(s) absent from the first list", spec.name, len(missing))
+
+
+async def _factory_api_client(path: str) -> Any:
+    """The ``ApiClient`` of the ``kubernetes_asyncio`` CoreV1Api that ``[kubernetes_executor]
+    async_client_factory`` (an import path of a zero-argument callable) returns, as upstream resolves it
+    in each process that needs a client."""
+    import inspect
+
+    from airflow_jobwatch.executors.watcher.messages import import_callable
+
+    client = import_callable(path)()
+    if inspect.isawaitable(client):
+        client = await client
+    return getattr(client, "api_client", client)

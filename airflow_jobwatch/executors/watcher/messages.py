@@ -115,3 +115,19 @@ class WatcherSpec:
     informer_config: InformerConfig
     fatal_waiting_reasons: frozenset[str]
     name: str = "jobwatch-executor"
+    # [kubernetes_executor] async_client_factory: an import path (a string survives spawn), resolved in the child
+    async_client_factory: str | None = None
+
+
+def import_callable(path: str) -> Any:
+    """The object at ``path`` (``package.module.name``), as Airflow's ``conf.getimport`` resolves the
+    ``[kubernetes_executor] client_factory`` / ``async_client_factory`` import paths."""
+    import importlib
+
+    module, _, name = path.strip().rpartition(".")
+    if not module:
+        raise ImportError(f"{path!r} is not an import path of the form package.module.name")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except AttributeError:
+        raise ImportError(f"module {module!r} has no attribute {name!r}") from None

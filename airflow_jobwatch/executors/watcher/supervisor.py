@@ -139,6 +139,9 @@ class WatcherSupervisor:
     :param fatal_waiting_reasons: waiting reasons that make a Pending pod failed (ErrImagePull ...).
     :param unresponsive_after: seconds without a heartbeat from a child's event loop before it is
         presumed wedged and replaced.
+    :param async_client_factory: import path of a callable returning a ``kubernetes_asyncio`` CoreV1Api
+        (``[kubernetes_executor] async_client_factory``); the children build their client with it instead
+        of from ``cluster``.
     :param restart_backoff_initial: first delay before restarting a failed child; doubles (with
         jitter) for each consecutive failure up to ``restart_backoff_max``.
     """
@@ -156,6 +159,7 @@ class WatcherSupervisor:
         restart_backoff_max: float = 30.0,
         mp_context: str | None = None,
         name: str = "jobwatch-executor",
+        async_client_factory: str | None = None,
     ) -> None:
         if unresponsive_after <= CHILD_HEARTBEAT_INTERVAL_SECONDS * 4:
             raise ValueError(
@@ -180,6 +184,7 @@ class WatcherSupervisor:
         self._informer_config = informer_config
         self._fatal_waiting_reasons = frozenset(fatal_waiting_reasons)
         self._name = name
+        self._async_client_factory = async_client_factory
         self._slots: dict[str | None, _Slot] = {}
         for ns in namespaces:
             self._slots[ns] = self._new_slot(ns)
@@ -205,6 +210,7 @@ class WatcherSupervisor:
             informer_config=self._informer_config,
             fatal_waiting_reasons=self._fatal_waiting_reasons,
             name=f"{self._name}-{ns or 'all-namespaces'}",
+            async_client_factory=self._async_client_factory,
         )
         return _Slot(spec=spec, backoff=self._new_backoff())
 

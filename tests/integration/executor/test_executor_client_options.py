@@ -12,13 +12,16 @@ against a sandbox serving HTTPS with a self-signed certificate:
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
+import structlog.testing
 import yaml
 
 from airflow_jobwatch.devtools.incluster import enter_pod
@@ -173,3 +176,147 @@ def test_request_args_and_retries_reach_the_clients(tmp_path, tls_kube, executor
     cluster = next(iter(ex.supervisor._slots.values())).spec.cluster
     assert cluster.request_timeout == (3.0, 7.0)
     assert cluster.tcp_keepalive is not None and cluster.tcp_keepalive.idle == 33
+
+
+# ---- upstream options: running_pod_log_lines, client_factory / async_client_factory are honoured (upstream's
+# meaning, provider 10.25); those that are not are named in one warning at start(), with the reason.
+
+
+def _warnings(entries: list[dict]) -> list[str]:
+    out = []
+    for e in entries:
+        if e.get("log_level") == "warning":
+            args = e.get("positional_args")
+            out.append(str(e["event"]) % tuple(args) if args else str(e["event"]))
+    return out
+
+
+def test_unhonoured_options_are_named_in_one_warning_at_start(tls_kube, tmp_path, executor_env):
+    kubeconfig = str(tmp_path / "kc")
+    tls_kube.write_kubeconfig(kubeconfig)
+    ex = executor_env(
+        {
+            "in_cluster": "False",
+            "config_file": kubeconfig,
+            "task_publish_max_retries": "3",
+            "async_pod_creation": "True",
+            "pod_launch_failure_retries": "1",  # upstream's default: not "set"
+        }
+    )
+    with structlog.testing.capture_logs() as entries:
+        ex.start()
+    named = [w for w in _warnings(entries) if "not honoured" in w]
+    assert len(named) == 1, _warnings(entries)
+    assert "task_publish_max_retries = 3 (pod creation errors" in named[0]
+    assert "async_pod_creation = True" in named[0]
+    assert "pod_launch_failure_retries" not in named[0]
+
+
+def test_nothing_unhonoured_set_no_warning(tls_kube, tmp_path, executor_env):
+    kubeconfig = str(tmp_path / "kc")
+    tls_kube.write_kubeconfig(kubeconfig)
+    ex = executor_env({"in_cluster": "False", "config_file": kubeconfig})
+    with structlog.testing.capture_logs() as entries:
+        ex.start()
+    assert not [w for w in _warnings(entries) if "not honoured" in w]
+
+
+def _factories(tmp_path: Path, kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A module of client factories that build clients from ``kubeconfig`` and record each call in a
+    file (the async one is called in the spawned watcher process)."""
+    calls = tmp_path / "factory-calls"
+    (tmp_path / "my_factories.py").write_text(
+        textwrap.dedent(
+            f"""
+            import kubernetes
+            import kubernetes_asyncio
+
+            def build_client():
+                with open({str(calls)!r}, "a") as fh:
+                    fh.write("sync\\n")
+                return kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config({kubeconfig!r}))
+
+            async def build_async_client():
+                with open({str(calls)!r}, "a") as fh:
+                    fh.write("async\\n")
+                client = await kubernetes_asyncio.config.new_client_from_config({kubeconfig!r})
+                return kubernetes_asyncio.client.CoreV1Api(client)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned watcher inherits sys.path
+    return calls
+
+
+def test_client_factories_build_the_executor_and_watcher_clients(
+    tls_kube, tmp_path, executor_env, monkeypatch
+):
+    kubeconfig = str(tmp_path / "kc")
+    tls_kube.write_kubeconfig(kubeconfig)
+    calls = _factories(tmp_path, kubeconfig, monkeypatch)
+    ex = executor_env(
+        {
+            # what [kubernetes_executor] says cannot reach the sandbox: only the factories can
+            "in_cluster": "False",
+            "config_file": str(tmp_path / "no-such-kubeconfig"),
+            "client_factory": "my_factories.build_client",
+            "async_client_factory": "my_factories.build_async_client",
+        }
+    )
+    assert _run_one_task(ex)[0] == "success"
+    assert ex.status()["watcher_healthy"] is True
+    assert sorted(set(calls.read_text().split())) == ["async", "sync"]
+
+
+def test_client_factory_without_async_factory_fails_start(tls_kube, tmp_path, executor_env, monkeypatch):
+    from airflow.exceptions import AirflowConfigException
+
+    kubeconfig = str(tmp_path / "kc")
+    tls_kube.write_kubeconfig(kubeconfig)
+    _factories(tmp_path, kubeconfig, monkeypatch)
+    ex = executor_env({"in_cluster": "False", "client_factory": "my_factories.build_client"})
+    with pytest.raises(AirflowConfigException, match="async_client_factory must be set too"):
+        ex.start()
+    ex = executor_env({"in_cluster": "False", "client_factory": "my_factories.nope"})
+    with pytest.raises(
+        AirflowConfigException, match=r"client_factory = 'my_factories.nope' cannot be imported"
+    ):
+        ex.start()
+    assert ex.supervisor is None
+
+
+def test_running_pod_log_lines_is_the_tail_shown_for_a_running_task(tls_kube, tmp_path, executor_env):
+    kubeconfig = str(tmp_path / "kc")
+    tls_kube.write_kubeconfig(kubeconfig)
+    ex = executor_env({"in_cluster": "False", "config_file": kubeconfig, "running_pod_log_lines": "3"})
+    ex.start()
+    w = make_workload(task_id="chatty", command="for i in 1 2 3 4 5 6 7 8; do echo line-$i; done; sleep 60")
+    ex.queue_workload(w, session=mock.sentinel.unused_session)
+    ti = SimpleNamespace(
+        key=w.ti.key,
+        dag_id=w.ti.dag_id,
+        task_id="chatty",
+        run_id=w.ti.run_id,
+        map_index=-1,
+        try_number=1,
+        queued_by_job_id=7,
+        executor_config=None,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        ex.heartbeat()
+        messages, logs = ex.get_task_log(ti, 1)
+        if logs and "line-8" in logs[0]:
+            break
+        assert time.monotonic() < deadline, (messages, logs)
+        time.sleep(0.2)
+    assert logs[0].split() == ["line-6", "line-7", "line-8"]
+    assert any("(last 3 lines)" in m for m in messages)
+
+
+def test_running_pod_log_lines_must_be_positive(tls_kube, tmp_path, executor_env):
+    ex = executor_env({"running_pod_log_lines": "0"})
+    with pytest.raises(
+        ValueError, match=r"running_pod_log_lines must be a whole number greater than 0, got '0'"
+    ):
+        _ = ex.running_pod_log_lines

@@ -1,0 +1,221 @@
+"""Helpers for testing your own DAGs against the embedded Kubernetes sandbox, and a pytest plugin.
+
+This package is a supported API (see docs/testing.md). Installed with the provider, it registers itself
+as a pytest plugin (the ``pytest11`` entry point ``jobwatch``), which gives a test:
+
+* the ``jobwatch_sandbox`` fixture: a running sandbox (a real HTTP Kubernetes API with a Job controller
+  and a kubelet that runs containers' commands as local processes), its kubeconfig, and the Airflow
+  connection ``kubernetes_default`` pointing at it (``AIRFLOW_CONN_KUBERNETES_DEFAULT``, for the test's
+  duration); its fault helpers (:meth:`RunningSandbox.drop_watches`, :meth:`RunningSandbox.answer_410`,
+  :meth:`RunningSandbox.evict_pod`, ...);
+* :func:`run_dag`: runs one DAG with ``dag.test()`` in a fresh Airflow (its own ``AIRFLOW_HOME``, a
+  migrated SQLite database, a ``dags_folder`` holding the DAG file) and returns each task's state,
+  XComs and log text::
+
+      from airflow_jobwatch.testing import run_dag
+
+      def test_hello(jobwatch_sandbox):
+          run = run_dag("dags/hello_job.py")
+          assert run.state == "success", run.log
+
+Without pytest, :func:`kubernetes_sandbox` is the same sandbox as a context manager.
+
+The plugin imports nothing of Airflow when pytest loads it: a test session that does not use its fixture
+pays only for this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_jobwatch.testing.dagrun import DagRunError, DagRunResult, TaskResult, run_dag
+
+if TYPE_CHECKING:
+    from airflow_jobwatch.sandbox import (
+        AdminClient,
+        Sandbox,
+        SandboxProcess,
+        SandboxStartError,
+        SandboxThread,
+    )
+
+# The sandbox (aiohttp) is imported when first used, not when pytest loads this plugin.
+_SANDBOX_NAMES = ("AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError", "SandboxThread")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SANDBOX_NAMES:
+        from airflow_jobwatch import sandbox
+
+        return getattr(sandbox, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: The connection id the ``jobwatch_sandbox`` fixture defines (the provider's default ``kubernetes_conn_id``).
+DEFAULT_CONN_ID = "kubernetes_default"
+
+
+@dataclass(frozen=True)
+class RunningSandbox:
+    """A started sandbox and the kubeconfig that reaches it.
+
+    :ivar thread: the :class:`~airflow_jobwatch.sandbox.SandboxThread` (every fault, server-side objects).
+    :ivar kubeconfig: path of the kubeconfig written for it (a random bearer token; keep it private).
+    """
+
+    thread: SandboxThread
+    kubeconfig: Path
+
+    @property
+    def url(self) -> str:
+        """The sandbox's API server URL (``http://127.0.0.1:PORT``)."""
+        return self.thread.url
+
+    def connection_extra(self, *, namespace: str = "default") -> dict[str, Any]:
+        """The ``extra`` of an Airflow ``kubernetes`` connection that reaches this sandbox."""
+        return {"kube_config_path": str(self.kubeconfig), "namespace": namespace, "in_cluster": False}
+
+    def connection_env(self, conn_id: str, *, namespace: str = "default") -> tuple[str, str]:
+        """``(name, value)`` of an ``AIRFLOW_CONN_<CONN_ID>`` variable defining a ``kubernetes``
+        connection to this sandbox (for ``monkeypatch.setenv(*...)`` or ``os.environ``)."""
+        value = json.dumps({"conn_type": "kubernetes", "extra": self.connection_extra(namespace=namespace)})
+        return f"AIRFLOW_CONN_{conn_id.upper()}", value
+
+    # -- faults ---------------------------------------------------------------------------------------
+    def drop_watches(self) -> int:
+        """Cut every open watch connection now, as a load balancer or an API server restart does.
+        Returns how many were cut."""
+        return self.thread.drop_watches()
+
+    def answer_410(self, on: bool = True) -> None:
+        """While on, every watch resumed from a ``resourceVersion`` gets ``410 Gone`` at once (the
+        server's history no longer holds it), so clients must list again. Combine with
+        :meth:`drop_watches` to make every open watch meet it now."""
+        self.thread.set_watch_expired(on)
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """Kill the pod's processes and mark it ``Failed``/``Evicted``, as a kubelet under memory
+        pressure does."""
+        self.thread.evict_pod(namespace, name)
+
+    # -- what the server holds -------------------------------------------------------------------------
+    def pods(self, namespace: str = "default") -> list[dict[str, Any]]:
+        """The pods the server holds in ``namespace`` (as ``GET`` returns them)."""
+        return self.thread.objects("pods", namespace)
+
+    def jobs(self, namespace: str = "default") -> list[dict[str, Any]]:
+        """The Jobs the server holds in ``namespace``."""
+        return self.thread.objects("jobs", namespace)
+
+    def wait_for_pod(
+        self,
+        namespace: str = "default",
+        *,
+        phase: str | None = "Running",
+        where: Callable[[dict[str, Any]], bool] | None = None,
+        timeout: float = 120.0,
+    ) -> dict[str, Any]:
+        """The first pod of ``namespace`` in ``phase`` (any phase with ``None``) for which ``where``
+        holds; waits for one up to ``timeout`` seconds, then raises ``TimeoutError``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for pod in self.pods(namespace):
+                if (phase is None or (pod.get("status") or {}).get("phase") == phase) and (
+                    where is None or where(pod)
+                ):
+                    return pod
+            if time.monotonic() > deadline:
+                seen = {
+                    p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in self.pods(namespace)
+                }
+                raise TimeoutError(
+                    f"no pod in namespace {namespace!r} with phase {phase!r} matching the condition "
+                    f"after {timeout:.0f} s; pods: {seen}"
+                )
+            time.sleep(0.1)
+
+
+@contextmanager
+def kubernetes_sandbox(kubeconfig: str | os.PathLike[str], **options: Any) -> Iterator[RunningSandbox]:
+    """Run the sandbox in a background thread for the duration of the ``with`` block.
+
+    :param kubeconfig: where to write a kubeconfig for it (its directory must exist).
+    :param options: passed to :class:`~airflow_jobwatch.sandbox.Sandbox` (for example
+        ``history_window=1`` to make every resumed watch meet ``410 Gone``).
+    """
+    from airflow_jobwatch.sandbox import SandboxThread
+
+    thread = SandboxThread(**options).start()
+    try:
+        path = Path(kubeconfig)
+        thread.write_kubeconfig(path)
+        yield RunningSandbox(thread=thread, kubeconfig=path)
+    finally:
+        thread.stop()
+
+
+# -- the pytest plugin -----------------------------------------------------------------------------------
+try:
+    import pytest
+except ImportError:  # pragma: no cover - the API above works without pytest
+    pytest = None  # type: ignore[assignment]
+
+if pytest is not None:
+
+    def pytest_configure(config: pytest.Config) -> None:
+        config.addinivalue_line(
+            "markers",
+            "jobwatch_sandbox(**options): keyword options of the `jobwatch_sandbox` fixture's sandbox "
+            "(history_window, bookmark_interval, pod_start_delay, ...); namespace=... and conn_id=... "
+            "set the Airflow connection's",
+        )
+
+    @pytest.fixture
+    def jobwatch_sandbox(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[RunningSandbox]:
+        """A running Kubernetes sandbox for one test, and an Airflow ``kubernetes`` connection
+        (``kubernetes_default``, namespace ``default``) that reaches it, in the environment for the
+        test's duration, so that operators, hooks and :func:`run_dag` use it.
+
+        Options: ``@pytest.mark.jobwatch_sandbox(history_window=1, conn_id="my_k8s", namespace="ns")``.
+        """
+        options: dict[str, Any] = {}
+        marker = request.node.get_closest_marker("jobwatch_sandbox")
+        if marker is not None:
+            if marker.args:
+                raise pytest.UsageError(
+                    "@pytest.mark.jobwatch_sandbox takes keyword options only, e.g. history_window=1"
+                )
+            options.update(marker.kwargs)
+        conn_id = str(options.pop("conn_id", DEFAULT_CONN_ID))
+        namespace = str(options.pop("namespace", "default"))
+        directory = tmp_path_factory.mktemp("jobwatch-sandbox")
+        with kubernetes_sandbox(directory / "kubeconfig", **options) as sb:
+            name, value = sb.connection_env(conn_id, namespace=namespace)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv(name, value)
+                yield sb
+
+
+__all__ = [
+    "DEFAULT_CONN_ID",
+    "AdminClient",
+    "DagRunError",
+    "DagRunResult",
+    "RunningSandbox",
+    "Sandbox",
+    "SandboxProcess",
+    "SandboxStartError",
+    "SandboxThread",
+    "TaskResult",
+    "kubernetes_sandbox",
+    "run_dag",
+]
