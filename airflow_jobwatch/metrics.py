@@ -308,6 +308,16 @@ def disruption_relaunch(reason: str) -> None:
     incr("executor.disruption_relaunches", tags={"reason": reason})
 
 
+def pod_disrupted(reason: str) -> None:
+    """A running worker pod was disrupted by the cluster (preempted, evicted, ...) and its task failed."""
+    incr(f"executor.disruptions.{_safe(reason)}", tags={"reason": reason})
+
+
+def tasks_waiting_for_quota(count: int) -> None:
+    """Tasks whose worker pod create was refused for a ResourceQuota and waits for room (a gauge)."""
+    gauge("executor.tasks_waiting_for_quota", count)
+
+
 def watcher_restarts(count: int) -> None:
     """The executor's KubernetesJobWatcher child process was replaced ``count`` times."""
     if count > 0:
@@ -407,13 +417,20 @@ _TERMINAL_CONDITIONS = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarg
 
 def job_detected(job: dict[str, Any] | None, *, status: str) -> None:
     """A JobTrigger found its Job terminal: send the detection delay, measured from the earliest terminal
-    condition's ``lastTransitionTime`` (whole seconds on a real API server, so the figure is +-1 s)."""
+    condition's ``lastTransitionTime`` (whole seconds on a real API server, so the figure is +-1 s).
+
+    ``job`` is API JSON or the client's ``V1Job.to_dict()`` shape (the trigger event's ``job``). The
+    trigger calls this once per wait, when its result is decided; nothing is sent without a terminal
+    condition (a timeout, an error)."""
     if not job:
         return
     times = []
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") in _TERMINAL_CONDITIONS and cond.get("status") == "True":
-            when = cond.get("lastTransitionTime")
+            when = cond.get("lastTransitionTime", cond.get("last_transition_time"))
+            if isinstance(when, datetime.datetime):
+                times.append(when.timestamp())
+                continue
             try:
                 times.append(datetime.datetime.fromisoformat(str(when).replace("Z", "+00:00")).timestamp())
             except ValueError:
@@ -431,7 +448,9 @@ __all__ = [
     "incr",
     "pod_create_error",
     "pod_created",
+    "pod_disrupted",
     "shared_watches",
+    "tasks_waiting_for_quota",
     "terminal_report",
     "timing_seconds",
     "watch_subscribers",

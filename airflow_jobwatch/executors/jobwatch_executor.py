@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -184,7 +185,19 @@ class _PendingLaunch:
     build: Future[tuple[k8s.V1Pod, dict[str, Any]]] | None = None  # building in the API threads
     not_before: float = 0.0
     last_error: str | None = None
+    retry_reason: str | None = None  # the last failure's reason, without details (logged when it changes)
+    waiting_for_quota: bool = False  # the last create was refused for a ResourceQuota
     accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
+
+
+class _Conflict(Exception):
+    """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be:
+    ``ours`` (an earlier attempt's), ``someone_else`` or ``retry`` (could not tell)."""
+
+    def __init__(self, verdict: str, error: str) -> None:
+        super().__init__(f"{verdict}: {error}")
+        self.verdict = verdict
+        self.error = error
 
 
 class JobWatchExecutor(BaseExecutor):
@@ -216,11 +229,11 @@ class JobWatchExecutor(BaseExecutor):
         if getattr(self, "team_name", None):
             # A team's [core] parallelism (upstream does the same; without a team the constructor's wins).
             self.parallelism = self.kube_config.parallelism
-        fatal = self.kube_config.worker_pod_pending_fatal_container_state_reasons
-        from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
-
+        # Exactly upstream's list (its KubeConfig reads the option): unset -> the provider's default
+        # (CreateContainerConfigError, ErrImagePull, CreateContainerError, ImageInspectError,
+        # InvalidImageName); set to an empty value -> no fail-fast at all.
         self.fatal_waiting_reasons: frozenset[str] = frozenset(
-            r for r in (fatal or DEFAULT_FATAL_WAITING_REASONS) if r
+            r for r in self.kube_config.worker_pod_pending_fatal_container_state_reasons if r
         )
         self.scheduler_job_id: str | None = None
         self.supervisor: WatcherSupervisor | None = None
@@ -273,6 +286,7 @@ class JobWatchExecutor(BaseExecutor):
         self._status_written_at = 0.0
         self._restarts_reported = 0  # watcher restarts already sent as a metric
         self._last_result_at: float | None = None  # when the watcher last reported a pod change
+        self._quota_waiting = 0  # tasks whose create waits for ResourceQuota room (the gauge's last value)
 
     # ------------------------------------------------------------------------------------------
     # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
@@ -492,6 +506,10 @@ class JobWatchExecutor(BaseExecutor):
                 )
         self._retry_cleanup()
         self._launch_pending()
+        waiting = sum(1 for la in self._pending.values() if la.waiting_for_quota)
+        if waiting != self._quota_waiting:
+            self._quota_waiting = waiting
+            metrics.tasks_waiting_for_quota(waiting)
         self._write_status()
 
     def end(self) -> None:
@@ -602,10 +620,22 @@ class JobWatchExecutor(BaseExecutor):
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
         self._pod_launches[(namespace, name)] = (key, launch.launch_id)
-        core_v1 = self.core_v1
-        future = self._pool().submit(core_v1.create_namespaced_pod, namespace, body, **self._create_args)
+        future = self._pool().submit(self._create_call, key, namespace, name, body)
         self._inflight[key] = (launch, namespace, name, future)
         return True
+
+    def _create_call(self, key: TaskInstanceKey, namespace: str, name: str, body: dict[str, Any]) -> Any:
+        """One create, in an API thread. A 409 is looked into here too (a GET, maybe a PATCH), so that
+        neither ever runs on the scheduler loop; what it found is raised as a :class:`_Conflict`."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core_v1.create_namespaced_pod(namespace, body, **self._create_args)
+        except ApiException as err:
+            if err.status != HTTPStatus.CONFLICT:
+                raise
+            error = f"{err.status} {err.reason}: {_api_message(err)}"
+        raise self._resolve_conflict(key, namespace, name, error)
 
     def _build(
         self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str
@@ -659,12 +689,13 @@ class JobWatchExecutor(BaseExecutor):
             self._launched(key, namespace, name)
             return True
         err = error
+        if isinstance(err, _Conflict):
+            metrics.pod_create_error(HTTPStatus.CONFLICT)
+            return self._on_conflict(key, launch, namespace, name, err)
         if isinstance(err, ApiException):
             status = err.status or 0
             metrics.pod_create_error(status)
             message = _api_message(err)
-            if status == HTTPStatus.CONFLICT:
-                return self._on_conflict(key, launch, namespace, name, f"{status} {err.reason}: {message}")
             retry_after = _retry_after(err)
             transient = (
                 (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
@@ -691,43 +722,49 @@ class JobWatchExecutor(BaseExecutor):
         self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
         return False  # the next create would fail the same way; wait for the backoff
 
-    def _on_conflict(
-        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, error: str
-    ) -> bool:
-        """A 409 AlreadyExists: an earlier attempt of ours (whose answer was lost), or someone else's pod.
+    def _resolve_conflict(self, key: TaskInstanceKey, namespace: str, name: str, error: str) -> _Conflict:
+        """What a 409 AlreadyExists is (runs in an API thread): an earlier attempt of ours, or someone else's pod.
 
-        Ours (its annotations name this very try) -> created, and tracked as our own (relabelled if
-        another scheduler's label is on it). Someone else's -> a new name on the next attempt, at once:
-        retrying the same name would meet the same pod for ever. Unknown (the GET failed, or the pod
-        has just gone) -> retry later with backoff.
+        Ours (its annotations name this very try) -> created, relabelled here if another scheduler's label
+        is on it. Someone else's -> the next attempt takes a new name. Unknown (the GET or the PATCH
+        failed, or the pod has just gone) -> retried later with backoff.
         """
-        assert self.supervisor is not None and self.scheduler_job_id is not None
+        assert self.scheduler_job_id is not None
         try:
             pod = self._read_pod(namespace, name)
         except Exception as err:
-            self._retry_launch(key, launch, f"{error}; reading the existing pod failed: {err}", None)
-            return True
+            return _Conflict("retry", f"{error}; reading the existing pod failed: {err}")
         if pod is None:
-            self._retry_launch(key, launch, f"{error}; the existing pod is gone now", None)
-            return True
+            return _Conflict("retry", f"{error}; the existing pod is gone now")
         meta = pod.get("metadata") or {}
-        if key_from_annotations(meta.get("annotations") or {}) == key:
-            # An earlier attempt did create it (its answer was lost): that is a success.
-            from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+        if key_from_annotations(meta.get("annotations") or {}) != key:
+            return _Conflict("someone_else", error)
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
-            mine = make_safe_label_value(self.scheduler_job_id)
-            if (meta.get("labels") or {}).get(self.labels.worker) != mine:
-                try:
-                    self.core_v1.patch_namespaced_pod(
-                        name,
-                        namespace,
-                        {"metadata": {"labels": {self.labels.worker: mine}}},
-                        _request_timeout=self._request_timeout,
-                    )
-                except Exception as err:
-                    self._retry_launch(key, launch, f"{error}; relabelling our pod failed: {err}", None)
-                    return True
+        mine = make_safe_label_value(self.scheduler_job_id)
+        if (meta.get("labels") or {}).get(self.labels.worker) != mine:
+            try:
+                self.core_v1.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    {"metadata": {"labels": {self.labels.worker: mine}}},
+                    _request_timeout=self._request_timeout,
+                )
+            except Exception as err:
+                return _Conflict("retry", f"{error}; relabelling our pod failed: {err}")
+        return _Conflict("ours", error)
+
+    def _on_conflict(
+        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, conflict: _Conflict
+    ) -> bool:
+        """Act on what :meth:`_resolve_conflict` found (on the scheduler loop, without an API call)."""
+        assert self.supervisor is not None
+        if conflict.verdict == "ours":
+            # An earlier attempt did create it (its answer was lost): that is a success.
             self._launched(key, namespace, name)
+            return True
+        if conflict.verdict == "retry":
+            self._retry_launch(key, launch, conflict.error, None)
             return True
         self.supervisor.untrack(namespace, name)
         self._pod_launches.pop((namespace, name), None)
@@ -739,7 +776,7 @@ class JobWatchExecutor(BaseExecutor):
             namespace,
             name,
             key,
-            error,
+            conflict.error,
         )
         return True
 
@@ -793,12 +830,19 @@ class JobWatchExecutor(BaseExecutor):
         launch.not_before = now + delay
         launch.last_error = error
         self._counters["create_retries"] += 1
-        self.log.warning(
-            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s",
+        why = _retry_reason(error)
+        launch.waiting_for_quota = why.startswith("exceeded quota")
+        # One line per task and per change of reason (issue 21): a quota that stays full for ten minutes
+        # would otherwise log every attempt of every waiting task. Each attempt is still logged at DEBUG.
+        changed = why != launch.retry_reason
+        launch.retry_reason = why
+        (self.log.warning if changed else self.log.debug)(
+            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s%s",
             key,
             launch.attempts,
             error,
             delay,
+            " (further attempts failing the same way are logged at DEBUG)" if changed else "",
         )
 
     def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
@@ -855,6 +899,15 @@ class JobWatchExecutor(BaseExecutor):
         if key in self._pending:
             # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
             self._launched(key, result.namespace, result.name)
+        if result.adopted:
+            # Another scheduler adopted the pod (it took this one for dead): the task is that scheduler's
+            # now. As upstream's ADOPTED state: free the slot, report nothing.
+            self._pods.pop(key, None)
+            self._pod_launches.pop(ref, None)
+            self.running.discard(key)
+            self._workloads.pop(key, None)
+            self.log.warning("Task %s: pod %s/%s was %s", key, result.namespace, result.name, result.message)
+            return
         if not result.terminal:
             if result.phase == "running":
                 self.running_state(key, f"{result.namespace}/{result.name}")
@@ -886,6 +939,10 @@ class JobWatchExecutor(BaseExecutor):
                     f"times, more than [jobwatch] disruption_relaunches = {self._disruption_relaunches} "
                     f"allows: " + "; ".join(history)
                 )
+            elif result.disruption:
+                # The cluster ended it (issue 21): say so first, in the task's words, then the details.
+                info = f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
+                metrics.pod_disrupted(reason)
             self.log.warning("Task %s: %s", key, info)
             self._append_task_log(key, info)
             self.fail(key, info)
@@ -1453,6 +1510,7 @@ class JobWatchExecutor(BaseExecutor):
             "updated_at": time.time(),
             "running": len(self.running),
             "pending_creation": len(self._pending),
+            "waiting_for_quota": self._quota_waiting,
             "tracked_pods": len(self._pods),
             "seconds_since_last_event": (
                 round(time.monotonic() - self._last_result_at, 1)
@@ -1464,6 +1522,7 @@ class JobWatchExecutor(BaseExecutor):
             "relists": c.relists if c else 0,
             "watches": c.watches if c else 0,
             "gap_deleted": c.gap_deleted if c else 0,
+            "adopted_away": c.adopted_away if c else 0,
             "watcher_healthy": c.healthy if c else False,
             "watcher_last_error": c.last_error if c else None,
             "watcher_access_denied": c.access_denied if c else None,
@@ -1493,6 +1552,18 @@ def _api_message(err: Any) -> str:
         return str(body.get("message") or err.reason or "")
     except (ValueError, TypeError, AttributeError):
         return str(err.body or err.reason or "")
+
+
+_QUOTA = re.compile(r"exceeded quota: ([^,]+)")
+
+
+def _retry_reason(error: str) -> str:
+    """A retried create's reason without the details that change from attempt to attempt (pod name, usage):
+    ``exceeded quota: <quota>`` for a ResourceQuota refusal, else the status or exception part."""
+    quota = _QUOTA.search(error)
+    if quota:
+        return f"exceeded quota: {quota.group(1).strip()}"
+    return error.split(":", 1)[0]
 
 
 def _retry_after(err: Any) -> float | None:

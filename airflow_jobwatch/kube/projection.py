@@ -58,7 +58,7 @@ POD_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,
     "metadata": METADATA_FIELDS,
-    "spec": {"initContainers": [{"name": True, "restartPolicy": True}]},
+    "spec": {"initContainers": [{"name": True, "restartPolicy": True}], "nodeName": True},
     "status": {
         "phase": True,
         "reason": True,

@@ -42,6 +42,7 @@ __all__ = [
     "Phase",
     "classify_job",
     "classify_pod",
+    "pod_disruption",
     "pod_summary",
 ]
 
@@ -317,6 +318,11 @@ def _first_failed_container(pod: Mapping[str, Any]) -> _ContainerProblem | None:
 def _fatal_waiting_container(
     pod: Mapping[str, Any], fatal_waiting_reasons: Collection[str]
 ) -> _ContainerProblem | None:
+    # Only a Pending pod fails fast, as upstream's KubernetesExecutor decides (its watcher checks the
+    # waiting reasons of Pending pods only). In a Running pod the task has started: a restartable
+    # init container ("sidecar") that is restarting into ImagePullBackOff does not stop it.
+    if _str(_map(pod.get("status")).get("phase")) != "Pending":
+        return None
     for kind, cs in _container_statuses(pod):
         waiting = _map(_map(cs.get("state")).get("waiting"))
         reason = _str(waiting.get("reason"))
@@ -452,6 +458,31 @@ def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection
     waiting_reason, note = _waiting_note(pod)
     text = f"Pod '{name}' is pending{deleting}"
     return ObjectState("pending", False, waiting_reason, _sentence(f"{text}: {note}" if note else text))
+
+
+#: ``status.reason`` values with which the kubelet or the node lifecycle says the cluster, not the pod's
+#: own work, ended a pod (node-pressure eviction, critical-pod preemption, node shutdown, node loss).
+DISRUPTION_POD_REASONS: frozenset[str] = frozenset({"Evicted", "Preempting", "NodeShutdown", "NodeLost"})
+
+
+def pod_disruption(pod: Mapping[str, Any] | Any) -> tuple[str, str | None, str | None] | None:
+    """Whether the cluster disrupted this pod: ``(reason, message, node name)``, else None.
+
+    A disruption ``status.reason`` (:data:`DISRUPTION_POD_REASONS`) first, else a True ``DisruptionTarget``
+    condition (Kubernetes 1.26+: ``PreemptionByScheduler``, ``EvictionByEvictionAPI``,
+    ``DeletionByTaintManager``, ``DeletionByPodGC``, ``TerminationByKubelet``), which is set before the
+    pod is deleted, so it is also on the last state of a pod that vanished. Says nothing of the pod's phase.
+    """
+    obj = to_dict(pod)
+    status = _map(obj.get("status"))
+    node = _str(_map(obj.get("spec")).get("nodeName"))
+    reason = _str(status.get("reason"))
+    if reason in DISRUPTION_POD_REASONS:
+        return reason, _str(status.get("message")), node
+    condition = _true_condition(status, ("DisruptionTarget",))
+    if condition is not None:
+        return _str(condition.get("reason")) or "DisruptionTarget", _str(condition.get("message")), node
+    return None
 
 
 def _deleted_state(

@@ -186,7 +186,8 @@ class JobTrigger(BaseTrigger):
         namespace also uses it as its informers' relist period if ``[jobwatch] resync_interval_seconds``
         is 0. Defaults to 30.
     :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
-        ``kube.states.DEFAULT_FATAL_WAITING_REASONS``: ErrImagePull, ImagePullBackOff, ...).
+        ``kube.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
+        ImagePullBackOff, ...).
     :param api_failure_tolerance: seconds the Kubernetes API may stay unreachable before the trigger
         ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).
     :param job_uid: uid of the Job the operator created. A different Job re-created under the same
@@ -290,8 +291,8 @@ class JobTrigger(BaseTrigger):
     # -- configuration ---------------------------------------------------------------------------------
     @property
     def _fatal_reasons(self) -> Collection[str]:
-        if self.fatal_waiting_reasons is None:
-            return DEFAULT_FATAL_WAITING_REASONS
+        if self.fatal_waiting_reasons is None:  # a missing Secret/ConfigMap may still come: wait, as upstream
+            return DEFAULT_FATAL_WAITING_REASONS - {"CreateContainerConfigError"}
         return frozenset(self.fatal_waiting_reasons)
 
     def _tolerance(self) -> float:
@@ -432,7 +433,6 @@ class JobTrigger(BaseTrigger):
             outcome = OUTCOME_DELETED
         else:
             outcome = OUTCOME_FAILED
-        metrics.job_detected(job, status=outcome)
         return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
 
     def _current_state_note(
@@ -685,6 +685,7 @@ class _Wait:
         """Set-once: whichever terminal result comes first is the one reported."""
         if not self.result.done():
             self.result.set_result(payload)
+            metrics.job_detected(payload.get("job"), status=payload["outcome"])  # once per wait
 
     # -- WATCHING -> HOLDING / DONE --------------------------------------------------------------------
     def offer(self, payload: dict[str, Any]) -> None:

@@ -74,6 +74,8 @@ def _emit_everything() -> None:
     metrics.watcher_restarts(1)
     metrics.stale_launch_pod()
     metrics.disruption_relaunch("Evicted")
+    metrics.pod_disrupted("PreemptionByScheduler")
+    metrics.tasks_waiting_for_quota(2)
     metrics.shared_watches({"ns1": 3})
     metrics.shared_watches({})
     metrics.job_detected(

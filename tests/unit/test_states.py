@@ -138,13 +138,34 @@ def test_classify_pod(
 
 
 def test_fatal_waiting_reasons_are_configurable() -> None:
-    crash = pod("crash-loop-backoff")
-    assert not classify_pod(crash).terminal
-    state = classify_pod(crash, fatal_waiting_reasons={"CrashLoopBackOff"})
-    assert (state.phase, state.reason) == ("failed", "CrashLoopBackOff")
-    assert "back-off 20s restarting failed container" in state.message
+    creating = pod("container-creating")
+    assert not classify_pod(creating).terminal
+    state = classify_pod(creating, fatal_waiting_reasons={"ContainerCreating"})
+    assert (state.phase, state.reason) == ("failed", "ContainerCreating")
     # and an empty set turns fail-fast off
     assert classify_pod(pod("err-image-pull"), fatal_waiting_reasons=()).phase == "pending"
+
+
+def test_only_a_pending_pod_fails_fast() -> None:
+    """issue 18 item 6: as upstream's executor, fatal waiting reasons are read on Pending pods only.
+
+    A Running pod's task has started; a restarting sidecar (restartable init container) in
+    ImagePullBackOff, or a main container in CrashLoopBackOff, does not end it.
+    """
+    sidecar = pod("running-sidecar-image-pull-backoff")
+    state = classify_pod(sidecar)
+    assert (state.phase, state.terminal, state.reason) == ("running", False, "ImagePullBackOff"), (
+        state.message
+    )
+    assert "sidecar container 'proxy' is waiting: ImagePullBackOff" in state.message
+    crash = pod("crash-loop-backoff")
+    assert classify_pod(crash, fatal_waiting_reasons={"CrashLoopBackOff"}).phase == "running"
+    # The same sidecar in a pod that is still Pending does fail fast.
+    pending = copy.deepcopy(sidecar)
+    pending["status"]["phase"] = "Pending"
+    assert (classify_pod(pending).phase, classify_pod(pending).reason) == ("failed", "ImagePullBackOff")
+    # A Job whose pod runs with that sidecar keeps running too (the trigger reads the same rule).
+    assert classify_job(job("started-active"), [sidecar]).phase == "running"
 
 
 def test_fatal_waiting_reasons_as_a_string_is_a_clear_error() -> None:

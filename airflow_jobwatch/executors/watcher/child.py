@@ -18,11 +18,13 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.messages import (
+    PodAdopted,
     PodGone,
     PodRef,
     PodUpdate,
@@ -30,6 +32,11 @@ from airflow_jobwatch.executors.watcher.messages import (
     WatcherSpec,
     WatcherStats,
 )
+from airflow_jobwatch.kube.informer import _selector_matcher
+
+if TYPE_CHECKING:
+    from airflow_jobwatch.kube.informer import InformerEvent
+    from airflow_jobwatch.kube.states import ObjectState
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +75,100 @@ def containers_started(pod: dict[str, Any]) -> bool:
     return False
 
 
+class PodRelay:
+    """Turns the informer's pod events into messages for the parent, remembering only what that needs.
+
+    Memory (issue 18 item 7): one signature per *live* pod (dropped at its deletion, so this follows the
+    number of pods that exist, never the number seen over the child's life), plus, only until the check
+    after the first list has answered, the expected pods that list lacked (:attr:`unresolved`).
+
+    :param spec: the child's configuration (label selector, fatal waiting reasons).
+    :param send: puts one message in the outbox (never blocks).
+    """
+
+    def __init__(self, spec: WatcherSpec, send: Callable[[Any], None]) -> None:
+        self.spec = spec
+        self.send = send
+        #: pod uid -> (phase, terminal, reason) last sent: only changes of meaning cross the pipe.
+        self.last_sent: dict[str, tuple[Any, ...]] = {}
+        #: expected pods absent from the first list whose fate is not known yet (see check_missing).
+        self.unresolved: set[PodRef] = set()
+        self._ours = _selector_matcher(spec.label_selector)
+
+    def expect(self, missing: Iterable[PodRef]) -> list[PodRef]:
+        """The pods to check after the first list; until answered, a watch event for one resolves it."""
+        refs = sorted(missing)
+        self.unresolved = set(refs)
+        return refs
+
+    def on_event(self, event: InformerEvent) -> None:
+        from airflow_jobwatch.kube.informer import EventType
+        from airflow_jobwatch.kube.states import classify_pod
+
+        namespace = event.namespace or ""
+        # The watch has delivered this pod: a missing-pod check that answers later must not contradict it.
+        self.unresolved.discard((namespace, event.name))
+        uid = event.uid
+        meta = event.obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if event.type is EventType.DELETED and self._ours is not None and not self._ours(labels):
+            # The pod still exists but left our selector (a watch reports that as DELETED, with the new
+            # labels): another scheduler adopted it. Not a deletion, and not a failure of ours.
+            self.last_sent.pop(uid, None)
+            self.send(_adopted(self.spec, namespace, event.name, labels))
+            return
+        deleted = event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN)
+        state = classify_pod(
+            event.obj, deleted=deleted, fatal_waiting_reasons=self.spec.fatal_waiting_reasons
+        )
+        signature = (state.phase, state.terminal, state.reason)
+        if deleted:
+            self.last_sent.pop(uid, None)
+        elif self.last_sent.get(uid) == signature:
+            # Only changes of meaning cross the pipe; the parent dedupes anyway.
+            return
+        else:
+            self.last_sent[uid] = signature
+        self.send(
+            PodUpdate(
+                namespace=namespace,
+                name=event.name,
+                uid=uid,
+                state={**state.as_dict(), "containers_started": containers_started(event.obj)},
+                annotations=dict(meta.get("annotations") or {}),
+                deleted=deleted,
+                observed_at=time.time(),
+                disruption=_disruption(event.obj, state),
+            )
+        )
+
+
+def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:
+    """For a failed pod that the cluster disrupted (preempted, evicted, ...): what did it, in words."""
+    if state.phase != "failed":
+        return None
+    from airflow_jobwatch.executors.disruption import describe_disruption
+    from airflow_jobwatch.kube.states import pod_disruption
+
+    found = pod_disruption(pod)
+    return describe_disruption(*found) if found is not None else None
+
+
+def _adopted(spec: WatcherSpec, namespace: str, name: str, labels: dict[str, Any]) -> PodAdopted:
+    # The worker labels of pods.py's two label schemes (not imported: pods.py imports Airflow's models).
+    worker = labels.get("airflow-worker") or labels.get("airflow-jobwatch-worker")
+    # DEBUG: our own "done" label makes every kept pod leave the selector too; the parent, which knows
+    # whether the pod was still tracked, logs the adoptions that matter.
+    log.debug(
+        "%s: pod %s/%s left this scheduler's selector (labelled for scheduler job %s now)",
+        spec.name,
+        namespace,
+        name,
+        worker,
+    )
+    return PodAdopted(namespace=namespace, name=name, worker=worker, observed_at=time.time())
+
+
 def child_main(
     spec: WatcherSpec,
     conn: Connection,
@@ -103,8 +204,7 @@ async def child_run(
     expected: frozenset[PodRef] = frozenset(),
 ) -> None:
     from airflow_jobwatch.kube.client import ClusterConfigError, async_api_client
-    from airflow_jobwatch.kube.informer import EventType, Informer, InformerEvent
-    from airflow_jobwatch.kube.states import classify_pod
+    from airflow_jobwatch.kube.informer import Informer
 
     # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
     # busy and does not read. The informer's subscribers run in the event loop and must not block,
@@ -124,36 +224,7 @@ async def child_run(
 
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
 
-    last_sent: dict[str, tuple[Any, ...]] = {}
-    # Every pod this child's informer has delivered: a missing-pod check that answers after the watch
-    # has seen the pod must not contradict the watch.
-    seen: set[PodRef] = set()
-
-    def on_event(event: InformerEvent) -> None:
-        seen.add((event.namespace or "", event.name))
-        deleted = event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN)
-        state = classify_pod(event.obj, deleted=deleted, fatal_waiting_reasons=spec.fatal_waiting_reasons)
-        signature = (state.phase, state.terminal, state.reason)
-        uid = event.uid
-        if deleted:
-            last_sent.pop(uid, None)
-        elif last_sent.get(uid) == signature:
-            # Only changes of meaning cross the pipe; the parent dedupes anyway.
-            return
-        else:
-            last_sent[uid] = signature
-        meta = event.obj.get("metadata") or {}
-        outbox.put(
-            PodUpdate(
-                namespace=event.namespace or "",
-                name=event.name,
-                uid=uid,
-                state={**state.as_dict(), "containers_started": containers_started(event.obj)},
-                annotations=dict(meta.get("annotations") or {}),
-                deleted=deleted,
-                observed_at=time.time(),
-            )
-        )
+    relay = PodRelay(spec, outbox.put)
 
     async def beat() -> None:
         while True:
@@ -188,7 +259,7 @@ async def child_run(
         name=spec.name,
         observer=metrics.InformerMetrics("executor", "pods", spec.namespace),
     )
-    informer.subscribe(on_event)
+    informer.subscribe(relay.on_event)
 
     checker: asyncio.Task[None] | None = None
     try:
@@ -208,9 +279,11 @@ async def child_run(
                     for o in informer.items()
                 )
                 outbox.put(Synced(keys=keys))
-                missing = sorted(ref for ref in expected if ref not in keys)
+                missing = relay.expect(ref for ref in expected if ref not in keys)
                 if missing:
-                    checker = asyncio.create_task(check_missing(api_client, spec, missing, seen, outbox.put))
+                    checker = asyncio.create_task(
+                        check_missing(api_client, spec, missing, relay.unresolved, outbox.put)
+                    )
             health = informer.health
             stats = WatcherStats(
                 relists=health.relists,
@@ -240,15 +313,19 @@ async def check_missing(
     api_client: Any,
     spec: WatcherSpec,
     missing: list[PodRef],
-    seen: set[PodRef],
+    unresolved: set[PodRef],
     send: Any,
 ) -> None:
     """Find out what became of pods the parent expects that this child's first list did not contain.
 
     Pods deleted while no watcher ran are simply absent from a new list: no event will ever say
     they ended. Each is read with a GET (``MISSING_CHECK_CONCURRENCY`` at a time): 404 -> a
-    :class:`PodGone` for the parent, which reports the task's pod deleted; found -> its current
-    state as a :class:`PodUpdate` (it may have finished before this watch began). A failed GET (API
+    :class:`PodGone` for the parent, which reports the task's pod deleted; found, and no longer
+    matching this scheduler's label selector -> a :class:`PodAdopted` (another scheduler relabelled it
+    while no watcher ran: its task is that scheduler's now, and no event of ours will ever end it);
+    found and ours -> its current state as a :class:`PodUpdate` (it may have finished before this
+    watch began). ``unresolved`` holds the refs not yet answered: the watch removes a ref when it
+    delivers that pod (its answer then wins), each answer here removes its own. A failed GET (API
     down, 5xx, timeout) is retried with backoff, never guessed. This runs here, in the child's event
     loop, so that thousands of missing pods or a slow API server never stall the scheduler's loop
     (the parent used to do these GETs inside ``executor.sync()``).
@@ -264,6 +341,7 @@ async def check_missing(
         total=None, sock_connect=cfg.connect_timeout_seconds, sock_read=MISSING_CHECK_READ_TIMEOUT_SECONDS
     )
     log.info("%s: checking %d expected pod(s) absent from the first list", spec.name, len(missing))
+    ours = _selector_matcher(spec.label_selector)
 
     async def check(ref: PodRef) -> None:
         namespace, name = ref
@@ -272,11 +350,11 @@ async def check_missing(
             max_seconds=cfg.backoff_max_seconds,
             reset_after_seconds=cfg.backoff_reset_after_seconds,
         )
-        while ref not in seen:
+        while ref in unresolved:
             error: str
             try:
                 async with sem:
-                    if ref in seen:
+                    if ref not in unresolved:
                         return
                     resp = await api_client.call_api(
                         f"/api/v1/namespaces/{namespace}/pods/{name}",
@@ -291,24 +369,30 @@ async def check_missing(
                     finally:
                         resp.release()
                 if resp.status == 404:
-                    if ref not in seen:
+                    if ref in unresolved:
+                        unresolved.discard(ref)
                         send(PodGone(namespace=namespace, name=name, observed_at=time.time()))
                     return
                 if 200 <= resp.status < 300:
-                    if ref not in seen:
+                    if ref in unresolved:
+                        unresolved.discard(ref)
                         pod = json.loads(body)
                         meta = pod.get("metadata") or {}
+                        labels = meta.get("labels") or {}
+                        if ours is not None and not ours(labels):
+                            send(_adopted(spec, namespace, name, labels))
+                            return
+                        state = classify_pod(pod, fatal_waiting_reasons=spec.fatal_waiting_reasons)
                         send(
                             PodUpdate(
                                 namespace=namespace,
                                 name=name,
                                 uid=meta.get("uid", ""),
-                                state=classify_pod(
-                                    pod, fatal_waiting_reasons=spec.fatal_waiting_reasons
-                                ).as_dict(),
+                                state=state.as_dict(),
                                 annotations=dict(meta.get("annotations") or {}),
                                 deleted=False,
                                 observed_at=time.time(),
+                                disruption=_disruption(pod, state),
                             )
                         )
                     return

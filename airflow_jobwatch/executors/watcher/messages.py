@@ -33,6 +33,7 @@ class PodUpdate:
     annotations: dict[str, str]
     deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
     observed_at: float  # time.time() in the child when the informer delivered the event
+    disruption: str | None = None  # a failed pod the cluster disrupted: what did it, in words (issue 21)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,22 @@ class PodGone:
 
     namespace: str
     name: str
+    observed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PodAdopted:
+    """A pod left this scheduler's label selector while it still exists: another scheduler adopted it.
+
+    Seen as a watch DELETED event whose object no longer matches the selector, or as a missing-pod GET
+    (after a restart) that finds the pod relabelled. Its task belongs to the other scheduler now: as
+    upstream's ``ADOPTED`` state, the executor frees the slot and reports nothing. (Pods this scheduler
+    labels done after their report leave the selector too; the parent no longer tracks those and ignores it.)
+    """
+
+    namespace: str
+    name: str
+    worker: str | None  # the scheduler job the pod is labelled with now, when known
     observed_at: float
 
 
@@ -87,6 +104,8 @@ class PodResult:
     # Whether any container of the pod ever started (issue 21: a pod disrupted before that cannot have
     # run the task); None when unknown (a pod found deleted after a watcher gap).
     started: bool | None = None
+    adopted: bool = False  # another scheduler adopted the pod: free the slot, report nothing
+    disruption: str | None = None  # "preempted by the scheduler on node X", ... (failed results only)
 
 
 @dataclass(frozen=True)

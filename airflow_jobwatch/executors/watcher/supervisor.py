@@ -25,12 +25,13 @@ import multiprocessing
 import os
 import time
 from collections.abc import Collection, Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, child_main
 from airflow_jobwatch.executors.watcher.messages import (
+    PodAdopted,
     PodGone,
     PodRef,
     PodResult,
@@ -115,6 +116,7 @@ class SupervisorCounters:
     relists: int = 0
     watches: int = 0
     gap_deleted: int = 0
+    adopted_away: int = 0  # tracked pods another scheduler adopted (they left our label selector)
     terminal_reports: int = 0
     running_reports: int = 0
     healthy: bool = True
@@ -429,6 +431,8 @@ class WatcherSupervisor:
             child.synced = True
         elif isinstance(msg, PodGone):
             self._on_gone(msg, results)
+        elif isinstance(msg, PodAdopted):
+            self._on_adopted(msg, results)
         elif isinstance(msg, WatcherStats):
             slot.stats = msg
         else:
@@ -447,7 +451,8 @@ class WatcherSupervisor:
         if terminal:
             del self._tracked[ref]
             self.counters.terminal_reports += 1
-            results.append(self._result(tracked, state, upd.annotations, upd.observed_at))
+            result = self._result(tracked, state, upd.annotations, upd.observed_at)
+            results.append(replace(result, disruption=upd.disruption) if upd.disruption else result)
         elif phase == "running" and not tracked.reported_running:
             tracked.reported_running = True
             self.counters.running_reports += 1
@@ -501,6 +506,27 @@ class WatcherSupervisor:
         self.counters.gap_deleted += 1
         self.counters.terminal_reports += 1
         results.append(self._result(tracked, state, {}, msg.observed_at, gap=True))
+
+    def _on_adopted(self, msg: PodAdopted, results: list[PodResult]) -> None:
+        """A tracked pod left our label selector: another scheduler adopted it (its task is that one's now).
+
+        Reported once, non-terminal, with ``adopted=True``: the owner frees the slot and tells the scheduler
+        nothing, as upstream does for its ``ADOPTED`` state.
+        """
+        tracked = self._tracked.pop((msg.namespace, msg.name), None)
+        if tracked is None:
+            return  # not ours, or already reported (e.g. we labelled it done after its end)
+        log.warning(
+            "Pod %s/%s is now labelled for scheduler job %s: another scheduler adopted it; it is no longer "
+            "watched here",
+            msg.namespace,
+            msg.name,
+            msg.worker,
+        )
+        self.counters.adopted_away += 1
+        state = {"phase": tracked.last_phase, "terminal": False, "reason": "Adopted"}
+        state["message"] = f"adopted by scheduler job {msg.worker}"
+        results.append(replace(self._result(tracked, state, {}, msg.observed_at), adopted=True))
 
     def _update_counters(self) -> None:
         c = self.counters

@@ -9,7 +9,9 @@ applies a rule chosen by the test to each request:
 * ``"pass"``: forward and answer;
 * ``"lose_answer"``: forward (the sandbox carries it out), then never answer: the client's read
   timeout fires, as with a black-holed connection;
-* ``"hold"``: do not forward until :meth:`FaultProxy.release` is called (or the client gives up).
+* ``"hold"``: do not forward until :meth:`FaultProxy.release` is called (or the client gives up);
+* ``"quota_403"``: do not forward; answer a pod create as a namespace ResourceQuota on pod count does
+  (403 Forbidden, "exceeded quota", the Status body of the quota admission plugin).
 
 Only the tests use it; it never imports the code under test.
 """
@@ -110,6 +112,8 @@ class FaultProxy:
         if action == "hold":
             await self._released.wait()
         body = await request.read()
+        if action == "quota_403":
+            return web.json_response(quota_refusal(body), status=403)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         async with self._session.request(
             request.method,
@@ -133,10 +137,35 @@ class FaultProxy:
             return resp
 
 
+#: The quota admission plugin's refusal (k8s.io/apiserver/pkg/admission/plugin/resourcequota, message
+#: "exceeded quota: %s, requested: %s, used: %s, limited: %s", wrapped by NewForbidden).
+QUOTA_NAME = "pod-count"
+
+
+def quota_refusal(request_body: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        name = json.loads(request_body)["metadata"]["name"]
+    except (ValueError, KeyError, TypeError):
+        name = ""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'pods "{name}" is forbidden: exceeded quota: {QUOTA_NAME}, requested: pods=1, '
+        "used: pods=2, limited: pods=2",
+        "reason": "Forbidden",
+        "details": {"name": name, "kind": "pods"},
+        "code": 403,
+    }
+
+
 def write_proxy_kubeconfig(path: str, proxy: FaultProxy, token: str) -> str:
     from airflow_jobwatch.sandbox.kubeconfig import write_kubeconfig_file
 
     return write_kubeconfig_file(path, proxy.url, token)
 
 
-__all__: list[Any] = ["FaultProxy", "write_proxy_kubeconfig"]
+__all__: list[Any] = ["FaultProxy", "quota_refusal", "write_proxy_kubeconfig"]
