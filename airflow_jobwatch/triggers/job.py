@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import random
 import time
@@ -665,6 +666,7 @@ class _Wait:
     # -- the whole run ---------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         t = self.trigger
+        t.notes.bind_context(contextvars.copy_context())  # its lines go to this task's log
         if t.deadline is not None:
             delay = (t.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
             self.deadline_timer = self.loop.call_later(max(0.0, delay), self.on_deadline)

@@ -25,6 +25,7 @@ disruptions again from the pods it can still see (the deleted ones are gone from
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import time
 from typing import Any
@@ -104,10 +105,30 @@ class WaitNotes:
         self._missing_reasons: set[str] = set()
         self._check: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._context: contextvars.Context | None = None
+        #: How many times the trigger looked at its Job (0 until its watch is synced).
+        self.observations = 0
+
+    def bind_context(self, context: contextvars.Context) -> None:
+        """Log in ``context`` (the trigger's own task's): :meth:`observe` is mostly called from the
+        shared informers' callbacks, which run in the context of whichever trigger started the watch,
+        and the triggerer files a log line under the task whose ids the context carries."""
+        self._context = context
+
+    def _say(self, level: str, message: str, *args: Any) -> None:
+        emit = getattr(self.log, level)
+        if self._context is None:
+            emit(message, *args)
+            return
+        try:
+            self._context.run(emit, message, *args)
+        except RuntimeError:  # the context is entered right now (we are in the trigger's own task)
+            emit(message, *args)
 
     # -- what the trigger calls ------------------------------------------------------------------------
     def observe(self, job: dict[str, Any], pods: list[dict[str, Any]], api_client: Any = None) -> None:
         """Note what the Job and its pods show now (cheap; the event LIST runs in its own task)."""
+        self.observations += 1
         self._observe_disruptions(pods)
         self._observe_suspension(job)
         self._observe_missing_pods(job, pods, api_client)
@@ -153,7 +174,8 @@ class WaitNotes:
                 if self.disruption_retries is not None
                 else ""
             )
-            self.log.warning(
+            self._say(
+                "warning",
                 "Pod %s of Job %s/%s was disrupted%s: %s%s",
                 meta.get("name"),
                 self.namespace,
@@ -174,7 +196,8 @@ class WaitNotes:
         if suspended and previous is not True:
             self._suspended_at = time.monotonic()
             if previous is None:  # suspended from the start: not admitted yet
-                self.log.info(
+                self._say(
+                    "info",
                     "Job %s/%s is suspended: waiting to be admitted by %s; this is not a failure and "
                     "does not end the wait",
                     self.namespace,
@@ -183,7 +206,8 @@ class WaitNotes:
                 )
             else:
                 self.preemptions += 1
-                self.log.warning(
+                self._say(
+                    "warning",
                     "Job %s/%s was suspended again (preempted by %s, %d time(s)): its pods are stopped "
                     "and it waits to be admitted again; the wait goes on",
                     self.namespace,
@@ -194,7 +218,8 @@ class WaitNotes:
         elif not suspended and previous is True:
             self.admissions += 1
             waited = time.monotonic() - (self._suspended_at or time.monotonic())
-            self.log.info(
+            self._say(
+                "info",
                 "Job %s/%s was admitted (resumed) after %.0f s suspended%s",
                 self.namespace,
                 self.job_name,
@@ -212,7 +237,7 @@ class WaitNotes:
         if not missing:
             self._missing_since = None
             if self._missing_reasons:
-                self.log.info("Job %s/%s has its pods now", self.namespace, self.job_name)
+                self._say("info", "Job %s/%s has its pods now", self.namespace, self.job_name)
                 self._missing_reasons.clear()
             return
         if self._missing_since is None:
@@ -264,7 +289,8 @@ class WaitNotes:
         if reason in self._missing_reasons or self._missing_since is None:
             return
         self._missing_reasons.add(reason)
-        self.log.warning(
+        self._say(
+            "warning",
             "Job %s/%s cannot create its pods yet, so it keeps waiting (the Job controller retries): %s",
             self.namespace,
             self.job_name,

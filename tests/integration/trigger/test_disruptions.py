@@ -39,7 +39,7 @@ async def _start(trigger: Any) -> asyncio.Task[list[dict[str, Any]]]:
     """Run the trigger; return once it has looked at its Job (its watch is synced), as a deferred
     task's trigger has long before a disruption comes."""
     task = asyncio.create_task(collect(trigger))
-    await wait_until(lambda: trigger._notes is not None or task.done(), what="the trigger watching")
+    await wait_until(lambda: trigger.notes.observations > 0 or task.done(), what="the trigger watching")
     return task
 
 
@@ -233,7 +233,7 @@ def test_evicted_mid_run_with_disruption_retries_1_succeeds(sandbox, kubeconfig,
     def evict_when_running(trigger: Any = None) -> None:
         # deferred: the triggerer watches long before a spot node goes; here, once the trigger looked
         if trigger is not None:
-            wait_until_sync(lambda: trigger._notes is not None, "the trigger watching", limit=60)
+            wait_until_sync(lambda: trigger.notes.observations > 0, "the trigger watching", limit=60)
         wait_until_sync(lambda: _running_pod(sandbox) is not None, "the first pod running", limit=60)
         sandbox.api_evict_pod(NS, _running_pod(sandbox), grace_seconds=1)
 
