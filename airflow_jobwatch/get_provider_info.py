@@ -24,7 +24,7 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "JobWatch (Kubernetes)",
-                "python-modules": ["airflow_jobwatch.operators.job"],
+                "python-modules": ["airflow_jobwatch.operators.job", "airflow_jobwatch.operators.kueue"],
             }
         ],
         "triggers": [

@@ -1,6 +1,6 @@
 """What a worker pod's disruption is called in the task's own words (issue 21).
 
-``kube/states.pod_disruption`` recognises a disruption (reason, message, node); this module only words it
+``kube/states.pod_disruption`` recognises a disruption (reason, node, the server's message); this module only words it
 for the task's failure message and its log: "preempted by the scheduler on node n1", "evicted on node n1:
 the node was low on memory". No Airflow, no Kubernetes client: the watcher child imports it.
 """
@@ -8,6 +8,7 @@ the node was low on memory". No Airflow, no Kubernetes client: the watcher child
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # What did it, per reason (the DisruptionTarget condition's reasons, then status.reason values).
 _PHRASES = {
@@ -46,4 +47,18 @@ def describe_disruption(reason: str, message: str | None, node: str | None) -> s
     return f"{text}: {detail}" if detail else text
 
 
-__all__ = ["describe_disruption"]
+def disruption_parts(pod: Any) -> tuple[str, str | None, str | None] | None:
+    """``(reason, the server's message, node)`` of a pod the cluster disrupted, else ``None``.
+
+    The recognition is ``kube/states.pod_disruption``'s (the one place that decides); a pod that merely
+    vanished (``Deleted``, no disruption recorded on it) is not a disruption here.
+    """
+    from airflow_jobwatch.kube.states import pod_disruption
+
+    found = pod_disruption(pod)
+    if found is None or found.reason == "Deleted":
+        return None
+    return found.reason, found.detail, found.node
+
+
+__all__ = ["describe_disruption", "disruption_parts"]

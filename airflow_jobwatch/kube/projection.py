@@ -16,9 +16,11 @@ Who reads what:
   the executor), annotations (the executor maps a pod back to its task instance by Airflow's annotations),
   ownerReferences (a pod's controlling Job), deletionTimestamp (a graceful delete in progress),
   creationTimestamp (the most recent failed pod explains a Job's failure; pods are listed in creation order).
-* Pod ``spec``: which init containers are sidecars (``restartPolicy: Always``).
+* Pod ``spec``: which init containers are sidecars (``restartPolicy: Always``), and ``nodeName`` (a
+  disruption names the node: "preempted by the scheduler on node X").
 * Pod ``status``: phase, reason, message, conditions (DisruptionTarget, PodScheduled), and the container
-  statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons).
+  statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons), ``started``
+  and ``restartCount`` (whether a disrupted pod ever ran).
 * Job ``spec``: ``suspend`` (read), and the scalar sizing and limit fields (kept for messages and users of
   the cache); Job ``status``: whole. The pod template is dropped (see :data:`JOB_FIELDS`).
 
@@ -52,7 +54,14 @@ METADATA_FIELDS: dict[str, Spec] = {
     "creationTimestamp": True,
 }
 
-_CONTAINER_STATUS: Spec = {"name": True, "state": True, "lastState": True}
+# started / restartCount: whether a disrupted pod's containers ever ran (states.pod_disruption).
+_CONTAINER_STATUS: Spec = {
+    "name": True,
+    "state": True,
+    "lastState": True,
+    "started": True,
+    "restartCount": True,
+}
 
 POD_FIELDS: dict[str, Spec] = {
     "kind": True,

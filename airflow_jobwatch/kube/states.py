@@ -23,11 +23,18 @@ Rules, each answering a way real monitoring code has gone wrong (see ``docs/arch
 * ``deleted=True`` means we will never see the object again (a DELETED watch event or a tombstone
   after a relist). A terminal object keeps its outcome (a Succeeded pod seen only in its DELETED event
   is a success); anything else failed with reason ``Deleted``, because nobody will ever finish it.
+* A pod can be *disrupted*: stopped by the cluster rather than by its own code (scheduler preemption,
+  eviction, node shutdown, node loss, garbage collection). :func:`pod_disruption` recognises it from
+  the ``DisruptionTarget`` condition (Kubernetes 1.26+) or, failing that, ``status.reason``, and says
+  in the user's words what happened and whether any container ever started (a pod disrupted before
+  it started cannot have run the task). The shapes it reads are recorded with their Kubernetes
+  source files in ``tests/fixtures/real-apiserver/README.md``.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -36,8 +43,10 @@ from airflow_jobwatch.kube.objects import to_dict
 
 __all__ = [
     "DEFAULT_FATAL_WAITING_REASONS",
+    "DISRUPTION_REASONS",
     "TERMINAL_PHASES",
     "TRANSIENT_WAITING_MESSAGES",
+    "Disruption",
     "ObjectState",
     "Phase",
     "classify_job",
@@ -91,6 +100,14 @@ _HINTS: Mapping[str, str] = {
     "OOMKilled": "the container ran out of memory; raise its memory limit or lower its usage",
     "Evicted": "the node evicted the pod under resource pressure; set resource requests or retry",
     "PreemptionByScheduler": "a higher-priority pod took its place; give the task a higher priorityClassName or retry",
+    "EvictionByEvictionAPI": "a node drain or the cluster autoscaler evicted it; a PodDisruptionBudget can hold "
+    "such evictions back",
+    "DeletionByTaintManager": "its node got a NoExecute taint (often: the node became unreachable); retry",
+    "DeletionByPodGC": "its node was removed from the cluster (scale-down or a lost spot instance); retry",
+    "TerminationByKubelet": "the node's kubelet stopped it; retry",
+    "Preempting": "the kubelet made room for a critical pod; retry",
+    "NodeShutdown": "its node shut down (a spot or preemptible instance being reclaimed, or maintenance); retry",
+    "NodeLost": "its node stopped reporting; retry",
     "DeadlineExceeded": "activeDeadlineSeconds was reached; raise it or make the work faster",
     "BackoffLimitExceeded": "every allowed retry failed; see the failing pod's exit code and logs",
 }
@@ -363,6 +380,182 @@ def _waiting_note(pod: Mapping[str, Any], *, scheduling: bool = True) -> tuple[s
 
 
 # --------------------------------------------------------------------------------------------------
+# Disruptions
+
+#: ``DisruptionTarget`` condition reasons and what each means (k8s.io/api core/v1 types.go; who
+#: writes them is recorded in tests/fixtures/real-apiserver/README.md).
+DISRUPTION_REASONS: Mapping[str, str] = {
+    "PreemptionByScheduler": "preempted by the scheduler",
+    "EvictionByEvictionAPI": "evicted through the Eviction API (a node drain, the cluster autoscaler or a user)",
+    "DeletionByTaintManager": "deleted by the taint manager: its node has a NoExecute taint it does not tolerate",
+    "DeletionByPodGC": "deleted by the pod garbage collector: its node no longer exists",
+    "TerminationByKubelet": "stopped by the kubelet",
+}
+
+#: ``status.reason`` values that mean a disruption even without the condition (clusters older than
+#: 1.26, or a kubelet that did not add it). ``Terminated`` counts only with the node-shutdown message,
+#: ``Shutdown`` is what kubelets 1.20-1.21 wrote for the same thing.
+_DISRUPTION_STATUS_REASONS = frozenset({"Evicted", "Preempting", "NodeShutdown", "NodeLost", "Shutdown"})
+_NODE_SHUTDOWN_MESSAGE = "in response to imminent node shutdown"
+_LOW_ON_RESOURCE = re.compile(r"low on resource: ([A-Za-z0-9._/-]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """A pod stopped by the cluster rather than by its own code.
+
+    :param reason: one word: the ``DisruptionTarget`` reason (``PreemptionByScheduler``,
+        ``EvictionByEvictionAPI``, ``DeletionByTaintManager``, ``DeletionByPodGC``), or for the
+        kubelet's own stops the more precise ``status.reason`` (``Evicted``, ``Preempting``,
+        ``NodeShutdown``; plain ``TerminationByKubelet`` when it gives none); without the condition
+        ``status.reason`` (``Evicted``, ``Preempting``, ``NodeShutdown``, ``NodeLost``); ``Deleted``
+        for a pod that vanished before finishing with no disruption recorded on it.
+    :param message: what happened, in the user's words ("preempted by the scheduler on node n1").
+    :param started: whether any of its containers ever started, judged from this object alone (a
+        caller that saw the pod running earlier knows better).
+    :param node: the node it was on, when known.
+    :param detail: the server's own message (condition or status message), trimmed, or ``None``.
+    """
+
+    reason: str
+    message: str
+    started: bool
+    node: str | None = None
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe form (for TriggerEvent payloads and logs); :meth:`from_dict` reverses it."""
+        return {
+            "reason": self.reason,
+            "message": self.message,
+            "started": self.started,
+            "node": self.node,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Disruption:
+        """Rebuild from :meth:`as_dict` output.
+
+        :raises ValueError: naming the field when ``reason`` is missing.
+        """
+        reason = _str(data.get("reason"))
+        if reason is None:
+            raise ValueError(
+                f"Disruption.from_dict: 'reason' must be a non-empty string, got {data.get('reason')!r}"
+            )
+        return cls(
+            reason=reason,
+            message=str(data.get("message") or reason),
+            started=data.get("started") is True,
+            node=_str(data.get("node")),
+            detail=_str(data.get("detail")),
+        )
+
+
+def _containers_started(pod: Mapping[str, Any]) -> bool:
+    """Whether any container of the pod ever started, from its status alone.
+
+    A container that never started shows ``waiting`` (ContainerCreating, PodInitializing, an image
+    pull), or, once the pod is terminal, ``terminated`` with reason ``ContainerStatusUnknown`` and no
+    ``startedAt`` (the kubelet's placeholder). Anything else (``running``, a ``terminated`` with a
+    start time, a ``lastState``, a restart, phase Running/Succeeded) means it ran.
+    """
+    status = _map(pod.get("status"))
+    if _str(status.get("phase")) in ("Running", "Succeeded"):
+        return True
+    for _kind, cs in _container_statuses(pod):
+        if cs.get("started") is True or (_int(cs.get("restartCount")) or 0) > 0:
+            return True
+        state = _map(cs.get("state"))
+        if state.get("running") is not None:
+            return True
+        terminated = _map(state.get("terminated"))
+        if terminated and (
+            _str(terminated.get("startedAt")) or _str(terminated.get("reason")) != "ContainerStatusUnknown"
+        ):
+            return True
+        if _map(_map(cs.get("lastState")).get("terminated")):
+            return True
+    return False
+
+
+def _on_node(node: str | None) -> str:
+    return f" on node {node}" if node else ""
+
+
+def _kubelet_words(status_reason: str | None, detail: str | None, node: str | None) -> tuple[str, str]:
+    """(reason, words) for a pod the kubelet stopped, refined by ``status.reason``."""
+    text = detail or ""
+    if status_reason == "Evicted":
+        found = _LOW_ON_RESOURCE.search(text)
+        if found:
+            return "Evicted", f"evicted{_on_node(node)}: the node was low on {found.group(1).rstrip('.')}"
+        return "Evicted", f"evicted by the kubelet{_on_node(node)}"
+    if status_reason == "Preempting":
+        return "Preempting", f"preempted by the kubelet{_on_node(node)} to admit a critical pod"
+    if status_reason in ("NodeShutdown", "Shutdown") or _NODE_SHUTDOWN_MESSAGE in text:
+        return "NodeShutdown", f"stopped because node {node or '(unknown)'} shut down"
+    return "TerminationByKubelet", f"stopped by the kubelet{_on_node(node)}"
+
+
+def pod_disruption(pod: Mapping[str, Any] | Any, *, deleted: bool = False) -> Disruption | None:
+    """Whether the cluster disrupted this pod, and how, in the user's words; ``None`` if it did not.
+
+    Read, in order: a ``DisruptionTarget`` condition with status ``"True"`` (set before the pod is
+    stopped, so it can show up while the pod is still Running or Pending, with a
+    ``deletionTimestamp``); ``status.reason`` ``Evicted`` / ``Preempting`` / ``NodeShutdown`` /
+    ``NodeLost`` (and ``Terminated`` with the node-shutdown message); and, with ``deleted=True``, a pod
+    that vanished before reaching a terminal phase (reason ``Deleted``: someone else deleted it, or
+    its node went away). A pod that finished on its own (Succeeded, or Failed with no disruption
+    sign) is not disrupted.
+
+    :param pod: the Pod as API JSON or a ``kubernetes`` / ``kubernetes_asyncio`` ``V1Pod``.
+    :param deleted: this is the last state we will see of the pod (DELETED event or tombstone).
+    :raises TypeError: when ``pod`` is neither a mapping nor a client model.
+    """
+    obj = to_dict(pod)
+    status = _map(obj.get("status"))
+    phase = _str(status.get("phase"))
+    node = _str(_map(obj.get("spec")).get("nodeName"))
+    started = _containers_started(obj)
+    status_reason = _str(status.get("reason"))
+    status_message = _quote(_str(status.get("message")))
+    condition = _true_condition(status, ("DisruptionTarget",))
+    if phase == "Succeeded":
+        return None  # it finished its work; whatever happened next does not matter
+    if condition is not None:
+        cond_reason = _str(condition.get("reason")) or "DisruptionTarget"
+        detail = _quote(_str(condition.get("message"))) or status_message
+        if cond_reason == "TerminationByKubelet":
+            reason, words = _kubelet_words(status_reason, status_message or detail, node)
+        elif cond_reason == "PreemptionByScheduler":
+            reason, words = (
+                cond_reason,
+                f"preempted by the scheduler{_on_node(node)} to make room for a higher-priority pod",
+            )
+        elif cond_reason in DISRUPTION_REASONS:
+            reason, words = cond_reason, DISRUPTION_REASONS[cond_reason] + _on_node(node)
+        else:
+            reason, words = cond_reason, f"disrupted ({cond_reason}){_on_node(node)}"
+        return Disruption(reason, words, started, node, detail)
+    if status_reason in _DISRUPTION_STATUS_REASONS or (
+        status_reason == "Terminated" and _NODE_SHUTDOWN_MESSAGE in (status_message or "")
+    ):
+        if status_reason == "NodeLost":
+            words = f"lost: node {node or '(unknown)'} stopped reporting"
+            return Disruption("NodeLost", words, started, node, status_message)
+        reason, words = _kubelet_words(status_reason, status_message, node)
+        return Disruption(reason, words, started, node, status_message)
+    if deleted and phase != "Failed":
+        words = "deleted before it finished, by someone else or with its node" + (
+            f" (it was on node {node})" if node else ""
+        )
+        return Disruption("Deleted", words, started, node, None)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
 # Pods
 
 
@@ -385,6 +578,23 @@ def classify_pod(
     obj = to_dict(pod)
     state = _classify_live_pod(obj, fatal_waiting_reasons)
     if deleted and not state.terminal:
+        disruption = pod_disruption(obj, deleted=True)
+        if disruption is not None and disruption.reason != "Deleted":
+            # Deleted by whoever disrupted it (the Eviction API, the taint manager, the pod GC):
+            # name the disruption rather than a bare deletion.
+            problem = _first_failed_container(obj)
+            text = f"Pod '{_display_name(obj)}' was deleted while {state.phase}: {disruption.message}"
+            if disruption.detail:
+                text += f" ({disruption.detail.rstrip(' .')})"
+            if problem is not None:
+                text += f"; {problem.describe()}"
+            return ObjectState(
+                "failed",
+                True,
+                disruption.reason,
+                _with_hint(text, disruption.reason),
+                exit_code=problem.exit_code if problem else None,
+            )
         return _deleted_state("Pod", obj, _first_failed_container(obj), was=state.phase)
     return state
 
@@ -402,14 +612,15 @@ def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection
         problem = _first_failed_container(pod)
         pod_reason = _str(status.get("reason"))  # Evicted, DeadlineExceeded, NodeLost, Shutdown, ...
         pod_message = _quote(_str(status.get("message")))
-        if pod_reason is None:
-            # Since 1.26 a pod killed by a disruption (preemption, taint eviction, the eviction API,
-            # kubelet shutdown) carries a DisruptionTarget condition saying so; its container only
-            # shows the resulting 137.
-            disruption = _true_condition(status, ("DisruptionTarget",))
-            if disruption is not None:
-                pod_reason = _str(disruption.get("reason")) or "DisruptionTarget"
-                pod_message = pod_message or _quote(_str(disruption.get("message")))
+        # Since 1.26 a pod killed by a disruption (preemption, taint eviction, the eviction API,
+        # kubelet shutdown) carries a DisruptionTarget condition saying so; its container only shows
+        # the resulting 137. Name the disruption in the user's words, then the server's message.
+        disruption = pod_disruption(pod)
+        if disruption is not None:
+            pod_reason = disruption.reason
+            pod_message = disruption.message + (
+                f" ({disruption.detail.rstrip(' .')})" if disruption.detail else ""
+            )
         reason = pod_reason or (problem.reason if problem else None) or "Failed"
         text = f"Pod '{name}' failed"
         if pod_reason:
@@ -458,31 +669,6 @@ def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection
     waiting_reason, note = _waiting_note(pod)
     text = f"Pod '{name}' is pending{deleting}"
     return ObjectState("pending", False, waiting_reason, _sentence(f"{text}: {note}" if note else text))
-
-
-#: ``status.reason`` values with which the kubelet or the node lifecycle says the cluster, not the pod's
-#: own work, ended a pod (node-pressure eviction, critical-pod preemption, node shutdown, node loss).
-DISRUPTION_POD_REASONS: frozenset[str] = frozenset({"Evicted", "Preempting", "NodeShutdown", "NodeLost"})
-
-
-def pod_disruption(pod: Mapping[str, Any] | Any) -> tuple[str, str | None, str | None] | None:
-    """Whether the cluster disrupted this pod: ``(reason, message, node name)``, else None.
-
-    A disruption ``status.reason`` (:data:`DISRUPTION_POD_REASONS`) first, else a True ``DisruptionTarget``
-    condition (Kubernetes 1.26+: ``PreemptionByScheduler``, ``EvictionByEvictionAPI``,
-    ``DeletionByTaintManager``, ``DeletionByPodGC``, ``TerminationByKubelet``), which is set before the
-    pod is deleted, so it is also on the last state of a pod that vanished. Says nothing of the pod's phase.
-    """
-    obj = to_dict(pod)
-    status = _map(obj.get("status"))
-    node = _str(_map(obj.get("spec")).get("nodeName"))
-    reason = _str(status.get("reason"))
-    if reason in DISRUPTION_POD_REASONS:
-        return reason, _str(status.get("message")), node
-    condition = _true_condition(status, ("DisruptionTarget",))
-    if condition is not None:
-        return _str(condition.get("reason")) or "DisruptionTarget", _str(condition.get("message")), node
-    return None
 
 
 def _deleted_state(

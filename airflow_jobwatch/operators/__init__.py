@@ -1,4 +1,4 @@
-"""Operators: :class:`KubernetesJobOperator`.
+"""Operators: :class:`KubernetesJobOperator`, :class:`KubernetesStartKueueJobOperator`.
 
 ``from airflow_jobwatch.operators import KubernetesJobOperator`` works; the import is lazy so that
 importing the package does not load the cncf.kubernetes provider until it is needed.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KubernetesJobOperator"]
+__all__ = ["KubernetesJobOperator", "KubernetesStartKueueJobOperator"]
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +16,8 @@ def __getattr__(name: str) -> Any:
         from airflow_jobwatch.operators.job import KubernetesJobOperator
 
         return KubernetesJobOperator
+    if name == "KubernetesStartKueueJobOperator":
+        from airflow_jobwatch.operators.kueue import KubernetesStartKueueJobOperator
+
+        return KubernetesStartKueueJobOperator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

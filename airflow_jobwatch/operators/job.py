@@ -55,6 +55,7 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
+from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
     OUTCOME_FAILED,
@@ -278,6 +279,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     :param api_failure_tolerance: seconds the API may stay unreachable before the wait ends in error.
     :param xcom_path: where the container writes its XCom result (default ``/airflow/xcom/return.json``,
         as with KubernetesPodOperator).
+    :param disruption_retries: ours. Disruptions of the Job's pods (preemption, eviction, node shutdown)
+        to tolerate without spending ``backoff_limit``: the Job gets a ``podFailurePolicy`` rule
+        ``Ignore`` on ``DisruptionTarget`` (and ``restartPolicy: Never``, which such a policy needs), so
+        the Job controller replaces a disrupted pod for free, and the wait fails once the pods were
+        disrupted more than this many times (deleting the Job as ``on_kill`` would). Default None:
+        upstream's Job spec, unchanged.
     """
 
     template_fields: Sequence[str] = tuple(_UpstreamKubernetesJobOperator.template_fields)
@@ -379,6 +386,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         fatal_waiting_reasons: Collection[str] | None = None,
         api_failure_tolerance: float | None = None,
         xcom_path: str = XCOM_RETURN_PATH,
+        disruption_retries: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -497,6 +505,15 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         if not xcom_path.startswith("/"):
             raise ValueError(f"xcom_path must be an absolute path in the container, got {xcom_path!r}")
         self.xcom_path = xcom_path
+        if disruption_retries is not None and (
+            not isinstance(disruption_retries, int)
+            or isinstance(disruption_retries, bool)
+            or disruption_retries < 0
+        ):
+            raise ValueError(
+                f"disruption_retries must be an int >= 0 (disruptions tolerated) or None, got {disruption_retries!r}"
+            )
+        self.disruption_retries = disruption_retries
         #: What the in-worker wait's log followers did: the requested containers of each pod they saw,
         #: and the (pod, container) logs they streamed. Empty when the task deferred or logs are off.
         self._logs_wanted: dict[str, list[str]] = {}
@@ -529,6 +546,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 )
             base.termination_message_path = self.xcom_path
             base.termination_message_policy = "File"
+        if self.disruption_retries is not None:
+            try:
+                add_disruption_rule(job)
+            except ValueError as e:
+                raise AirflowException(str(e)) from None
         return job
 
     # -- Kubernetes calls --------------------------------------------------------------------------------
@@ -634,6 +656,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             on_kill_propagation_policy=self.on_kill_propagation_policy,
             termination_grace_period=self.termination_grace_period,
             delete_pods_on_kill=self.on_kill_action == OnKillAction.DELETE_POD,
+            disruption_retries=self.disruption_retries,
         )
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:

@@ -16,7 +16,10 @@ job-failure-backoff1.json), because clients that read Jobs must cope with exactl
 
 Also: ``parallelism``/``completions`` (NonIndexed), ``backoffLimit``, ``activeDeadlineSeconds``
 (FailureTarget/Failed with DeadlineExceeded, active pods deleted), ``suspend`` (Suspended condition,
-"False" with JobResumed on resume), ``ttlSecondsAfterFinished`` (the Job and its pods deleted, with
+"False" with JobResumed on resume), ``podFailurePolicy`` (``Ignore`` / ``FailJob`` / ``Count`` rules on
+exit codes and pod conditions such as ``DisruptionTarget``; an ignored pod is replaced without counting
+against ``backoffLimit``), pod creates refused by the API (a quota's 403: a ``FailedCreate`` event and a
+retry with back-off), ``ttlSecondsAfterFinished`` (the Job and its pods deleted, with
 Foreground propagation like the TTL-after-finished controller), pods that vanish without a terminal
 phase (counted as failed, like a tracked pod deleted by node loss).
 """
@@ -73,6 +76,47 @@ def _has_condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def pod_failure_rule(spec: dict[str, Any], pod: dict[str, Any]) -> tuple[str, str] | None:
+    """The first ``podFailurePolicy`` rule a failed pod matches: (action, message), or None.
+
+    Like pkg/controller/job/pod_failure_policy.go: ``onExitCodes`` looks at terminated containers
+    with a non-zero exit code (optionally one ``containerName``), ``onPodConditions`` at the pod's
+    conditions (``status`` defaults to "True"); the messages are the controller's.
+    """
+    meta = pod["metadata"]
+    who = f"{meta.get('namespace', '')}/{meta['name']}"
+    status = pod.get("status") or {}
+    for index, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules") or []):
+        action = str(rule.get("action", ""))
+        on_codes = rule.get("onExitCodes")
+        if isinstance(on_codes, dict):
+            values = set(on_codes.get("values") or [])
+            wanted = on_codes.get("containerName")
+            for cs in [
+                *(status.get("initContainerStatuses") or []),
+                *(status.get("containerStatuses") or []),
+            ]:
+                if wanted and cs.get("name") != wanted:
+                    continue
+                code = ((cs.get("state") or {}).get("terminated") or {}).get("exitCode")
+                if not isinstance(code, int) or code == 0:
+                    continue
+                if (on_codes.get("operator") == "In") == (code in values):
+                    return action, (
+                        f"Container {cs.get('name')} for pod {who} failed with exit code {code} "
+                        f"matching {action} rule at index {index}"
+                    )
+        for pattern in rule.get("onPodConditions") or []:
+            for condition in status.get("conditions") or []:
+                if condition.get("type") == pattern.get("type") and condition.get("status") == pattern.get(
+                    "status", "True"
+                ):
+                    return action, (
+                        f"Pod {who} has condition {pattern.get('type')} matching {action} rule at index {index}"
+                    )
+    return None
+
+
 def _ordered_status(fields: dict[str, Any]) -> dict[str, Any]:
     """Job status with the real server's key order and omitempty rules (0 counters are omitted,
     ``terminating``/``ready`` always present)."""
@@ -100,6 +144,8 @@ class JobController:
         self._lost: dict[str, set[str]] = {}
         # Earliest time the next pod of a job may be created (failure back-off), per job uid.
         self._not_before: dict[str, float] = {}
+        # Back-off of the next create after the API refused one (e.g. a quota's 403), per job uid.
+        self._create_backoff: dict[str, float] = {}
         self._stopped = False
 
     def start(self) -> None:
@@ -123,6 +169,8 @@ class JobController:
             if event.type == "DELETED":
                 self._lost.pop(meta.get("uid", ""), None)
                 self._not_before.pop(meta.get("uid", ""), None)
+                self._not_before.pop("create:" + meta.get("uid", ""), None)
+                self._create_backoff.pop(meta.get("uid", ""), None)
                 return
             self._mark(ns, meta["name"])
         elif event.resource == "pods":
@@ -294,6 +342,7 @@ class JobController:
         uncounted = fields.get("uncountedTerminatedPods") or {}
         unc_succeeded = list(uncounted.get("succeeded") or [])
         unc_failed = list(uncounted.get("failed") or [])
+        policy_failure: dict[str, Any] | None = None
         for pod in tracked:
             phase = pod.get("status", {}).get("phase")
             puid = pod["metadata"]["uid"]
@@ -305,6 +354,13 @@ class JobController:
                     # does not count pods it removed for suspension against backoffLimit).
                     self._remove_finalizer(pod)
                     continue
+                rule = pod_failure_rule(spec, pod)
+                if rule is not None and rule[0] == "Ignore":
+                    # Not counted against backoffLimit and no back-off: the pod is replaced.
+                    self._remove_finalizer(pod)
+                    continue
+                if rule is not None and rule[0] == "FailJob" and policy_failure is None:
+                    policy_failure = _condition("FailureTarget", "True", "PodFailurePolicy", rule[1])
                 unc_failed.append(puid)
         for puid in sorted(self._lost.pop(uid, set())):
             if puid not in unc_failed and puid not in unc_succeeded:
@@ -346,7 +402,9 @@ class JobController:
                 if on_failure
                 else 0
             )
-            if failed_total > backoff_limit or (on_failure and restarts and restarts >= backoff_limit):
+            if policy_failure is not None:
+                failure = policy_failure
+            elif failed_total > backoff_limit or (on_failure and restarts and restarts >= backoff_limit):
                 failure = _condition(
                     "FailureTarget",
                     "True",
@@ -481,6 +539,8 @@ class JobController:
 
     def _create_pod(self, job: dict[str, Any]) -> bool:
         meta = job["metadata"]
+        if time.time() < self._not_before.get("create:" + meta["uid"], 0.0):
+            return False  # a refused create is retried by its timer
         template = clone(job["spec"].get("template") or {})
         tmeta = template.get("metadata") or {}
         name = meta["name"]
@@ -505,10 +565,17 @@ class JobController:
             try:
                 created = self.sb.api.create("pods", meta.get("namespace", ""), clone(pod))
                 self._event(job, "SuccessfulCreate", f"Created pod: {created.obj['metadata']['name']}")
+                self._create_backoff.pop(meta["uid"], None)
                 return True
             except ApiError as err:
                 if err.code != 409:
-                    log.warning("sandbox job controller: cannot create a pod for %s: %s", name, err.message)
+                    # The real controller records FailedCreate and requeues the Job with back-off.
+                    log.info("sandbox job controller: cannot create a pod for %s: %s", name, err.message)
+                    self._event(job, "FailedCreate", f"Error creating: {err.message}", warning=True)
+                    delay = min(self._create_backoff.get(meta["uid"], BACKOFF_INITIAL / 2) * 2, BACKOFF_MAX)
+                    self._create_backoff[meta["uid"]] = delay
+                    self._not_before["create:" + meta["uid"]] = time.time() + delay
+                    self._timer("create", meta.get("namespace", ""), name, delay)
                     return False
                 pod_meta["name"] = f"{name}-{random_suffix()}"
         return False

@@ -65,6 +65,27 @@ FALLBACK_LOG_BYTES = 2048
 # normalizeStatus: Message[:bytesPerStatus]).
 POD_TERMINATION_MESSAGE_MAX_BYTES = 12 * 1024
 EVICTION_MESSAGE = "The node was low on resource: memory."
+# The kubelet's own stops (status.reason, status.message, DisruptionTarget message or None):
+# eviction under node pressure (pkg/kubelet/eviction/eviction_manager.go evictPod),
+# graceful node shutdown (pkg/kubelet/nodeshutdown/nodeshutdown_manager_linux.go: "Terminated" for a
+# pod it killed; "NodeShutdown" for one it refused to admit, with no condition), and preemption of a
+# pod to admit a critical one (pkg/kubelet/preemption/preemption.go).
+KUBELET_EVICTION = ("Evicted", EVICTION_MESSAGE, EVICTION_MESSAGE)
+KUBELET_NODE_SHUTDOWN = (
+    "Terminated",
+    "Pod was terminated in response to imminent node shutdown.",
+    "Pod was terminated in response to imminent node shutdown.",
+)
+KUBELET_NODE_SHUTDOWN_REJECTED = (
+    "NodeShutdown",
+    "Pod was rejected: Pod was rejected as the node is shutting down.",
+    None,
+)
+KUBELET_PREEMPTION = (
+    "Preempting",
+    "Preempted in order to admit critical pod",
+    "Pod was preempted by Kubelet to accommodate a critical pod.",
+)
 # How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
 REAP_TIMEOUT_SECONDS = 5.0
 
@@ -139,6 +160,8 @@ class PodRuntime:
     start_time: str = ""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # deletion/deadline/eviction
     stop_reason: str = ""  # "", "deleted", "deadline", "evicted", "killed"
+    # With stop_reason "evicted": (status.reason, status.message, DisruptionTarget message or None).
+    kubelet_stop: tuple[str, str, str | None] = KUBELET_EVICTION
     task: asyncio.Task[None] | None = None
     phase: str = "Pending"
     init_containers: list[ContainerRuntime] = field(default_factory=list)
@@ -359,9 +382,13 @@ class Kubelet:
             ]
         if "DisruptionTarget" in previous_conditions:
             conditions.append(previous_conditions["DisruptionTarget"])
-        if rt.stop_reason == "evicted" and "DisruptionTarget" not in previous_conditions:
+        if (
+            rt.stop_reason == "evicted"
+            and rt.kubelet_stop[2] is not None
+            and "DisruptionTarget" not in previous_conditions
+        ):
             conditions.append(
-                self._condition("DisruptionTarget", "True", "TerminationByKubelet", EVICTION_MESSAGE)
+                self._condition("DisruptionTarget", "True", "TerminationByKubelet", rt.kubelet_stop[2])
             )
         out: dict[str, Any] = {"phase": phase, "conditions": conditions}
         if reason:
@@ -553,7 +580,7 @@ class Kubelet:
                 message="Pod was active on the node longer than the specified deadline",
             )
         elif rt.stop_reason == "evicted":
-            self._publish(rt, reason="Evicted", message=EVICTION_MESSAGE)
+            self._publish(rt, reason=rt.kubelet_stop[0], message=rt.kubelet_stop[1])
         else:
             self._publish(rt)
         pod = self._current(rt)
@@ -839,16 +866,36 @@ class Kubelet:
         )
 
     def evict(self, namespace: str, name: str) -> None:
+        """Evict under memory pressure: Failed, reason Evicted, DisruptionTarget TerminationByKubelet."""
+        self.stop_pod(namespace, name, KUBELET_EVICTION, event_reason="Evicted")
+
+    def stop_pod(
+        self,
+        namespace: str,
+        name: str,
+        how: tuple[str, str, str | None],
+        *,
+        event_reason: str,
+        before_start: tuple[str, str, str | None] | None = None,
+    ) -> str:
+        """Stop a pod the way the kubelet does on its own (eviction, node shutdown, preemption):
+        SIGKILL its containers and report phase Failed with ``how`` = (status.reason, status.message,
+        DisruptionTarget message or None). ``before_start``, when given, is used instead for a pod none
+        of whose containers started yet. Returns the status.reason reported."""
         entry = self.sb.store.get("pods", namespace, name)
         if entry is None:
             raise LookupError(f"pod {namespace}/{name} not found")
         rt = self.pods.get(entry.obj["metadata"]["uid"])
         if rt is None or rt.task is None or rt.task.done():
             raise RuntimeError(f"pod {namespace}/{name} is not running on the sandbox node")
+        if before_start is not None and not any(c.started or c.launched for c in rt.all_containers()):
+            how = before_start
+        rt.kubelet_stop = how
         rt.stop_reason = "evicted"
         rt.stopping.set()
         self._kill(rt, signal.SIGKILL)
-        self._event(rt, "Evicted", EVICTION_MESSAGE, warning=True)
+        self._event(rt, event_reason, how[1], warning=True)
+        return how[0]
 
     def kill_silently(self, namespace: str, name: str) -> None:
         entry = self.sb.store.get("pods", namespace, name)

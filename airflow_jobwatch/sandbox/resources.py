@@ -225,6 +225,19 @@ def prepare_job(job: dict[str, Any]) -> None:
     if causes:
         raise invalid("jobs", name, causes)
     assert isinstance(pod_spec, dict)  # _pod_spec_causes reported it otherwise
+    if spec.get("podFailurePolicy") is not None and pod_spec.get("restartPolicy") != "Never":
+        # pkg/apis/batch/validation: a pod failure policy needs pods that fail for good.
+        raise invalid(
+            "jobs",
+            name,
+            [
+                (
+                    "FieldValueNotSupported",
+                    "spec.template.spec.restartPolicy",
+                    f'Unsupported value: "{pod_spec.get("restartPolicy")}": supported values: "Never"',
+                )
+            ],
+        )
     for key in (
         "parallelism",
         "completions",

@@ -135,6 +135,11 @@ class Sandbox:
         self.admin = AdminHandler(self)
         self.kubelet: Any = None
         self.job_controller: Any = None
+        from .disruption import PodQuota
+        from .kueue import Kueue
+
+        self.pod_quota = PodQuota(self)
+        self.kueue = Kueue(self)
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
         self._outage_task: asyncio.Task[None] | None = None
@@ -193,6 +198,7 @@ class Sandbox:
             self._sa_rotate_task.cancel()
         if self.job_controller is not None:
             await self.job_controller.stop()
+        self.kueue.stop()
         if self.kubelet is not None:
             await self.kubelet.stop()
         for watcher in self.store.all_watchers():
@@ -552,6 +558,99 @@ class Sandbox:
         if self.kubelet is not None:
             self.kubelet.kill_silently(namespace, name)
         return self.api.remove_now("pods", namespace, name)
+
+    # ---- capacity and disruptions (see disruption.py, kueue.py and docs/sandbox.md) --------------
+    def admit_create(self, resource: str, obj: dict[str, Any]) -> None:
+        """Admission on create, after validation and defaulting: Kueue's webhook suspends a queued
+        Job; the ResourceQuota plugin refuses a pod over the namespace's quota."""
+        if resource == "jobs":
+            self.kueue.mutate(obj)
+        elif resource == "pods":
+            self.pod_quota.admit(obj)
+
+    def preempt_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """The scheduler preempts the pod (running or pending): DisruptionTarget PreemptionByScheduler,
+        then a graceful delete (``grace_seconds``, default the pod's terminationGracePeriodSeconds)."""
+        from .disruption import preempt
+
+        preempt(self, namespace, name, grace_seconds=grace_seconds)
+
+    def api_evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> dict[str, Any]:
+        """What ``POST pods/NAME/eviction`` does (a drain, the cluster autoscaler): DisruptionTarget
+        EvictionByEvictionAPI, then a graceful delete."""
+        from .disruption import evict_through_api
+
+        body = None if grace_seconds is None else {"deleteOptions": {"gracePeriodSeconds": grace_seconds}}
+        return evict_through_api(self, namespace, name, body)
+
+    def taint_evict_pod(self, namespace: str, name: str) -> None:
+        """The taint manager deletes the pod (its node got a NoExecute taint): DisruptionTarget
+        DeletionByTaintManager, then a graceful delete."""
+        from .disruption import taint_evict
+
+        taint_evict(self, namespace, name)
+
+    def kubelet_preempt_pod(self, namespace: str, name: str) -> None:
+        """The kubelet preempts the pod to admit a critical pod: Failed, reason Preempting."""
+        from .kubelet import KUBELET_PREEMPTION
+
+        if self.kubelet is None:
+            raise RuntimeError("kubelet_preempt_pod needs the kubelet (Sandbox(kubelet=True))")
+        self.kubelet.stop_pod(namespace, name, KUBELET_PREEMPTION, event_reason="Preempting")
+
+    def shutdown_node(self, namespace: str | None = None, name: str | None = None) -> int:
+        """Graceful node shutdown: every pod on the node (or only ``namespace``/``name``, as if it were
+        alone there) is stopped; one that started reports Failed, reason Terminated, with
+        DisruptionTarget TerminationByKubelet; one that had not started is refused, reason
+        NodeShutdown. The pods are not deleted (the node comes back). Returns the count stopped."""
+        from .kubelet import KUBELET_NODE_SHUTDOWN, KUBELET_NODE_SHUTDOWN_REJECTED
+
+        if self.kubelet is None:
+            raise RuntimeError("shutdown_node needs the kubelet (Sandbox(kubelet=True))")
+        stopped = 0
+        for entry in list(self.store.iter("pods", namespace)):
+            meta = entry.obj["metadata"]
+            if name is not None and meta["name"] != name:
+                continue
+            try:
+                self.kubelet.stop_pod(
+                    meta.get("namespace", ""),
+                    meta["name"],
+                    KUBELET_NODE_SHUTDOWN,
+                    event_reason="NodeShutdown",
+                    before_start=KUBELET_NODE_SHUTDOWN_REJECTED,
+                )
+            except RuntimeError:
+                continue  # finished already, or not run by this kubelet
+            stopped += 1
+        if name is not None and not stopped:
+            raise LookupError(f"pod {namespace}/{name} is not running on the sandbox node")
+        return stopped
+
+    def set_pod_quota(self, namespace: str, pods: int | None, name: str = "pod-quota") -> None:
+        """A ResourceQuota ``name`` with ``spec.hard.pods`` in ``namespace`` (None removes it): a pod
+        create over it gets the real 403 "exceeded quota" answer."""
+        if self.store.get("namespaces", "", namespace) is None:
+            raise LookupError(f"namespace {namespace} not found")
+        self.pod_quota.set(namespace, pods, name=name)
+
+    def pod_quota_usage(self, namespace: str) -> dict[str, Any] | None:
+        """The namespace's pod quota with its ``status.used`` (None when there is none)."""
+        return self.pod_quota.usage(namespace)
+
+    def set_kueue(self, capacity: int | None, cluster_queue: str = "cluster-queue") -> None:
+        """Run a minimal Kueue with ``capacity`` admitted Jobs at a time (None: off). Jobs labelled
+        ``kueue.x-k8s.io/queue-name`` are suspended on create and admitted first come, first served."""
+        self.kueue.configure(capacity, cluster_queue=cluster_queue)
+
+    def kueue_preempt(self, namespace: str, name: str, hold_seconds: float = 0.0) -> None:
+        """Kueue preempts an admitted Job: suspended again, re-admitted when a slot frees, not before
+        ``hold_seconds``."""
+        self.kueue.preempt(namespace, name, hold_seconds=hold_seconds)
+
+    def kueue_state(self) -> dict[str, Any]:
+        """Capacity, admitted Jobs and admission counts of the sandbox Kueue."""
+        return self.kueue.state()
 
     # ---- kubelet log endpoint --------------------------------------------------------------------
     async def kubelet_logs(self, request: web.BaseRequest, ns: str, name: str) -> web.StreamResponse:

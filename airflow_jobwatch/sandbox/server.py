@@ -53,7 +53,7 @@ _PATH = re.compile(
     r"(?:/namespaces/(?P<ns>[^/]+)(?=/(?:pods|jobs|events)(?:/|$)))?"
     r"/(?P<resource>pods|jobs|namespaces|events)"
     r"(?:/(?P<name>[^/]+))?"
-    r"(?:/(?P<sub>status|log))?/?$"
+    r"(?:/(?P<sub>status|log|eviction))?/?$"
 )
 
 
@@ -65,6 +65,8 @@ def _verb(method: str, name: str | None, sub: str | None, query: Any) -> str:
         return "get"
     if name is None:
         verb = {"POST": "create", "DELETE": "deletecollection"}.get(method)
+    elif sub == "eviction":
+        verb = "create" if method == "POST" else None  # pods/eviction is create-only
     elif sub == "log":
         verb = None  # logs are read-only
     else:
@@ -174,7 +176,7 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             raise ApiError(404, "the server could not find the requested resource", details={})
         if resource != "namespaces" and name is not None and ns is None:
             raise ApiError(404, "the server could not find the requested resource", details={})
-        if (sub == "log" and resource != "pods") or (sub == "status" and resource == "events"):
+        if (sub in ("log", "eviction") and resource != "pods") or (sub == "status" and resource == "events"):
             raise ApiError(404, "the server could not find the requested resource", details={})
         query = request.query
         verb = _verb(request.method, name, sub, query)
@@ -187,6 +189,13 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             assert ns is not None and name is not None
             logs: web.StreamResponse = await self.sb.kubelet_logs(request, ns, name)
             return logs
+        if sub == "eviction":
+            assert ns is not None and name is not None
+            from .disruption import evict_through_api
+
+            raw = await request.read()
+            eviction = await self._body(request) if raw.strip() else None
+            return _json_response(evict_through_api(self.sb, ns, name, eviction), 201)
         if verb == "list":
             return self._list(
                 resource, ns, query, as_table=tables.wants_table(request.headers.get("Accept", ""))

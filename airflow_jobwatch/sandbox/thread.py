@@ -231,6 +231,43 @@ class SandboxThread:
     def evict_pod(self, namespace: str, name: str) -> None:
         self._call(lambda sb: sb.evict_pod(namespace, name))
 
+    def preempt_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """See :meth:`Sandbox.preempt_pod`."""
+        self._call(lambda sb: sb.preempt_pod(namespace, name, grace_seconds))
+
+    def api_evict_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> dict[str, Any]:
+        """See :meth:`Sandbox.api_evict_pod`."""
+        return dict(self._call(lambda sb: sb.api_evict_pod(namespace, name, grace_seconds)))
+
+    def taint_evict_pod(self, namespace: str, name: str) -> None:
+        self._call(lambda sb: sb.taint_evict_pod(namespace, name))
+
+    def kubelet_preempt_pod(self, namespace: str, name: str) -> None:
+        self._call(lambda sb: sb.kubelet_preempt_pod(namespace, name))
+
+    def shutdown_node(self, namespace: str | None = None, name: str | None = None) -> int:
+        """See :meth:`Sandbox.shutdown_node`."""
+        return int(self._call(lambda sb: sb.shutdown_node(namespace, name)))
+
+    def set_pod_quota(self, namespace: str, pods: int | None, name: str = "pod-quota") -> None:
+        """See :meth:`Sandbox.set_pod_quota`."""
+        self._call(lambda sb: sb.set_pod_quota(namespace, pods, name))
+
+    def pod_quota_usage(self, namespace: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call(lambda sb: sb.pod_quota_usage(namespace))
+        return result
+
+    def set_kueue(self, capacity: int | None, cluster_queue: str = "cluster-queue") -> None:
+        """See :meth:`Sandbox.set_kueue`."""
+        self._call(lambda sb: sb.set_kueue(capacity, cluster_queue))
+
+    def kueue_preempt(self, namespace: str, name: str, hold_seconds: float = 0.0) -> None:
+        """See :meth:`Sandbox.kueue_preempt`."""
+        self._call(lambda sb: sb.kueue_preempt(namespace, name, hold_seconds))
+
+    def kueue_state(self) -> dict[str, Any]:
+        return dict(self._call(lambda sb: sb.kueue_state()))
+
     def lose_node(self) -> int:
         return int(self._call(lambda sb: sb.lose_node()))
 

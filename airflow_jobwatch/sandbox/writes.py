@@ -110,6 +110,7 @@ class WritesMixin:
         meta = obj["metadata"]
         if self.store.get(resource, meta.get("namespace", ""), meta["name"]) is not None:
             raise already_exists(resource, meta["name"])
+        self.sb.admit_create(resource, obj)  # admission plugins and webhooks (quota, Kueue)
         return self.store.commit(resource, "ADDED", obj)
 
     def update(

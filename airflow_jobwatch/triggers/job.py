@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import random
 import time
@@ -49,6 +50,7 @@ from airflow_jobwatch.kube.states import (
     classify_pod,
     pod_summary,
 )
+from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
 from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 
 __all__ = ["JobTrigger", "informer_config_from_airflow"]
@@ -169,7 +171,14 @@ class JobTrigger(BaseTrigger):
     * ``reason``: a short word (``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``,
       ``ErrImagePull``, ``Deleted``, ``Timeout``, ``ApiUnreachable``...);
     * ``uid``: the Job's uid;
-    * ``pods``: one ``{"name", "phase", "exit_code", "reason"}`` per pod.
+    * ``pods``: one ``{"name", "phase", "exit_code", "reason"}`` per pod;
+    * ``disruptions``: one ``{"pod", "reason", "message", "started", "node", "detail"}`` per pod of the
+      Job the cluster disrupted during the wait (preempted, evicted, node shutdown, ...), oldest first
+      (see :mod:`airflow_jobwatch.triggers.notes`).
+
+    A suspended Job (not yet admitted by Kueue, or preempted by it and suspended again) keeps the
+    trigger waiting, and so does a Job whose pods the API refuses (a quota's 403): neither is a
+    failure; the task log says what happens, once per change.
 
     :param job_name: name of the Job.
     :param namespace: namespace of the Job.
@@ -202,6 +211,10 @@ class JobTrigger(BaseTrigger):
         (None: the server's default).
     :param delete_pods_on_kill: ``on_kill`` also deletes the Job's pods itself (upstream's
         ``on_kill_action="delete_pod"``); matters with ``Orphan``, which leaves them otherwise.
+    :param disruption_retries: how many disruptions of the Job's pods the wait tolerates (the operator's
+        ``podFailurePolicy`` keeps them from counting against ``backoffLimit``); one more ends the wait
+        ``failed`` with reason ``DisruptionRetriesExceeded``, naming each, and deletes the Job with
+        ``on_kill_propagation_policy`` and ``termination_grace_period``. None: no bound.
     """
 
     def __init__(
@@ -224,8 +237,15 @@ class JobTrigger(BaseTrigger):
         on_kill_propagation_policy: str = "Foreground",
         termination_grace_period: int | None = None,
         delete_pods_on_kill: bool = False,
+        disruption_retries: int | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        if disruption_retries is not None and (
+            not isinstance(disruption_retries, int)
+            or isinstance(disruption_retries, bool)
+            or disruption_retries < 0
+        ):
+            raise ValueError(f"disruption_retries must be an int >= 0 or None, got {disruption_retries!r}")
         if not job_name:
             raise ValueError("JobTrigger needs the Job's name (job_name), got an empty value")
         if not namespace:
@@ -263,6 +283,20 @@ class JobTrigger(BaseTrigger):
         self.on_kill_propagation_policy = on_kill_propagation_policy
         self.termination_grace_period = termination_grace_period
         self.delete_pods_on_kill = delete_pods_on_kill
+        self.disruption_retries = disruption_retries
+        self._notes: WaitNotes | None = None
+
+    @property
+    def notes(self) -> WaitNotes:
+        """What this wait noticed so far (disruptions, suspensions, refused pods)."""
+        if self._notes is None:
+            self._notes = WaitNotes(
+                log=self.log,
+                namespace=self.namespace,
+                job_name=self.job_name,
+                disruption_retries=self.disruption_retries,
+            )
+        return self._notes
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -285,6 +319,7 @@ class JobTrigger(BaseTrigger):
                 "on_kill_propagation_policy": self.on_kill_propagation_policy,
                 "termination_grace_period": self.termination_grace_period,
                 "delete_pods_on_kill": self.delete_pods_on_kill,
+                "disruption_retries": self.disruption_retries,
             },
         )
 
@@ -383,6 +418,7 @@ class JobTrigger(BaseTrigger):
             "reason": reason,
             "uid": _uid(job) or self.job_uid,
             "pods": [pod_summary(p) for p in ordered],
+            "disruptions": self.notes.disruption_list(),
         }
 
     def _xcom_results(self, pods: list[dict[str, Any]]) -> list[str]:
@@ -415,6 +451,7 @@ class JobTrigger(BaseTrigger):
         job = self._ours(watch.job(self.job_name))
         if job is not None:
             pods = watch.pods_of(_uid(job))
+            self.notes.observe(job, pods, watch.api_client)  # disruptions, Kueue, refused pods: logged once
             return self._payload_from_state(job, pods, deleted=False)
         tomb = watch.tombstone(self.job_name)
         if tomb is not None and self._ours(tomb[0]) is not None:
@@ -426,6 +463,15 @@ class JobTrigger(BaseTrigger):
     ) -> dict[str, Any] | None:
         state = classify_job(job, pods, deleted=deleted, fatal_waiting_reasons=self._fatal_reasons)
         if not state.terminal:
+            if not deleted and self.notes.exceeded():
+                metrics.job_detected(job, status=OUTCOME_FAILED)
+                return self._payload(
+                    OUTCOME_FAILED,
+                    REASON_DISRUPTION_RETRIES,
+                    self.notes.exceeded_message(),
+                    job=job,
+                    pods=pods,
+                )
             return None
         if state.phase == "succeeded":
             outcome = OUTCOME_SUCCESS
@@ -736,6 +782,7 @@ class _Wait:
     # -- the whole run ---------------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         t = self.trigger
+        t.notes.bind_context(contextvars.copy_context())  # its lines go to this task's log
         if t.deadline is not None:
             delay = (t.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
             self.deadline_timer = self.loop.call_later(max(0.0, delay), self.on_deadline)
@@ -761,10 +808,21 @@ class _Wait:
                 self.watch = subscription.watch
                 await self._watching(self.watch)
             payload = await self.result
+            if payload.get("reason") == REASON_DISRUPTION_RETRIES and self.watch is not None:
+                await delete_job(
+                    self.watch.api_client,
+                    namespace=t.namespace,
+                    name=t.job_name,
+                    uid=payload.get("uid"),
+                    propagation_policy=t.on_kill_propagation_policy,
+                    grace_period_seconds=t.termination_grace_period,
+                    log=t.log,
+                )
             if self.watch is not None:
                 await t._with_whole_job(self.watch, payload)
             return payload
         finally:
+            t.notes.close()
             for timer in (self.deadline_timer, self.hold_timer):
                 if timer is not None:
                     timer.cancel()

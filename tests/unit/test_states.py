@@ -11,9 +11,11 @@ import pytest
 
 from airflow_jobwatch.kube.states import (
     DEFAULT_FATAL_WAITING_REASONS,
+    Disruption,
     ObjectState,
     classify_job,
     classify_pod,
+    pod_disruption,
     pod_summary,
 )
 
@@ -82,7 +84,8 @@ POD_CASES = [
         "PreemptionByScheduler",
         137,
         [
-            "(PreemptionByScheduler): default-scheduler: preempting",
+            "(PreemptionByScheduler): preempted by the scheduler on node spot-pool-b7",
+            "default-scheduler: preempting to accommodate a higher priority pod",
             "exited with code 137",
             "priorityClassName",
         ],
@@ -113,12 +116,46 @@ POD_CASES = [
     ("pending-new", True, "failed", "Deleted", None, ["was deleted while pending"]),
     ("running", True, "failed", "Deleted", None, ["was deleted while running"]),
     ("running-being-deleted", True, "failed", "Deleted", None, ["deleted"]),
-    ("unknown-node-lost", True, "failed", "Deleted", None, ["deleted"]),
+    # deleted after its node stopped reporting: the node loss is named, not a bare deletion
+    ("unknown-node-lost", True, "failed", "NodeLost", None, ["deleted while running: lost: node fake-node"]),
     ("crash-loop-backoff", True, "failed", "Deleted", 4, ["exited with code 4: config key 'sink' missing"]),
     ("succeeded", True, "succeeded", "Completed", 0, ["succeeded"]),
     ("failed-exit-3", True, "failed", "Error", 3, ["exited with code 3"]),
     ("evicted", True, "failed", "Evicted", 137, ["Evicted"]),
     ("err-image-pull", True, "failed", "ErrImagePull", None, ["not found"]),
+    # disruptions: the failure names what the cluster did, in the user's words
+    (
+        "evicted-with-condition",
+        False,
+        "failed",
+        "Evicted",
+        137,
+        ["evicted on node spot-pool-b7: the node was low on memory"],
+    ),
+    ("node-shutdown", False, "failed", "NodeShutdown", 137, ["stopped because node spot-pool-b7 shut down"]),
+    ("node-shutdown-rejected", False, "failed", "NodeShutdown", None, ["shut down", "rejected"]),
+    ("kubelet-preempting", False, "failed", "Preempting", 137, ["preempted by the kubelet", "critical pod"]),
+    ("podgc-orphan", False, "failed", "DeletionByPodGC", None, ["pod garbage collector", "no longer exists"]),
+    ("preempted-pending", False, "failed", "PreemptionByScheduler", 137, ["preempted by the scheduler"]),
+    # the condition comes before the stop: the pod is still live until the DELETED event
+    ("eviction-api-running", False, "running", None, None, ["deletion in progress"]),
+    (
+        "eviction-api-running",
+        True,
+        "failed",
+        "EvictionByEvictionAPI",
+        None,
+        ["was deleted while running: evicted through the Eviction API", "on node fake-node"],
+    ),
+    ("eviction-api-pending", True, "failed", "EvictionByEvictionAPI", None, ["deleted while pending"]),
+    (
+        "taint-manager-deleting",
+        True,
+        "failed",
+        "DeletionByTaintManager",
+        None,
+        ["NoExecute taint", "on node spot-pool-b7"],
+    ),
 ]
 
 
@@ -387,3 +424,70 @@ def test_non_object_input_is_a_clear_type_error() -> None:
         classify_pod("my-pod")
     with pytest.raises(TypeError, match="int"):
         classify_job(job("complete"), [42])
+
+
+# --------------------------------------------------------------------------------------------------
+# Disruptions: (fixture, deleted, reason or None, started, substrings of the message)
+
+DISRUPTION_CASES = [
+    ("preempted", False, "PreemptionByScheduler", True, ["preempted by the scheduler on node spot-pool-b7"]),
+    ("preempted-pending", False, "PreemptionByScheduler", False, ["preempted by the scheduler"]),
+    ("eviction-api-running", False, "EvictionByEvictionAPI", True, ["Eviction API", "node fake-node"]),
+    ("eviction-api-pending", True, "EvictionByEvictionAPI", False, ["Eviction API"]),
+    ("taint-manager-deleting", False, "DeletionByTaintManager", True, ["NoExecute"]),
+    ("podgc-orphan", False, "DeletionByPodGC", True, ["no longer exists"]),
+    ("evicted", False, "Evicted", True, ["evicted on node spot-pool-b7: the node was low on memory"]),
+    ("evicted-with-condition", False, "Evicted", True, ["the node was low on memory"]),
+    ("kubelet-preempting", False, "Preempting", True, ["preempted by the kubelet on node spot-pool-b7"]),
+    ("node-shutdown", False, "NodeShutdown", True, ["node spot-pool-b7 shut down"]),
+    ("node-shutdown-rejected", False, "NodeShutdown", False, ["shut down"]),
+    ("unknown-node-lost", False, "NodeLost", True, ["node fake-node stopped reporting"]),
+    # deleted by someone else, with no disruption recorded: the existing Deleted reason
+    ("running", True, "Deleted", True, ["deleted before it finished"]),
+    ("pending-new", True, "Deleted", False, ["deleted before it finished"]),
+    # not disruptions
+    ("running", False, None, True, []),
+    ("failed-exit-3", False, None, True, []),
+    ("failed-exit-3", True, None, True, []),
+    ("oom-killed", False, None, True, []),
+    ("deadline-exceeded", False, None, True, []),
+    ("succeeded", True, None, True, []),
+    ("err-image-pull", False, None, False, []),
+]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "deleted", "reason", "started", "in_message"),
+    DISRUPTION_CASES,
+    ids=[f"{case[0]}{'-deleted' if case[1] else ''}" for case in DISRUPTION_CASES],
+)
+def test_pod_disruption(
+    fixture: str, deleted: bool, reason: str | None, started: bool, in_message: list[str]
+) -> None:
+    disruption = pod_disruption(pod(fixture), deleted=deleted)
+    if reason is None:
+        assert disruption is None
+        return
+    assert disruption is not None
+    assert (disruption.reason, disruption.started) == (reason, started), disruption
+    for text in in_message:
+        assert text in disruption.message
+
+
+def test_disruption_keeps_the_server_message_and_round_trips() -> None:
+    disruption = pod_disruption(pod("preempted"))
+    assert disruption is not None
+    assert disruption.detail == "default-scheduler: preempting to accommodate a higher priority pod"
+    assert disruption.node == "spot-pool-b7"
+    data = disruption.as_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert Disruption.from_dict(data) == disruption
+    with pytest.raises(ValueError, match="reason"):
+        Disruption.from_dict({"message": "x"})
+
+
+def test_a_false_disruption_condition_is_no_disruption() -> None:
+    obj = pod("preempted")
+    obj["status"]["conditions"][0]["status"] = "False"
+    assert pod_disruption(obj) is None
+    assert classify_pod(obj).reason == "Error"

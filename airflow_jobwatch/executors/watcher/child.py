@@ -147,10 +147,9 @@ def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:
     """For a failed pod that the cluster disrupted (preempted, evicted, ...): what did it, in words."""
     if state.phase != "failed":
         return None
-    from airflow_jobwatch.executors.disruption import describe_disruption
-    from airflow_jobwatch.kube.states import pod_disruption
+    from airflow_jobwatch.executors.disruption import describe_disruption, disruption_parts
 
-    found = pod_disruption(pod)
+    found = disruption_parts(pod)
     return describe_disruption(*found) if found is not None else None
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.executors.disruption import describe_disruption
-from airflow_jobwatch.kube.states import pod_disruption
+from airflow_jobwatch.executors.disruption import describe_disruption, disruption_parts
 
 PODS = Path(__file__).parent.parent / "fixtures" / "pods"
 
@@ -30,7 +29,7 @@ def _pod(name: str, node: str | None = "n1") -> dict[str, Any]:
     ],
 )
 def test_recorded_disruptions_in_words(fixture: str, words: str) -> None:
-    found = pod_disruption(_pod(fixture))
+    found = disruption_parts(_pod(fixture))
     assert found is not None
     assert describe_disruption(*found).startswith(words)
 
@@ -39,7 +38,7 @@ def test_recorded_disruptions_in_words(fixture: str, words: str) -> None:
     "fixture", ["failed-exit-3", "oom-killed", "deadline-exceeded", "succeeded", "running"]
 )
 def test_other_ends_are_not_disruptions(fixture: str) -> None:
-    assert pod_disruption(_pod(fixture)) is None
+    assert disruption_parts(_pod(fixture)) is None
 
 
 def test_wording_without_node_or_message_and_unknown_reasons() -> None:
@@ -79,6 +78,6 @@ def test_a_preempted_pod_seen_only_in_its_deletion_is_named() -> None:
     sent: list[Any] = []
     PodRelay(spec, sent.append).on_event(InformerEvent(EventType.DELETED, pod))
     [update] = sent
-    assert isinstance(update, PodUpdate) and update.state["reason"] == "Deleted"
+    assert isinstance(update, PodUpdate) and update.state["reason"] == "PreemptionByScheduler"
     assert update.disruption is not None
     assert update.disruption.startswith("preempted by the scheduler on node spot-7")

@@ -1,0 +1,262 @@
+"""Disruptions, quota and Kueue while a JobTrigger / KubernetesJobOperator waits, on the sandbox.
+
+* a disrupted pod is logged as it happens and listed in the event; with ``disruption_retries`` the
+  operator's podFailurePolicy keeps it from failing the Job, and the trigger bounds the count;
+* a Job whose pods the quota refuses keeps waiting, and the task log says why once;
+* a Job suspended by Kueue (not admitted yet, or preempted) keeps waiting; admission and preemption
+  are logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog.testing
+from airflow.providers.common.compat.sdk import TaskDeferred
+from kubernetes.client import models as k8s
+
+from airflow_jobwatch.operators.disruption import add_disruption_rule
+from airflow_jobwatch.triggers import notes
+
+from .conftest import NS, collect, create_job, job_manifest, make_trigger, wait_until
+from .test_job_operator import FakeTI, _rendered, make_context, make_operator, wait_until_sync
+
+pytestmark = pytest.mark.timeout(180)
+
+IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+
+
+def _once_then_succeed(marker: Path) -> list[str]:
+    """The first pod waits to be disrupted; its replacement finds the marker and succeeds."""
+    return ["sh", "-c", f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 60"]
+
+
+async def _start(trigger: Any) -> asyncio.Task[list[dict[str, Any]]]:
+    """Run the trigger; return once it has looked at its Job (its watch is synced), as a deferred
+    task's trigger has long before a disruption comes."""
+    task = asyncio.create_task(collect(trigger))
+    await wait_until(lambda: trigger.notes.observations > 0 or task.done(), what="the trigger watching")
+    return task
+
+
+def _running_pod(sandbox: Any, *, besides: set[str] = frozenset()) -> str | None:  # type: ignore[assignment]
+    for pod in sandbox.objects("pods", NS):
+        name = pod["metadata"]["name"]
+        if (
+            name not in besides
+            and pod["status"].get("phase") == "Running"
+            and not pod["metadata"].get("deletionTimestamp")
+        ):
+            return str(name)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# JobTrigger
+
+
+async def test_disrupted_pod_is_logged_and_listed_and_the_job_goes_on(
+    sandbox, kubeconfig, k8s_async_client, tmp_path
+):
+    manifest = job_manifest("spot", _once_then_succeed(tmp_path / "ran"), podFailurePolicy=IGNORE_DISRUPTIONS)
+    await create_job(k8s_async_client, manifest)
+    with structlog.testing.capture_logs() as logs:
+        task = await _start(make_trigger(sandbox, kubeconfig, "spot", disruption_retries=1))
+        await wait_until(lambda: _running_pod(sandbox) is not None, what="the first pod running")
+        victim = _running_pod(sandbox)
+        sandbox.preempt_pod(NS, victim, grace_seconds=1)
+        [event] = await task
+    assert event["status"] == "success", event
+    assert [(d["pod"], d["reason"], d["started"]) for d in event["disruptions"]] == [
+        (victim, "PreemptionByScheduler", True)
+    ]
+    text = _rendered(logs)
+    assert f"Pod {victim} of Job {NS}/spot was disrupted (1 of 1 allowed): preempted by the scheduler" in text
+    assert text.count("was disrupted") == 1, text  # once, though the pod changed several times
+
+
+async def test_past_disruption_retries_the_wait_fails_and_deletes_the_job(
+    sandbox, kubeconfig, k8s_async_client
+):
+    manifest = job_manifest("churn", ["sleep", "60"], podFailurePolicy=IGNORE_DISRUPTIONS)
+    await create_job(k8s_async_client, manifest)
+    task = await _start(
+        make_trigger(sandbox, kubeconfig, "churn", disruption_retries=1, termination_grace_period=0)
+    )
+    victims: list[str] = []
+    for _ in range(2):
+        await wait_until(
+            lambda: _running_pod(sandbox, besides=set(victims)) is not None, limit=30, what="a pod running"
+        )
+        victim = _running_pod(sandbox, besides=set(victims))
+        assert victim is not None
+        victims.append(victim)
+        sandbox.api_evict_pod(NS, victim, grace_seconds=1)
+    [event] = await task
+    assert (event["status"], event["outcome"], event["reason"]) == (
+        "error",
+        "failed",
+        "DisruptionRetriesExceeded",
+    )
+    assert "disrupted 2 times, more than disruption_retries=1" in event["message"]
+    for victim in victims:
+        assert f"pod {victim}: evicted through the Eviction API" in event["message"]
+    assert [d["reason"] for d in event["disruptions"]] == ["EvictionByEvictionAPI"] * 2
+    await wait_until(
+        lambda: sandbox.get_object("jobs", NS, "churn") is None, limit=30, what="the Job deleted"
+    )
+
+
+async def test_job_without_disruption_retries_lists_disruptions_without_a_bound(
+    sandbox, kubeconfig, k8s_async_client, tmp_path
+):
+    manifest = job_manifest(
+        "unbounded", _once_then_succeed(tmp_path / "ran"), podFailurePolicy=IGNORE_DISRUPTIONS
+    )
+    await create_job(k8s_async_client, manifest)
+    task = await _start(make_trigger(sandbox, kubeconfig, "unbounded"))
+    await wait_until(lambda: _running_pod(sandbox) is not None, what="the first pod running")
+    sandbox.shutdown_node(NS, _running_pod(sandbox))
+    [event] = await task
+    assert event["status"] == "success", event
+    assert [d["reason"] for d in event["disruptions"]] == ["NodeShutdown"]
+
+
+async def test_job_over_quota_keeps_waiting_and_says_why_once(
+    sandbox, kubeconfig, k8s_async_client, monkeypatch
+):
+    monkeypatch.setattr(notes, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.3)
+    monkeypatch.setattr(notes, "MISSING_PODS_RECHECK_SECONDS", 0.3)
+    sandbox.set_pod_quota(NS, 0, "team-quota")
+    await create_job(k8s_async_client, job_manifest("capped", ["true"]))
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "capped", poll_interval=0.2)))
+        await wait_until(
+            lambda: "cannot create its pods yet" in _rendered(logs), limit=30, what="the reason in the log"
+        )
+        await asyncio.sleep(2.0)  # ten polls and several event reads later ...
+        assert not task.done()
+        sandbox.set_pod_quota(NS, None)
+        [event] = await task
+    assert event["status"] == "success", event
+    text = _rendered(logs)
+    assert text.count("cannot create its pods yet") == 1, text  # ... still said once
+    assert "exceeded quota: team-quota, requested: pods=1, used: pods=0, limited: pods=0" in text
+
+
+async def test_kueue_suspension_admission_and_preemption_are_waited_through(
+    sandbox, kubeconfig, k8s_async_client, tmp_path
+):
+    sandbox.set_kueue(0)  # no capacity yet: the Job waits suspended
+    manifest = job_manifest(
+        "queued", _once_then_succeed(tmp_path / "ran"), labels={"kueue.x-k8s.io/queue-name": "local-queue"}
+    )
+    await create_job(k8s_async_client, manifest)
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "queued", poll_interval=0.5)))
+        await wait_until(lambda: "waiting to be admitted" in _rendered(logs), what="the suspension logged")
+        await asyncio.sleep(1.5)
+        assert not task.done()
+        sandbox.set_kueue(1)
+        await wait_until(lambda: _running_pod(sandbox) is not None, what="the admitted Job's pod running")
+        sandbox.kueue_preempt(NS, "queued", hold_seconds=1.0)
+        [event] = await task
+    assert event["status"] == "success", event
+    text = _rendered(logs)
+    assert "Job default/queued is suspended: waiting to be admitted by Kueue (queue 'local-queue')" in text
+    assert text.count("was admitted (resumed)") == 2, text
+    assert "was suspended again (preempted by Kueue (queue 'local-queue'), 1 time(s))" in text
+    assert event["disruptions"] == []  # Kueue's preemption suspends the Job; it does not disrupt pods
+
+
+# --------------------------------------------------------------------------------------------------
+# KubernetesJobOperator(disruption_retries=N)
+
+
+def test_disruption_retries_adds_the_ignore_rule_and_restart_policy_never(sandbox, kubeconfig):
+    op = make_operator(kubeconfig, cmds=["true"], wait_until_job_complete=False, disruption_retries=2)
+    context = make_context()
+    op.execute(context)
+    job = sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"])
+    assert job["spec"]["podFailurePolicy"] == {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    plain = make_operator(kubeconfig, task_id="plain", cmds=["true"], wait_until_job_complete=False)
+    context = make_context(FakeTI(task_id="plain"))
+    plain.execute(context)
+    assert "podFailurePolicy" not in sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"])["spec"]
+
+
+def test_disruption_retries_validation(sandbox, kubeconfig):
+    with pytest.raises(ValueError, match="disruption_retries must be an int >= 0"):
+        make_operator(kubeconfig, cmds=["true"], disruption_retries=-1)
+    # a pod template asking for OnFailure cannot carry a podFailurePolicy: said before anything is created
+    job = k8s.V1Job(
+        spec=k8s.V1JobSpec(
+            template=k8s.V1PodTemplateSpec(spec=k8s.V1PodSpec(containers=[], restart_policy="OnFailure"))
+        )
+    )
+    with pytest.raises(ValueError, match="restartPolicy 'Never'.*'OnFailure'"):
+        add_disruption_rule(job)
+    # a user's own rules stay, after ours (the first matching rule wins)
+    job.spec.template.spec.restart_policy = None
+    job.spec.pod_failure_policy = k8s.V1PodFailurePolicy(
+        rules=[
+            k8s.V1PodFailurePolicyRule(
+                action="FailJob",
+                on_exit_codes=k8s.V1PodFailurePolicyOnExitCodesRequirement(operator="In", values=[137]),
+            )
+        ]
+    )
+    add_disruption_rule(add_disruption_rule(job))
+    assert [r.action for r in job.spec.pod_failure_policy.rules] == ["Ignore", "FailJob"]
+    assert job.spec.template.spec.restart_policy == "Never"
+
+
+@pytest.mark.parametrize("mode", ["worker", "deferred"])
+def test_evicted_mid_run_with_disruption_retries_1_succeeds(sandbox, kubeconfig, tmp_path, mode):
+    op = make_operator(
+        kubeconfig,
+        cmds=_once_then_succeed(tmp_path / "ran"),
+        wait_until_job_complete=True,
+        deferrable=mode == "deferred",
+        disruption_retries=1,
+        get_logs=False,
+    )
+    context = make_context()
+
+    def evict_when_running(trigger: Any = None) -> None:
+        # deferred: the triggerer watches long before a spot node goes; here, once the trigger looked
+        if trigger is not None:
+            wait_until_sync(lambda: trigger.notes.observations > 0, "the trigger watching", limit=60)
+        wait_until_sync(lambda: _running_pod(sandbox) is not None, "the first pod running", limit=60)
+        sandbox.api_evict_pod(NS, _running_pod(sandbox), grace_seconds=1)
+
+    evictors: list[threading.Thread] = []
+    with structlog.testing.capture_logs() as logs:
+        try:
+            if mode == "worker":
+                evictors.append(threading.Thread(target=evict_when_running))
+                evictors[-1].start()
+            op.execute(context)
+        except TaskDeferred as deferred:
+            evictors.append(threading.Thread(target=evict_when_running, args=(deferred.trigger,)))
+            evictors[-1].start()
+            event = asyncio.run(asyncio.wait_for(_first_event(deferred.trigger), 120))
+            op.execute_complete(context, event)
+    for evictor in evictors:
+        evictor.join(60)
+    assert "was disrupted (1 of 1 allowed): evicted through the Eviction API" in _rendered(logs)
+    job = sandbox.get_object("jobs", NS, context["ti"].xcoms["job_name"])
+    assert job["status"]["succeeded"] == 1 and job["status"].get("failed", 0) == 0
+
+
+async def _first_event(trigger: Any) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("the trigger ended without an event")

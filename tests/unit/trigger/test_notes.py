@@ -1,0 +1,103 @@
+"""WaitNotes (triggers/notes.py) on recorded pod and Job shapes: what is logged, once, and counted."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.triggers.job import JobTrigger
+from airflow_jobwatch.triggers.notes import WaitNotes
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def load(kind: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads((FIXTURES / kind / f"{name}.json").read_text())
+    if kind == "pods":  # several pod fixtures derive from one recorded pod and share its uid
+        obj["metadata"]["uid"] = f"uid-{name}"
+    return obj
+
+
+class Lines:
+    """A logger that keeps the rendered lines (the notes call it like the trigger's logger)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        def emit(message: str, *args: Any) -> None:
+            self.lines.append((level, message % args if args else message))
+
+        return emit
+
+    def text(self) -> str:
+        return "\n".join(line for _level, line in self.lines)
+
+
+def notes(retries: int | None = None) -> tuple[WaitNotes, Lines]:
+    log = Lines()
+    return WaitNotes(log=log, namespace="default", job_name="bad-fac2", disruption_retries=retries), log
+
+
+def test_each_disruption_is_logged_once_and_counted_against_the_bound() -> None:
+    wait, log = notes(retries=1)
+    running = load("jobs", "started-active")
+    preempted = load("pods", "preempted")
+    wait.observe(running, [preempted])
+    wait.observe(running, [preempted, load("pods", "running")])  # the same pod again: not again
+    assert log.text().count("was disrupted") == 1
+    assert "Pod etl-preempted-v9x4t of Job default/bad-fac2 was disrupted (1 of 1 allowed)" in log.text()
+    assert not wait.exceeded()
+    wait.observe(running, [load("pods", "evicted")])
+    assert wait.exceeded()
+    message = wait.exceeded_message()
+    assert "disrupted 2 times, more than disruption_retries=1" in message
+    assert "pod etl-preempted-v9x4t: preempted by the scheduler on node spot-pool-b7" in message
+    assert "pod etl-evicted-q8w4z: evicted on node spot-pool-b7: the node was low on memory" in message
+    assert [d["reason"] for d in wait.disruption_list()] == ["PreemptionByScheduler", "Evicted"]
+    json.dumps(wait.disruption_list())
+
+
+def test_no_bound_lists_but_never_exceeds() -> None:
+    wait, _log = notes(retries=None)
+    wait.observe(load("jobs", "started-active"), [load("pods", "preempted"), load("pods", "node-shutdown")])
+    assert len(wait.disruption_list()) == 2 and not wait.exceeded()
+
+
+def test_a_node_still_unreachable_is_not_yet_a_disruption() -> None:
+    wait, log = notes(retries=0)
+    wait.observe(load("jobs", "started-active"), [load("pods", "unknown-node-lost")])
+    assert not wait.disruption_list() and not log.lines
+
+
+def test_suspension_admission_and_preemption_are_each_logged_once() -> None:
+    wait, log = notes()
+    suspended = load("jobs", "suspended")
+    suspended["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = "team-q"
+    resumed = copy.deepcopy(suspended)
+    resumed["spec"]["suspend"] = False
+    resumed["status"]["conditions"] = [dict(c, status="False") for c in resumed["status"]["conditions"]]
+    resumed["status"]["active"] = 1
+    for job in (suspended, suspended, resumed, resumed, suspended, suspended, resumed):
+        wait.observe(job, [])
+    text = log.text()
+    assert text.count("waiting to be admitted by Kueue (queue 'team-q')") == 1, text
+    assert text.count("was admitted (resumed)") == 2, text
+    assert text.count("was suspended again (preempted by Kueue (queue 'team-q'), 1 time(s))") == 1, text
+    assert (wait.admissions, wait.preemptions) == (2, 1)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "2"])
+def test_disruption_retries_must_be_a_count(value: Any) -> None:
+    with pytest.raises(ValueError, match="disruption_retries must be an int >= 0"):
+        JobTrigger("j", "ns", disruption_retries=value)
+
+
+def test_disruption_retries_round_trips() -> None:
+    classpath, kwargs = JobTrigger("j", "ns", disruption_retries=2).serialize()
+    assert kwargs["disruption_retries"] == 2
+    assert JobTrigger(**kwargs).disruption_retries == 2
