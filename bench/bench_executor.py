@@ -169,7 +169,7 @@ def run_one(
 ) -> dict[str, Any]:
     import random
 
-    from airflow_jobwatch.devtools.workloads import make_workload
+    from support.workloads import make_workload
 
     rng = random.Random(seed)
     bump = _noise_pod(kubeconfig)
@@ -400,8 +400,7 @@ def run_throughput(
     from unittest import mock
 
     from kubernetes.client import CoreV1Api
-
-    from airflow_jobwatch.devtools.workloads import make_workload
+    from support.workloads import make_workload
 
     kind = "jobwatch" if variant == "jobwatch" else "upstream"
     batch = {"jobwatch": 16, "upstream-default": 1, "upstream-16": 16}[variant]

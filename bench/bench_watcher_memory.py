@@ -181,8 +181,8 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
     """Create ``n`` worker pods as the executor builds them and mark them Running; return their size."""
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
     from kubernetes.client import ApiClient
+    from support.workloads import make_workload
 
-    from airflow_jobwatch.devtools.workloads import make_workload
     from airflow_jobwatch.executors.pods import build_worker_pod, new_pod_name
     from airflow_jobwatch.sandbox.admin import AdminClient
 

@@ -20,8 +20,8 @@ import kubernetes.client
 import kubernetes_asyncio.client
 import pytest
 import yaml
+from support.incluster import enter_pod, rotate_token
 
-from airflow_jobwatch.devtools.incluster import enter_pod, rotate_token
 from airflow_jobwatch.kube.client import (
     ClusterConfig,
     ClusterConfigError,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from support.workloads import make_workload
 
-from airflow_jobwatch.devtools.workloads import make_workload
 from airflow_jobwatch.executors.jobwatch_executor import _api_message, _retry_after, informer_config_from_conf
 from airflow_jobwatch.executors.pods import build_worker_pod, key_from_annotations, worker_label_selector
 
