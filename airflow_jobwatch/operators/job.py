@@ -44,11 +44,11 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
-from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction
 from airflow.providers.common.compat.sdk import AirflowException, conf
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
+from airflow_jobwatch.compat import OnKillAction, on_kill_action
 from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
     STATUS_SUCCESS,
@@ -265,7 +265,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             base_container_name=self.base_container_name,
             on_kill_propagation_policy=self.on_kill_propagation_policy,
             termination_grace_period=self.termination_grace_period,
-            delete_pods_on_kill=self.on_kill_action == OnKillAction.DELETE_POD,
+            delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
         )
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
@@ -561,10 +561,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         except ApiException as e:
             if e.status not in (404, 409):
                 raise
-        if self.on_kill_action == OnKillAction.KEEP_POD:
+        if on_kill_action(self) == OnKillAction.KEEP_POD:
             self.log.info(
                 "Skipping the Job's pods' deletion since on_kill_action is set to %r.",
-                self.on_kill_action.value,
+                on_kill_action(self).value,
             )
             return
         if not uid:
