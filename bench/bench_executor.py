@@ -51,6 +51,7 @@ from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.sandbox.process import SandboxProcess
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)
 HEARTBEAT_SECONDS = 0.2
 STORM_EVERY_SECONDS = 2.5
 KILL_EVERY_SECONDS = 6.0

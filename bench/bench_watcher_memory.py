@@ -51,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))  # support.workloads (tests/support/)
 
 from bench_executor import write_section  # noqa: E402
 from bench_informer import deep_size, send_requests  # noqa: E402
