@@ -28,13 +28,15 @@ DagBag                  ``airflow.models.dagbag``             ``airflow.dag_proc
 ``on_kill_action``      not a KubernetesPodOperator           ``OnKillAction`` in                 as 3.2
                         argument; the pods are always         ``utils.pod_manager``
                         deleted on kill
-kubernetes client       35 (``kubernetes``), 34               35, 35                              36, 36
-(``kubernetes_asyncio``)
+kubernetes /            35 / 34                               35 / 35                             36 / 36
+kubernetes_asyncio
 ======================  ===================================  ==================================  ==========================
 
 The kubernetes client's major version comes with the provider (10.13 and 10.17 require ``kubernetes<36``):
 ``kubernetes_models_use_client_configuration()`` says whether models built by ``ApiClient.deserialize`` honour
-that client's ``Configuration`` (36+), or validate required fields whatever it says (35).
+that client's ``Configuration`` (36+), or validate required fields whatever it says (35). kubernetes 35
+also ignores ``Configuration.socket_options`` (TCP keepalive): ``kube/client.py`` hands them to urllib3
+itself, next to the code that needs it (``kube/`` knows nothing of Airflow, so it does not import this).
 
 Nothing here changes behaviour on Airflow 3.3: each function does what the code did before it moved here.
 """
