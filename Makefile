@@ -2,6 +2,9 @@
 # PYTHON: the first supported interpreter found (3.11, 3.12, 3.13; pyenv builds count), else python3.
 PYTHON ?= $(shell for v in 3.11 3.12 3.13; do .ci/find-python $$v && exit 0; done; command -v python3)
 VENV   ?= .venv
+# CONSTRAINTS: the pins to install. constraints.txt pins Airflow 3.3 (the default venv runs the full suite on
+# it); constraints/airflow-3.1.txt and constraints/airflow-3.2.txt pin the older supported minors.
+CONSTRAINTS ?= constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
@@ -9,12 +12,12 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# (Re)install when the pins or the project metadata change. constraints.txt pins every
+# (Re)install when the pins or the project metadata change. $(CONSTRAINTS) pins every
 # distribution, so a fresh machine gets exactly what CI tested.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,docs]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,docs]"
 	@touch $(STAMP)
 
 lint: $(STAMP)
@@ -29,10 +32,11 @@ test: lint typecheck docs
 	$(BIN)/python --version
 	$(BIN)/pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
-# The unit and integration tests on another interpreter, in its own venv:
-#   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12
+# The unit and integration tests on another interpreter and/or Airflow minor, in its own venv:
+#   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12 CONSTRAINTS=constraints/airflow-3.2.txt
 test-compat: $(STAMP)
 	$(BIN)/python --version
+	$(BIN)/python -c 'import airflow, airflow.providers.cncf.kubernetes as k; print("Airflow", airflow.__version__, "cncf.kubernetes", k.__version__)'
 	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
 
 # The documentation site, warnings as errors (docs/_build/html/index.html).
@@ -52,4 +56,4 @@ provider-info: $(STAMP)
 	$(BIN)/python .ci/gen_provider_info.py
 
 clean:
-	rm -rf .venv .venv-3.* .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build dist build
+	rm -rf .venv .venv-3.* .venv-af* .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build dist build

@@ -56,45 +56,24 @@ def _safe(part: object) -> str:
 
 
 def _backend() -> Any:
-    """Airflow's stats module, initialized from ``[metrics]`` if no Airflow component did it in this
-    process (the executor's watcher child and the triggerer's runner subprocess may be spawned)."""
+    """Airflow's stats sender, initialized from ``[metrics]`` if no Airflow component did it in this
+    process (the executor's watcher child and the triggerer's runner subprocess may be spawned).
+    Where Airflow keeps it, and how it is initialized, differs by release: see :mod:`airflow_jobwatch.compat`."""
     global _stats, _stats_pid
     if _stats is not None and _stats_pid == os.getpid():
         return _stats
-    stats: Any
-    stats_utils: Any
-    try:
-        from airflow.observability import stats
-        from airflow.observability.metrics import stats_utils
-    except ImportError:  # a worker with the task SDK only
-        from airflow.sdk.observability import stats
+    from airflow_jobwatch.compat import stats_backend
 
-        stats_utils = None
-    # ``_factory`` is how Airflow's stats module remembers its configuration. If it is unset, nothing in
-    # this process configured metrics yet, and we do it the way Airflow's own components do; if it is
-    # set, we leave it alone (re-initializing would, for OpenTelemetry, replace the meter provider).
-    if stats_utils is not None and getattr(stats, "_factory", None) is None:
-        from airflow.configuration import conf
-
-        stats.initialize(
-            factory=stats_utils.get_stats_factory(),
-            export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
-        )
-    _stats, _stats_pid = stats, os.getpid()
-    return stats
+    _stats, _stats_pid = stats_backend(), os.getpid()
+    return _stats
 
 
 def configure() -> None:
     """(Re)initialize Airflow's stats from the current ``[metrics]`` configuration (tests use it)."""
     global _stats
-    from airflow.configuration import conf
-    from airflow.observability import stats
-    from airflow.observability.metrics import stats_utils
+    from airflow_jobwatch.compat import stats_backend
 
-    stats.initialize(
-        factory=stats_utils.get_stats_factory(),
-        export_legacy_names=conf.getboolean("metrics", "legacy_names_on", fallback=True),
-    )
+    stats_backend(reinitialize=True)
     _stats = None
 
 

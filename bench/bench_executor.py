@@ -51,6 +51,7 @@ from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.sandbox.process import SandboxProcess
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)
 HEARTBEAT_SECONDS = 0.2
 STORM_EVERY_SECONDS = 2.5
 KILL_EVERY_SECONDS = 6.0
@@ -169,7 +170,7 @@ def run_one(
 ) -> dict[str, Any]:
     import random
 
-    from airflow_jobwatch.devtools.workloads import make_workload
+    from support.workloads import make_workload
 
     rng = random.Random(seed)
     bump = _noise_pod(kubeconfig)
@@ -400,8 +401,7 @@ def run_throughput(
     from unittest import mock
 
     from kubernetes.client import CoreV1Api
-
-    from airflow_jobwatch.devtools.workloads import make_workload
+    from support.workloads import make_workload
 
     kind = "jobwatch" if variant == "jobwatch" else "upstream"
     batch = {"jobwatch": 16, "upstream-default": 1, "upstream-16": 16}[variant]

@@ -51,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))  # support.workloads (tests/support/)
 
 from bench_executor import write_section  # noqa: E402
 from bench_informer import deep_size, send_requests  # noqa: E402
@@ -181,8 +182,8 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
     """Create ``n`` worker pods as the executor builds them and mark them Running; return their size."""
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
     from kubernetes.client import ApiClient
+    from support.workloads import make_workload
 
-    from airflow_jobwatch.devtools.workloads import make_workload
     from airflow_jobwatch.executors.pods import build_worker_pod, new_pod_name
     from airflow_jobwatch.sandbox.admin import AdminClient
 

@@ -9,8 +9,10 @@ name, and no execution-API token in the command (the real one is minted per try 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +22,37 @@ PLACEHOLDER_RUN_ID = "manual__generate-pod-yaml"
 PLACEHOLDER_SCHEDULER_JOB_ID = "worker-config"  # upstream's generate-dag-yaml uses the same value
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what is written to stdout to stderr, at the file-descriptor level too: Airflow's CLI log
+    handlers keep the stdout stream they were given (on Airflow 3.2 they log there, e.g. alembic's
+    "setup plugin" lines when parsing imports it), and stdout is for the YAML only."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def worker_pod(dag_id: str, task_id: str, *, subdir: str | None = None, map_index: int = -1) -> Any:
     """The ``V1Pod`` for one task of a DAG parsed from ``subdir`` (a file or a folder; default
     ``[core] dags_folder``). Parsing only: no metadata database is needed."""
-    from airflow.dag_processing.dagbag import DagBag
-    from airflow.executors.workloads import ExecuteTask
-    from airflow.executors.workloads.base import BundleInfo
-    from airflow.executors.workloads.task import TaskInstanceDTO
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import create_unique_id
     from airflow.providers.common.compat.sdk import conf
 
+    from airflow_jobwatch.compat import BundleInfo, ExecuteTask, TaskInstanceDTO, dag_bag_class
     from airflow_jobwatch.executors.pods import build_worker_pod
 
     folder = subdir or conf.get("core", "dags_folder")
     # Parsing logs ("Filling up the DagBag") and DAG files' prints go to stderr: stdout is for the YAML.
-    with contextlib.redirect_stdout(sys.stderr):
-        bag = DagBag(dag_folder=folder)
+    with _stdout_to_stderr():
+        bag = dag_bag_class()(dag_folder=folder)
     dag = bag.dags.get(dag_id)
     if dag is None:
         errors = "".join(

@@ -27,6 +27,7 @@ from airflow.executors.base_executor import BaseExecutor
 
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch import metrics
+from airflow_jobwatch.compat import executor_cli_commands, executor_conf, kube_config
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     JOBWATCH_LABELS,
@@ -218,14 +219,13 @@ class JobWatchExecutor(BaseExecutor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
 
         # Airflow 3.2+ multi-team: BaseExecutor sets self.conf to an ExecutorConf of this executor's
         # team, which reads AIRFLOW__<TEAM>___KUBERNETES_EXECUTOR__... / [<team>=kubernetes_executor]
         # before the global options. Every option is read through it, as upstream's executor does.
-        if not hasattr(self, "conf") or not hasattr(self.conf, "getint"):
-            self.conf = conf  # type: ignore[assignment]
-        self.kube_config: KubeConfig = KubeConfig(executor_conf=self.conf)
+        # (Airflow 3.1: the global conf; see airflow_jobwatch.compat.)
+        self.conf = executor_conf(self)
+        self.kube_config: KubeConfig = kube_config(self.conf)
         if getattr(self, "team_name", None):
             # A team's [core] parallelism (upstream does the same; without a team the constructor's wins).
             self.parallelism = self.kube_config.parallelism
@@ -511,6 +511,11 @@ class JobWatchExecutor(BaseExecutor):
             self._quota_waiting = waiting
             metrics.tasks_waiting_for_quota(waiting)
         self._write_status()
+
+    @staticmethod
+    def get_cli_commands() -> list[Any]:
+        """``airflow jobwatch``: on Airflow 3.1 only (3.2+ registers it from provider info; see compat)."""
+        return executor_cli_commands()
 
     def end(self) -> None:
         """Stop the watcher and the API threads; never raises. Every pod is left for the next scheduler.

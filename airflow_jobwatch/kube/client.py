@@ -756,7 +756,8 @@ def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
             raise _library_error(resolved, exc) from None
     _apply_options(cfg, configuration)
     if cfg.tcp_keepalive is not None:
-        base = configuration.socket_options or list(HTTPConnection.default_socket_options)
+        # (kubernetes 35's Configuration has no socket_options: JobwatchApiClient hands them to urllib3)
+        base = getattr(configuration, "socket_options", None) or list(HTTPConnection.default_socket_options)
         options = cfg.tcp_keepalive.socket_options()
         overridden = {(level, name) for level, name, _ in options}
         configuration.socket_options = [o for o in base if (o[0], o[1]) not in overridden] + options
@@ -813,6 +814,12 @@ class JobwatchApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]
 
     def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
         super().__init__(configuration=configuration)
+        pool_kw = self.rest_client.pool_manager.connection_pool_kw
+        options = getattr(configuration, "socket_options", None)
+        if options is not None and "socket_options" not in pool_kw:
+            # kubernetes 35 (what the cncf.kubernetes releases for Airflow 3.1 and 3.2 pin) ignores
+            # Configuration.socket_options; 36 passes them to urllib3's pools, as this does.
+            pool_kw["socket_options"] = options
         self.credentials = credentials
         timeout = credentials.cfg.request_timeout
         self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS

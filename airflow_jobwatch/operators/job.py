@@ -49,11 +49,11 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
-from airflow.providers.cncf.kubernetes.utils.pod_manager import OnKillAction
 from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout, conf
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
+from airflow_jobwatch.compat import OnKillAction, on_kill_action
 from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers.job import (
@@ -655,7 +655,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             base_container_name=self.base_container_name,
             on_kill_propagation_policy=self.on_kill_propagation_policy,
             termination_grace_period=self.termination_grace_period,
-            delete_pods_on_kill=self.on_kill_action == OnKillAction.DELETE_POD,
+            delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
             disruption_retries=self.disruption_retries,
         )
 
@@ -1110,10 +1110,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             if e.status not in (404, 409):
                 raise
         self._kill_sent = uid
-        if self.on_kill_action == OnKillAction.KEEP_POD:
+        if on_kill_action(self) == OnKillAction.KEEP_POD:
             self.log.info(
                 "Skipping the Job's pods' deletion since on_kill_action is set to %r.",
-                self.on_kill_action.value,
+                on_kill_action(self).value,
             )
             return
         if not uid:

@@ -20,8 +20,8 @@ import kubernetes.client
 import kubernetes_asyncio.client
 import pytest
 import yaml
+from support.incluster import enter_pod, rotate_token
 
-from airflow_jobwatch.devtools.incluster import enter_pod, rotate_token
 from airflow_jobwatch.kube.client import (
     ClusterConfig,
     ClusterConfigError,
@@ -612,6 +612,9 @@ async def test_tcp_keepalive_on_the_async_clients_sockets(
     )
     try:
         assert (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 37) in sync_client.configuration.socket_options
+        # what urllib3 builds each connection with (kubernetes 35 does not pass the Configuration's on)
+        pool_kw = sync_client.rest_client.pool_manager.connection_pool_kw
+        assert (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 37) in pool_kw["socket_options"]
     finally:
         sync_client.close()
 

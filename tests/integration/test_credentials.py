@@ -23,8 +23,8 @@ from typing import Any
 import kubernetes_asyncio.client
 import pytest
 import yaml
+from support.incluster import cluster_token, enter_pod, rotate_cluster_token, rotate_token
 
-from airflow_jobwatch.devtools.incluster import cluster_token, enter_pod, rotate_cluster_token, rotate_token
 from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig
 

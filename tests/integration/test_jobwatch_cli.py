@@ -13,6 +13,7 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
+from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
 from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
 from airflow_jobwatch.sandbox import SandboxThread
@@ -28,6 +29,8 @@ def airflow(*args: str, home: Path, env: dict[str, str] | None = None) -> subpro
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         **(env or {}),
     )
+    if not AIRFLOW_V_3_2_PLUS:  # Airflow 3.1 has `airflow jobwatch` where the executor is configured
+        full_env.setdefault("AIRFLOW__CORE__EXECUTOR", "airflow_jobwatch.executors.JobWatchExecutor")
     exe = Path(sys.executable).with_name("airflow")
     return subprocess.run(
         [str(exe), "jobwatch", *args], env=full_env, capture_output=True, text=True, timeout=240

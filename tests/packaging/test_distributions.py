@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -19,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def _run(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+def _run(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 600, cwd: Path = ROOT) -> str:
     proc = subprocess.run(
-        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
     )
     assert proc.returncode == 0, (
         f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -83,6 +85,9 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
         "docs/conf.py",
         "provider.yaml",
         "constraints.txt",
+        "constraints/airflow-3.1.txt",
+        "constraints/airflow-3.2.txt",
+        "tests/support/workloads.py",
         "LICENSE",
         "NOTICE",
         "CHANGELOG.md",
@@ -92,14 +97,46 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
     assert not [n for n in names if "__pycache__" in n or n.startswith(".venv")]
 
 
-def test_wheel_installs_and_airflow_finds_the_provider(dists: dict[str, Path], tmp_path: Path) -> None:
-    env_dir = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def installed(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel and its ``test`` extra (pytest and friends) installed, as a distribution
+    packager would test it. Returns the venv's directory."""
+    env_dir = tmp_path_factory.mktemp("wheel-venv") / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    _run(py, "-m", "pip", "install", "--quiet", "-c", ROOT / "constraints.txt", dists["wheel"], timeout=900)
+    wheel = f"{dists['wheel']}[test]"
+    # Neither on PYTHONPATH nor in the working directory (`python -m` puts it on sys.path): pip would take
+    # a checkout there (with the .egg-info of an editable install) for an installed airflow-jobwatch and
+    # skip the wheel.
+    env = _clean_env(env_dir.parent)
+    constraints = ROOT / "constraints.txt"
+    _run(
+        py,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "-c",
+        constraints,
+        wheel,
+        env=env,
+        cwd=env_dir.parent,
+        timeout=900,
+    )
+    return env_dir
 
+
+def _clean_env(tmp_path: Path) -> dict[str, str]:
+    """No PYTHONPATH (so nothing of the checkout is importable), no Airflow settings of the caller."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHON", "VIRTUAL_ENV"))}
     env.update(AIRFLOW_HOME=str(tmp_path / "airflow-home"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    return env
+
+
+def test_wheel_installs_and_airflow_finds_the_provider(installed: Path, tmp_path: Path) -> None:
+    env_dir = installed
+    py = env_dir / "bin" / "python"
+    env = _clean_env(tmp_path)
     out = _run(
         env_dir / "bin" / "airflow", "providers", "get", "airflow-jobwatch", "--output", "json", env=env
     )
@@ -122,3 +159,33 @@ def test_wheel_installs_and_airflow_finds_the_provider(dists: dict[str, Path], t
     assert where.startswith(str(env_dir)), where
     assert executor == "JobWatchExecutor"
     assert devtools == "None"
+
+
+def test_unit_tests_pass_against_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    """``tests/unit`` run against the wheel, as a distribution packager runs them: a copy of the tests
+    (with the files they read: provider.yaml, docs/metrics.md, and pyproject.toml for pytest's settings)
+    and no ``airflow_jobwatch`` source anywhere on ``sys.path``."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "tests", tree / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "docs").mkdir()
+    for name in ("provider.yaml", "pyproject.toml", "docs/metrics.md"):
+        shutil.copy(ROOT / name, tree / name)
+    assert not (tree / "airflow_jobwatch").exists()
+    py = installed / "bin" / "python"
+    env = _clean_env(tmp_path)
+    env["HYPOTHESIS_PROFILE"] = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+    # -P: the working directory is not put on sys.path either
+    where = _run(
+        py, "-P", "-c", "import airflow_jobwatch; print(airflow_jobwatch.__file__)", env=env, cwd=tree
+    )
+    assert where.strip().startswith(str(installed)), where
+    out = _run(
+        py, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/unit",
+        env=env, cwd=tree, timeout=900,
+    )  # fmt: skip
+    summary = out.strip().splitlines()[-1]
+    print(f"tests/unit against the wheel: {summary}")
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) > 100 and "failed" not in summary and "error" not in summary, out[
+        -3000:
+    ]

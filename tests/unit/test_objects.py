@@ -286,6 +286,7 @@ def test_client_job_dict_equals_the_clients_to_dict_on_generated_jobs() -> None:
     from hypothesis import example, given
     from test_states_properties import SETTINGS, jobs
 
+    from airflow_jobwatch.compat import kubernetes_models_use_client_configuration
     from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json
     from airflow_jobwatch.triggers.job import client_job_dict
 
@@ -298,6 +299,10 @@ def test_client_job_dict_equals_the_clients_to_dict_on_generated_jobs() -> None:
         try:
             slow = _library_to_dict(job, "V1Job")
         except Exception as e:  # the client itself fails on some garbage: so must we, the same way
+            if isinstance(e, ValueError) and not kubernetes_models_use_client_configuration():
+                # kubernetes 35 (Airflow 3.1/3.2's provider pins) validates required fields even with
+                # client_side_validation off (airflow_jobwatch.compat): it has no answer to compare with.
+                return
             with pytest.raises(type(e)):
                 client_job_dict(job)
             return

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 from exec_helpers import heartbeat_until, submit, terminal
+from support.workloads import make_workload
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.devtools.workloads import make_workload
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from exec_helpers import submit
-
-from airflow_jobwatch.devtools.workloads import make_workload
+from support.workloads import make_workload
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.sandbox_opts(pod_start_delay=4.0)]
 

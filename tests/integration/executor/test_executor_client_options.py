@@ -23,10 +23,10 @@ from unittest import mock
 import pytest
 import structlog.testing
 import yaml
+from support.incluster import enter_pod
+from support.workloads import make_workload
 
-from airflow_jobwatch.devtools.incluster import enter_pod
 from airflow_jobwatch.devtools.pod_template import pod_template_yaml
-from airflow_jobwatch.devtools.workloads import make_workload
 from airflow_jobwatch.sandbox import SandboxThread
 
 pytestmark = pytest.mark.timeout(180)
@@ -125,7 +125,7 @@ def test_in_cluster_executor_and_watcher(tls_kube, tmp_path, executor_env, monke
 def test_in_cluster_token_rotation_during_a_task(tls_kube, tmp_path, executor_env, monkeypatch):
     """The kubelet rotates the scheduler's token while a task runs: the task's end is still reported
     (the watcher reconnects with the new token), and the scheduler's own client follows too."""
-    from airflow_jobwatch.devtools.incluster import rotate_cluster_token, rotate_token
+    from support.incluster import rotate_cluster_token, rotate_token
 
     token_file = enter_pod(tls_kube, tmp_path / "sa", monkeypatch)
     ex = executor_env({"in_cluster": "True"})

@@ -1,7 +1,7 @@
 """JobWatchExecutor driven directly (as the scheduler's loop drives it) against the sandbox.
 
 No scheduler, no database: synthetic ExecuteTask workloads whose pods run ``sh -c ...``
-(airflow_jobwatch.devtools.workloads), ``heartbeat()`` in a loop, and the event buffer checked.
+(support.workloads), ``heartbeat()`` in a loop, and the event buffer checked.
 Covers what the e2e tests cannot force: API errors on pod creation, upstream-compatible labels.
 """
 
@@ -14,8 +14,7 @@ import pytest
 from exec_helpers import heartbeat_until as _heartbeat_until
 from exec_helpers import submit as _submit
 from exec_helpers import terminal as _terminal
-
-from airflow_jobwatch.devtools.workloads import make_workload
+from support.workloads import make_workload
 
 pytestmark = pytest.mark.timeout(120)
 

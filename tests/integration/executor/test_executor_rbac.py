@@ -17,9 +17,9 @@ from unittest import mock
 
 import pytest
 import yaml
+from support.workloads import make_workload
 
 from airflow_jobwatch.devtools.pod_template import pod_template_yaml
-from airflow_jobwatch.devtools.workloads import make_workload
 from airflow_jobwatch.sandbox import SandboxThread
 
 pytestmark = [

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from exec_helpers import heartbeat_until, submit, terminal
+from support.workloads import make_workload
 
-from airflow_jobwatch.devtools.workloads import make_workload
 from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
 
 pytestmark = pytest.mark.timeout(180)

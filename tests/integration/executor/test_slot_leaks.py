@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 from exec_helpers import heartbeat_until, submit, terminal
 from faultproxy import FaultProxy, write_proxy_kubeconfig
-
-from airflow_jobwatch.devtools.workloads import make_workload
+from support.workloads import make_workload
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -16,6 +16,7 @@ import pytest
 import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
+from airflow_jobwatch.compat import cncf_kubernetes_version
 from airflow_jobwatch.operators import job as job_operator_module
 from airflow_jobwatch.operators.job import XCOM_RETURN_PATH, KubernetesJobOperator
 from airflow_jobwatch.triggers.job import JobTrigger
@@ -301,6 +302,7 @@ def test_on_kill_deletes_job_foreground_by_default(sandbox, kubeconfig):
     assert not sandbox.objects("pods", NS)
 
 
+@pytest.mark.skipif(cncf_kubernetes_version() < (10, 15), reason="on_kill_action: cncf.kubernetes 10.15+")
 def test_on_kill_orphan_keep_pod_deletes_job_keeps_pods(sandbox, kubeconfig):
     """Upstream always deletes the Job on kill; on_kill_action only says what happens to the pods."""
     op = make_operator(

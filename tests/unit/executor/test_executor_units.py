@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from support.workloads import make_workload
 
-from airflow_jobwatch.devtools.workloads import make_workload
+from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
 from airflow_jobwatch.executors.jobwatch_executor import _api_message, _retry_after, informer_config_from_conf
 from airflow_jobwatch.executors.pods import build_worker_pod, key_from_annotations, worker_label_selector
 
@@ -154,6 +155,9 @@ def test_api_error_parsing():
     assert _retry_after(plain) is None
 
 
+@pytest.mark.skipif(
+    not AIRFLOW_V_3_2_PLUS, reason="a team's executor options: Airflow 3.2+ (compat.executor_conf)"
+)
 def test_team_aware_kubernetes_executor_config(monkeypatch: pytest.MonkeyPatch):
     """Airflow 3.2+ multi-team: a team's [kubernetes_executor] and [jobwatch] options win for its executor."""
     from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor, cluster_config_from_conf

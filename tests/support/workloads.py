@@ -13,9 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from airflow.executors.workloads import ExecuteTask
-from airflow.executors.workloads.base import BundleInfo
-from airflow.executors.workloads.task import TaskInstanceDTO
+from airflow_jobwatch.compat import BundleInfo, ExecuteTask, TaskInstanceDTO
 
 
 def make_workload(
