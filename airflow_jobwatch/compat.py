@@ -104,6 +104,7 @@ __all__ = [
     "AIRFLOW_V_3_3_PLUS",
     "AIRFLOW_VERSION",
     "PARITY_PROVIDER_VERSION",
+    "upstream_arguments",
     "BundleInfo",
     "ExecuteTask",
     "OnKillAction",
@@ -256,6 +257,40 @@ def cncf_kubernetes_version() -> tuple[int, int]:
 #: test_differential_job_operator.py) compare ours with: Airflow 3.3's. Older releases differ from it in
 #: ways of their own (the Job operator's on_finish_action, on_kill_action, log and error texts).
 PARITY_PROVIDER_VERSION = (10, 25)
+
+
+def upstream_arguments(owner: type, arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` (every argument of provider 10.25's ``KubernetesJobOperator``, as ``owner``'s
+    ``__init__`` names them) less those the installed provider does not know.
+
+    ``owner``'s signature names 10.25's arguments so that IDEs and ``help()`` show them; an older provider
+    (10.13 with Airflow 3.1, 10.17 with 3.2) lacks some (``durable``, ``on_kill_action``,
+    ``log_events_on_startup``, ...), and Airflow's ``BaseOperator`` refuses unknown arguments. One left at
+    ``owner``'s default is dropped; one set to anything else raises ``TypeError`` naming it and the
+    provider release, since the installed provider could not honour it.
+    """
+    import inspect
+
+    from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    known = {
+        name
+        for cls in (KubernetesJobOperator, KubernetesPodOperator)
+        for name in inspect.signature(cls.__init__).parameters
+    }
+    unknown = set(arguments) - known
+    if not unknown:
+        return arguments
+    defaults = inspect.signature(owner).parameters
+    set_ = sorted(n for n in unknown if n not in defaults or arguments[n] != defaults[n].default)
+    if set_:
+        major, minor = cncf_kubernetes_version()
+        raise TypeError(
+            f"{owner.__name__}: {', '.join(set_)} need a newer apache-airflow-providers-cncf-kubernetes "
+            f"than the installed {major}.{minor}; upgrade the provider or leave them unset"
+        )
+    return {k: v for k, v in arguments.items() if k not in unknown}
 
 
 class _OnKillAction(str, enum.Enum):  # noqa: UP042 - a str Enum as upstream's, not a StrEnum
