@@ -265,9 +265,9 @@ def upstream_arguments(owner: type, arguments: dict[str, Any]) -> dict[str, Any]
 
     ``owner``'s signature names 10.25's arguments so that IDEs and ``help()`` show them; an older provider
     (10.13 with Airflow 3.1, 10.17 with 3.2) lacks some (``durable``, ``on_kill_action``,
-    ``log_events_on_startup``, ...), and Airflow's ``BaseOperator`` refuses unknown arguments. One left at
-    ``owner``'s default is dropped; one set to anything else raises ``TypeError`` naming it and the
-    provider release, since the installed provider could not honour it.
+    ``log_events_on_startup``, ...), and Airflow's ``BaseOperator`` refuses unknown arguments. Every argument
+    left at ``owner``'s default is dropped (the installed provider applies its own); an unknown one set to
+    anything else raises ``TypeError`` naming it and the provider release.
     """
     import inspect
 
@@ -279,18 +279,27 @@ def upstream_arguments(owner: type, arguments: dict[str, Any]) -> dict[str, Any]
         for cls in (KubernetesJobOperator, KubernetesPodOperator)
         for name in inspect.signature(cls.__init__).parameters
     }
-    unknown = set(arguments) - known
-    if not unknown:
-        return arguments
     defaults = inspect.signature(owner).parameters
-    set_ = sorted(n for n in unknown if n not in defaults or arguments[n] != defaults[n].default)
+
+    def at_default(name: str) -> bool:
+        if name not in defaults:
+            return False
+        default, value = defaults[name].default, arguments[name]
+        return value is default or (
+            isinstance(value, (bool, int, float, str)) and type(value) is type(default) and value == default
+        )
+
+    set_ = sorted(n for n in set(arguments) - known if not at_default(n))
     if set_:
         major, minor = cncf_kubernetes_version()
         raise TypeError(
             f"{owner.__name__}: {', '.join(set_)} need a newer apache-airflow-providers-cncf-kubernetes "
             f"than the installed {major}.{minor}; upgrade the provider or leave them unset"
         )
-    return {k: v for k, v in arguments.items() if k not in unknown}
+    # An argument left at owner's default is not passed: the installed provider applies its own default,
+    # which is the same on 10.25 (a test compares the signatures) and may differ on older releases
+    # (10.13's reattach_on_restart is True where 10.25 takes None to mean the same).
+    return {k: v for k, v in arguments.items() if k in known and not at_default(k)}
 
 
 class _OnKillAction(str, enum.Enum):  # noqa: UP042 - a str Enum as upstream's, not a StrEnum

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.states import TERMINAL_PHASES, classify_job, classify_pod
+from airflow_jobwatch.kube.states import TERMINAL_PHASES, classify_job, classify_pod, pod_disruption
 
 # Enough examples to hit every branch combination the generators can make, while the whole module
 # stays around a few seconds on a shared 2-core machine.
@@ -173,15 +173,18 @@ def test_garbage_at_the_top_level_fields_never_raises(value: Any, deleted: bool)
 def test_deleted_is_always_terminal_and_keeps_a_terminal_outcome(
     pod: dict[str, Any], job: dict[str, Any], job_pods: list[Any] | None
 ) -> None:
-    for live, gone in (
-        (classify_pod(pod), classify_pod(pod, deleted=True)),
-        (classify_job(job, job_pods), classify_job(job, job_pods, deleted=True)),
+    disruption = pod_disruption(pod, deleted=True)
+    for live, gone, vanished in (
+        # A pod the cluster disrupted before deleting it is named by its disruption (Evicted,
+        # PreemptionByScheduler, ...); one that merely vanished is Deleted.
+        (classify_pod(pod), classify_pod(pod, deleted=True), disruption.reason if disruption else "Deleted"),
+        (classify_job(job, job_pods), classify_job(job, job_pods, deleted=True), "Deleted"),
     ):
         assert gone.terminal
         if live.terminal:
             assert gone == live
         else:
-            assert gone.reason == "Deleted"
+            assert gone.reason == vanished
 
 
 not_true = st.sampled_from(["False", "Unknown", "true", "TRUE", True, 1, None, ""])

@@ -19,13 +19,20 @@ import structlog.testing
 from airflow.providers.common.compat.sdk import TaskDeferred
 from kubernetes.client import models as k8s
 
+from airflow_jobwatch.compat import AIRFLOW_V_3_3_PLUS
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers import notes
 
 from .conftest import NS, collect, create_job, job_manifest, make_trigger, wait_until
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator, wait_until_sync
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        not AIRFLOW_V_3_3_PLUS,
+        reason="the trigger's task-log capture differs before Airflow 3.3; not yet ported (issue 19)",
+    ),
+]
 
 IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
 

@@ -77,6 +77,7 @@ def test_arguments_an_older_provider_lacks_are_dropped_at_their_default_and_refu
 
     arguments = {"image": "busybox", "newer_than_any_provider": None}
     assert upstream_arguments(_Newer, arguments) == {"image": "busybox"}
+    assert upstream_arguments(_Newer, {**arguments, "image": None}) == {}  # the provider's own default
     with pytest.raises(TypeError, match="newer_than_any_provider need a newer apache-airflow-providers-cncf"):
         upstream_arguments(_Newer, {**arguments, "newer_than_any_provider": True})
 

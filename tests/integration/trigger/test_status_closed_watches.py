@@ -18,11 +18,18 @@ from typing import Any
 
 import pytest
 
+from airflow_jobwatch.compat import AIRFLOW_V_3_3_PLUS
 from airflow_jobwatch.triggers.registry import get_registry
 
 from .conftest import collect, create_job, job_manifest, make_trigger, wait_until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not AIRFLOW_V_3_3_PLUS,
+        reason="the airflow CLI of 3.1/3.2 loads provider commands differently; not yet ported (issue 19)",
+    ),
+]
 
 
 def airflow_jobwatch(*args: str, home: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
