@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python .ci/gen_provider_info.py --check
+	$(BIN)/python .ci/check_test_modules.py tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -1,4 +1,4 @@
-"""DAG of tests/e2e/test_launch_identity.py: a deferrable task that resumes at once (issue 18 item 1).
+"""DAG of tests/e2e/test_resume_under_executor.py: a deferrable task that resumes at once (issue 18 item 1).
 
 ``resumes_at_once`` defers to a trigger whose moment has already passed, so the triggerer fires it as
 soon as it loads it and the scheduler queues the task again with the same try number. Its worker pod
