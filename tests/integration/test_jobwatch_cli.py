@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes.client import CoreV1Api
 
-from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS, AIRFLOW_V_3_3_PLUS
+from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
 from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
 from airflow_jobwatch.sandbox import SandboxThread
@@ -147,14 +147,12 @@ def _airflow_cli(
     """Any ``airflow`` command (not only ``airflow jobwatch``), in a wide terminal so help lines don't wrap."""
     full_env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False", COLUMNS="200")
     full_env.update(env or {})
+    if not AIRFLOW_V_3_2_PLUS:  # Airflow 3.1 has `airflow jobwatch` where the executor is configured
+        full_env.setdefault("AIRFLOW__CORE__EXECUTOR", "airflow_jobwatch.executors.JobWatchExecutor")
     exe = Path(sys.executable).with_name("airflow")
     return subprocess.run([str(exe), *args], env=full_env, capture_output=True, text=True, timeout=240)
 
 
-@pytest.mark.skipif(
-    not AIRFLOW_V_3_3_PLUS,
-    reason="on Airflow 3.1/3.2 the airflow CLI adds provider commands differently; not yet ported (issue 19)",
-)
 @pytest.mark.parametrize(
     ("command", "text"),
     [
@@ -170,10 +168,6 @@ def test_help_shows_the_config_sections(tmp_path, command, text):
     assert text in " ".join(proc.stdout.split()), proc.stdout
 
 
-@pytest.mark.skipif(
-    not AIRFLOW_V_3_3_PLUS,
-    reason="on Airflow 3.1/3.2 the airflow CLI adds provider commands differently; not yet ported (issue 19)",
-)
 def test_generate_pod_yaml_without_a_pod_template_is_a_clear_error(tmp_path):
     dags = tmp_path / "dags"
     dags.mkdir()
@@ -200,10 +194,6 @@ def test_generate_pod_yaml_without_a_pod_template_is_a_clear_error(tmp_path):
     assert "[kubernetes_executor] pod_template_file" in proc.stderr
 
 
-@pytest.mark.skipif(
-    not AIRFLOW_V_3_3_PLUS,
-    reason="on Airflow 3.1/3.2 the airflow CLI adds provider commands differently; not yet ported (issue 19)",
-)
 def test_config_list_shows_the_values_in_force_as_the_docs_say(tmp_path):
     """The docs send users to `airflow config list --section jobwatch` for the values in force; without
     --show-values Airflow 3 prints the options commented out, without values."""
@@ -217,12 +207,14 @@ def test_config_list_shows_the_values_in_force_as_the_docs_say(tmp_path):
     assert all("airflow config list --section jobwatch --show-values" in line for line in documented), (
         documented
     )
+    # Airflow 3.1's `config list` has no --show-values: it shows the values always (docs/compatibility.md)
+    show_values = ["--show-values"] if AIRFLOW_V_3_2_PLUS else []
     proc = _airflow_cli(
         "config",
         "list",
         "--section",
         "jobwatch",
-        "--show-values",
+        *show_values,
         home=tmp_path,
         env={"AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS": "77"},
     )

@@ -19,22 +19,19 @@ import structlog.testing
 from airflow.providers.common.compat.sdk import TaskDeferred
 from kubernetes.client import models as k8s
 
-from airflow_jobwatch.compat import AIRFLOW_V_3_3_PLUS
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers import notes
 
 from .conftest import NS, collect, create_job, job_manifest, make_trigger, wait_until
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator, wait_until_sync
 
-pytestmark = [
-    pytest.mark.timeout(180),
-    pytest.mark.skipif(
-        not AIRFLOW_V_3_3_PLUS,
-        reason="the trigger's task-log capture differs before Airflow 3.3; not yet ported (issue 19)",
-    ),
-]
+pytestmark = pytest.mark.timeout(180)
 
-IGNORE_DISRUPTIONS = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+# "status" is written out: the API server defaults it to "True", the sandbox does not, and kubernetes 35's
+# models (Airflow 3.1/3.2's pins) refuse a response without it (kubernetes 36 does not validate responses).
+IGNORE_DISRUPTIONS = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}
 
 
 def _once_then_succeed(marker: Path) -> list[str]:

@@ -18,23 +18,19 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.compat import AIRFLOW_V_3_3_PLUS
+from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
 from airflow_jobwatch.triggers.registry import get_registry
 
 from .conftest import collect, create_job, job_manifest, make_trigger, wait_until
 
-pytestmark = [
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(
-        not AIRFLOW_V_3_3_PLUS,
-        reason="the airflow CLI of 3.1/3.2 loads provider commands differently; not yet ported (issue 19)",
-    ),
-]
+pytestmark = pytest.mark.timeout(300)
 
 
 def airflow_jobwatch(*args: str, home: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`airflow jobwatch ...` as a user runs it (as tests/integration/test_jobwatch_cli.py does)."""
     full_env = dict(os.environ, AIRFLOW_HOME=str(home), AIRFLOW__CORE__LOAD_EXAMPLES="False", **env)
+    if not AIRFLOW_V_3_2_PLUS:  # Airflow 3.1 has `airflow jobwatch` where the executor is configured
+        full_env.setdefault("AIRFLOW__CORE__EXECUTOR", "airflow_jobwatch.executors.JobWatchExecutor")
     exe = Path(sys.executable).with_name("airflow")
     return subprocess.run(
         [str(exe), "jobwatch", *args], env=full_env, capture_output=True, text=True, timeout=240
