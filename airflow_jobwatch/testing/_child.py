@@ -35,9 +35,9 @@ def main(spec_path: str) -> int:
 
     db.initdb()
 
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow_jobwatch.compat import dag_bag_class
 
-    bag = DagBag(dag_folder=spec["dag_file"])
+    bag = dag_bag_class()(dag_folder=spec["dag_file"])
     if bag.import_errors:
         errors = "\n".join(f"{path}:\n{err}" for path, err in bag.import_errors.items())
         write({"error": f"the DAG file does not import:\n{errors}"})
