@@ -1,26 +1,8 @@
-"""The worker pod template used with the sandbox (``[kubernetes_executor] pod_template_file``)."""
+"""The sandbox's worker pod template; it moved to :mod:`airflow_jobwatch.testing.pod_template` (in the wheel,
+for tests that run the executor against the sandbox). Kept for the harness and the benchmarks."""
 
 from __future__ import annotations
 
-# Never pulled: the sandbox's kubelet runs a container's command as a local process, so the image is
-# only a name (one that no registry serves, so a pod that reached a real cluster would fail visibly).
-SANDBOX_IMAGE = "jobwatch-sandbox/airflow:local"
+from airflow_jobwatch.testing.pod_template import SANDBOX_IMAGE, pod_template_yaml
 
-_POD_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: placeholder
-spec:
-  restartPolicy: Never
-  containers:
-    - name: base
-      # Never pulled: the sandbox's kubelet runs the container's command as a local process, and
-      # `python` resolves to this venv's interpreter (the venv's bin is first on the pods' PATH).
-      image: {image}
-"""
-
-
-def pod_template_yaml(*, image: str = SANDBOX_IMAGE) -> str:
-    """A minimal pod template: one ``base`` container (the name the executors fill in) running ``image``."""
-    return _POD_TEMPLATE.format(image=image)
+__all__ = ["SANDBOX_IMAGE", "pod_template_yaml"]
