@@ -195,7 +195,8 @@ def test_pod_preempted_before_the_watchers_first_list(
 ) -> None:
     sandbox, _ = kube_sandbox
     ex = make_executor
-    assert not ex.supervisor.all_synced()  # the child is still starting (a spawned interpreter takes ~1 s)
+    if ex.supervisor.all_synced():  # a spawned interpreter takes ~1 s to list; this one was quicker
+        pytest.skip("the watcher listed before the pod could be launched: the race did not happen")
     submit(ex, make_workload(task_id="early_victim", command="exit 0"))
     events: list[tuple[Any, Any]] = []
     _preempt_first_pod(ex, sandbox, "early_victim", "Pending", events)
