@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["sandbox", "informer", "executor", "trigger"]
+ORDER = ["sandbox", "informer", "executor", "trigger", "churn"]
 
 HEADER = """# Benchmarks
 

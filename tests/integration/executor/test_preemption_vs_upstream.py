@@ -1,0 +1,213 @@
+"""issue 21, differential: upstream's KubernetesExecutor and ours on the same preemptions, same sandbox.
+
+Each scenario runs once per executor (parametrised), driven as the scheduler loop drives an executor
+(``queue_workload``, ``heartbeat()``, ``get_event_buffer()``), against the sandbox's real scheduler
+preemption (``preempt_pod``: condition ``DisruptionTarget``/``PreemptionByScheduler``, a ``Preempted``
+event, then a graceful delete), the fault the e2e tests use.
+
+* A worker pod preempted while Pending (its container never started): upstream reports the task failed, so
+  the scheduler would spend a retry on a task that never ran; ours launches a new pod for the same try and
+  reports success on that try.
+* A worker pod preempted while Running: both report failed; ours' message names the preemption.
+
+The trigger's side of issue 21 (a Kueue Job kept suspended does not time out in ours) is covered elsewhere;
+see the note at the end of this module.
+
+Upstream needs one thing this harness has no metadata database for: ``_should_create_pod_for_job`` looks the
+task instance up in the DB, and is answered "yes" here (every workload is current), as bench/bench_executor.py
+does. Upstream reports a success as state ``None`` when its DB lookup finds no row; that counts as success.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from exec_helpers import submit
+from support.workloads import make_workload
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.sandbox_opts(pod_start_delay=3.0)]
+
+KINDS = ["upstream", "jobwatch"]
+
+
+@pytest.fixture(scope="module")
+def migrated_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated SQLite metadata DB: upstream's executor reads task-instance states from it (it finds no
+    rows, which is what this harness expects; see the module doc)."""
+    db = tmp_path_factory.mktemp("upstream-db") / "airflow.db"
+    url = f"sqlite:///{db}"
+    env = {**os.environ, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": url}
+    airflow = Path(sys.executable).parent / "airflow"
+    subprocess.run([str(airflow), "db", "migrate"], check=True, capture_output=True, env=env, timeout=300)
+    return url
+
+
+@pytest.fixture
+def make_executor(
+    kind: str, executor_factory: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[Any]:
+    """A started executor of ``kind`` on the sandbox, with the settings of ``executor_factory``."""
+    from airflow_jobwatch.executors import jobwatch_executor
+
+    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
+    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.5)
+    if kind == "jobwatch":
+        yield executor_factory()
+        return
+    pytest.importorskip("airflow.providers.cncf.kubernetes.executors.kubernetes_executor")
+    url = request.getfixturevalue("migrated_db")
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", url)
+    from airflow import settings
+
+    previous = settings.SQL_ALCHEMY_CONN
+    settings.SQL_ALCHEMY_CONN = url
+    settings.configure_orm()
+
+    def restore_db() -> None:
+        settings.SQL_ALCHEMY_CONN = previous
+        settings.configure_orm()
+
+    request.addfinalizer(restore_db)
+    ours = executor_factory()  # sets the shared [kubernetes_executor] environment; not used further
+    ours.end()
+    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
+
+    ex = KubernetesExecutor(parallelism=16)
+    ex.job_id = "43"
+    # Its DB lookup of the task instance: no metadata DB here, every workload is current (see module doc).
+    ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
+    ex.start()
+    try:
+        yield ex
+    finally:
+        ex.end()
+
+
+def _pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in sandbox.objects("pods", "default")
+        if (p["metadata"].get("annotations") or {}).get("task_id") == task_id
+    ]
+
+
+def _drive_until(ex: Any, events: list[tuple[Any, Any]], cond: Any, *, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        ex.heartbeat()
+        events.extend(ex.get_event_buffer().items())
+        got = cond()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; events {events}"
+        time.sleep(0.1)
+
+
+def _final(events: list[tuple[Any, Any]], kind: str) -> list[tuple[str, int, str, Any]]:
+    """(task_id, try_number, "success" | "failed", info) of every final event, in order."""
+    out = []
+    for key, (state, info) in events:
+        s = "None" if state is None else str(state)
+        if s == "failed" or s == "success" or (kind == "upstream" and s == "None"):
+            out.append((key.task_id, key.try_number, "failed" if s == "failed" else "success", info))
+    return out
+
+
+def _preempt_first_pod(ex: Any, sandbox: Any, task_id: str, phase: str, events: list[Any]) -> str:
+    def first_in_phase() -> str | None:
+        for pod in _pods(sandbox, task_id):
+            if pod["status"].get("phase") == phase and not pod["metadata"].get("deletionTimestamp"):
+                name: str = pod["metadata"]["name"]
+                return name
+        return None
+
+    name = _drive_until(ex, events, first_in_phase, timeout=60, what=f"a {phase} pod of {task_id}")
+    sandbox.preempt_pod("default", name, grace_seconds=1)
+    return str(name)
+
+
+def _wait_listed(ex: Any, kind: str) -> None:
+    """Ours: wait until the watcher has listed (see the xfail test below). Upstream has no such signal."""
+    if kind == "jobwatch":
+        _drive_until(ex, [], ex.supervisor.all_synced, timeout=60, what="the watcher's first list")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pod_preempted_while_pending(kind: str, make_executor: Any, kube_sandbox: Any) -> None:
+    sandbox, _ = kube_sandbox
+    ex = make_executor
+    _wait_listed(ex, kind)
+    submit(ex, make_workload(task_id="pending_victim", command="exit 0"))
+    events: list[tuple[Any, Any]] = []
+    victim = _preempt_first_pod(ex, sandbox, "pending_victim", "Pending", events)
+    finals = _drive_until(
+        ex, events, lambda: _final(events, kind), timeout=90, what="a final event of pending_victim"
+    )
+    (task_id, try_number, outcome, _info) = finals[0]
+    assert (task_id, try_number) == ("pending_victim", 1)
+    if kind == "upstream":
+        # Upstream charges the preemption to the task: failed on try 1, the scheduler spends a retry.
+        assert outcome == "failed", finals
+    else:
+        # Ours never reported the preempted launch: a second pod ran the same try, which succeeded.
+        assert outcome == "success", finals
+        assert len(finals) == 1
+        # The preempted pod is gone (a preemption deletes it); the one that ran the try is another.
+        assert victim not in {p["metadata"]["name"] for p in _pods(sandbox, "pending_victim")}
+        status = ex.status()
+        assert status["disruption_relaunches"] == 1 and status["pods_launched"] == 2, status
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pod_preempted_while_running(kind: str, make_executor: Any, kube_sandbox: Any) -> None:
+    sandbox, _ = kube_sandbox
+    ex = make_executor
+    _wait_listed(ex, kind)
+    submit(ex, make_workload(task_id="running_victim", command="sleep 120"))
+    events: list[tuple[Any, Any]] = []
+    _preempt_first_pod(ex, sandbox, "running_victim", "Running", events)
+    finals = _drive_until(
+        ex, events, lambda: _final(events, kind), timeout=90, what="a final event of running_victim"
+    )
+    (task_id, try_number, outcome, info) = finals[0]
+    assert (task_id, try_number, outcome) == ("running_victim", 1, "failed"), finals
+    if kind == "jobwatch":
+        assert "preempted by the scheduler" in str(info), info
+        assert ex.status()["disruption_relaunches"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug, found by bench/bench_churn.py: a pod launched after the watcher child was spawned "
+    "and gone before its first list is neither in that list nor in the child's expected set, so nothing "
+    "reports it and its task stays running (executors/watcher/supervisor.py, _expected at spawn)",
+)
+@pytest.mark.parametrize("kind", ["jobwatch"])
+def test_pod_preempted_before_the_watchers_first_list(
+    kind: str, make_executor: Any, kube_sandbox: Any
+) -> None:
+    sandbox, _ = kube_sandbox
+    ex = make_executor
+    if ex.supervisor.all_synced():  # a spawned interpreter takes ~1 s to list; this one was quicker
+        pytest.skip("the watcher listed before the pod could be launched: the race did not happen")
+    submit(ex, make_workload(task_id="early_victim", command="exit 0"))
+    events: list[tuple[Any, Any]] = []
+    _preempt_first_pod(ex, sandbox, "early_victim", "Pending", events)
+    finals = _drive_until(
+        ex, events, lambda: _final(events, kind), timeout=45, what="a final event of early_victim"
+    )
+    assert finals[0][:3] == ("early_victim", 1, "success"), finals
+
+
+# The trigger's side: a Kueue Job kept suspended does not time out in ours. Covered with the real JobTrigger
+# against the sandbox's Kueue by tests/integration/trigger/test_disruptions.py::
+# test_kueue_suspension_admission_and_preemption_are_waited_through (not yet admitted, then preempted by
+# Kueue and re-admitted: success, with no disruption) and end to end by tests/e2e/test_disruptions.py::
+# test_evicted_job_and_kueue_jobs_succeed_on_try_1. Neither runs upstream's KubernetesJobTrigger beside it.
