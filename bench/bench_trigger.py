@@ -846,6 +846,19 @@ def render(rows: list[dict[str, Any]], *, lo: int, hi: int, note: str = "") -> s
 
 # ------------------------------------------------------------------------------------------- --live
 LIVE_NAMESPACE = "bench-live"
+LIVE_HEADING = "## Detection under live load"
+LIVE_ANALYSIS = "**Where the tail was"
+LIVE_NOTE = """One process, as issue 20 measured it: the sandbox (API server, Job controller, kubelet running each
+container as a local process) in a thread, and one triggerer-like event loop running every JobTrigger
+through the shared registry. The ended Jobs and their Succeeded pods are put in the sandbox's store before
+the run, so the triggers' informers list them (the namespace's cache holds all of them). Each live Job runs
+`true`; its trigger starts as soon as the Job's create is answered, as an operator defers. Detection = the
+trigger's event - the moment the sandbox's store committed the Job's terminal condition (`time.time()` in
+the sandbox thread, not the 1 s `lastTransitionTime`). Delivery = that commit - the moment a plain watch on
+the Jobs (one aiohttp stream in the triggers' loop, no informer) received it. Requests are the sandbox's
+counters from the first live create to the last event (creates left out; the plain watch is one of the
+`watch jobs`); a list counts each page (500 items), so one initial list of 5,000+ Jobs is 11 `list jobs`.
+The sandbox and the triggers share one GIL here: a stall of either delays both."""
 
 
 def _ended_job(i: int, now: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -899,8 +912,8 @@ def _ended_job(i: int, now: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def live_main(args: argparse.Namespace) -> int:
     """One process: the sandbox (Job controller + kubelet) in a thread, the triggers in this thread's loop."""
-    from airflow_jobwatch.sandbox.thread import SandboxThread
     from airflow_jobwatch.sandbox.store import now_rfc3339
+    from airflow_jobwatch.sandbox.thread import SandboxThread
 
     n, ended, rate = args.live_jobs, args.live_ended, args.live_rate
     workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-live-"))
@@ -911,7 +924,11 @@ def live_main(args: argparse.Namespace) -> int:
     terminal_at: dict[str, float] = {}
 
     def on_commit(event: Any) -> None:
-        if event.resource != "jobs" or event.type == "DELETED" or event.obj["metadata"]["name"] in terminal_at:
+        if (
+            event.resource != "jobs"
+            or event.type == "DELETED"
+            or event.obj["metadata"]["name"] in terminal_at
+        ):
             return
         for c in (event.obj.get("status") or {}).get("conditions") or []:
             if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
@@ -965,12 +982,16 @@ def live_main(args: argparse.Namespace) -> int:
     if not args.no_write:
         target = ROOT / "docs" / "benchmarks" / "trigger_live.md"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        # the hand-written analysis below the figures (from LIVE_ANALYSIS on) is kept
+        kept = target.read_text().partition(LIVE_ANALYSIS)[2] if target.exists() else ""
+        target.write_text(text + (f"\n\n{LIVE_ANALYSIS}{kept}" if kept else "\n"))
         print(f"wrote {target}")
     return 0
 
 
-async def _live_loop(url: str, token: str, kubeconfig: str, n: int, rate: float, command: list[str]) -> dict[str, Any]:
+async def _live_loop(
+    url: str, token: str, kubeconfig: str, n: int, rate: float, command: list[str]
+) -> dict[str, Any]:
     import aiohttp
 
     from airflow_jobwatch.triggers.job import JobTrigger
@@ -1068,6 +1089,8 @@ def render_live(row: dict[str, Any], args: argparse.Namespace) -> str:
     req = row["requests"]
     return "\n".join(
         [
+            LIVE_HEADING,
+            "",
             f"`python bench/bench_trigger.py --live --live-jobs {row['jobs']} --live-ended {row['ended']} "
             f"--live-rate {row['rate']}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
             f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end).",
@@ -1089,6 +1112,8 @@ def render_live(row: dict[str, Any], args: argparse.Namespace) -> str:
             f"| event-loop stalls > 100 ms (count, max) | {len(row['loop_stalls'])}, "
             f"{max(row['loop_stalls'], default=0) * 1000:.0f} ms |",
             f"| process CPU (sandbox + triggers) / wall | {row['cpu']:.1f} s / {row['wall']:.1f} s |",
+            "",
+            LIVE_NOTE,
         ]
     )
 

@@ -236,7 +236,6 @@ class Store:
         # collector look up a Job's pods here instead of scanning the namespace. With 6,000 pods in a
         # namespace, the scan (once per Job sync, several syncs per Job) cost most of the sandbox's CPU
         # and delayed terminal conditions by seconds under 38 Jobs/s (bench_trigger.py --live).
-        # (An insertion-ordered dict per owner, so its objects come in creation order, as a scan gave them.)
         self._owned: dict[str, dict[str, dict[tuple[str, str], None]]] = {r: {} for r in API_VERSIONS}
         self._snapshots: collections.OrderedDict[
             tuple[str, int], tuple[dict[tuple[str, str], Entry], KeyIndex]
@@ -256,10 +255,10 @@ class Store:
 
     def owned_by(self, resource: str, namespace: str | None, owner_uid: str) -> list[Entry]:
         """The current objects of ``resource`` (in ``namespace``, or all) with an ownerReference to
-        ``owner_uid``, in the order they got that owner (creation order, as a scan of the store)."""
+        ``owner_uid``, in key order (``<namespace>/<name>``, as a list returns them)."""
         objs = self.objects[resource]
         out = []
-        for key in self._owned[resource].get(owner_uid, ()):
+        for key in sorted(self._owned[resource].get(owner_uid, ())):
             entry = objs.get(key)
             if entry is not None and (namespace is None or key[0] == namespace):
                 out.append(entry)
@@ -269,7 +268,9 @@ class Store:
         self, resource: str, key: tuple[str, str], old: Entry | None, new: dict[str, Any] | None
     ) -> None:
         owned = self._owned[resource]
-        before = {r.get("uid", "") for r in (old.obj["metadata"].get("ownerReferences") or [])} if old else set()
+        before = (
+            {r.get("uid", "") for r in (old.obj["metadata"].get("ownerReferences") or [])} if old else set()
+        )
         after = {r.get("uid", "") for r in (new["metadata"].get("ownerReferences") or [])} if new else set()
         for uid in before - after:
             keys = owned.get(uid)
