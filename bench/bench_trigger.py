@@ -844,6 +844,280 @@ def render(rows: list[dict[str, Any]], *, lo: int, hi: int, note: str = "") -> s
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------- --live
+LIVE_NAMESPACE = "bench-live"
+LIVE_HEADING = "## Detection under live load"
+LIVE_ANALYSIS = "**Where the tail was"
+LIVE_NOTE = """One process, as issue 20 measured it: the sandbox (API server, Job controller, kubelet running each
+container as a local process) in a thread, and one triggerer-like event loop running every JobTrigger
+through the shared registry. The ended Jobs and their Succeeded pods are put in the sandbox's store before
+the run, so the triggers' informers list them (the namespace's cache holds all of them). Each live Job runs
+`true`; its trigger starts as soon as the Job's create is answered, as an operator defers. Detection = the
+trigger's event - the moment the sandbox's store committed the Job's terminal condition (`time.time()` in
+the sandbox thread, not the 1 s `lastTransitionTime`). Delivery = that commit - the moment a plain watch on
+the Jobs (one aiohttp stream in the triggers' loop, no informer) received it. Requests are the sandbox's
+counters from the first live create to the last event (creates left out; the plain watch is one of the
+`watch jobs`); a list counts each page (500 items), so one initial list of 5,000+ Jobs is 11 `list jobs`.
+The sandbox and the triggers share one GIL here: a stall of either delays both."""
+
+
+def _ended_job(i: int, now: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An ended Job and its Succeeded pod, as the Job controller and kubelet leave them."""
+    import uuid
+
+    name, uid = f"ended-{i:05d}", str(uuid.uuid4())
+    labels = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": LIVE_NAMESPACE, "uid": uid, "creationTimestamp": now},
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": CONTAINER, "image": "busybox"}]},
+            },
+        },
+        "status": {
+            "startTime": now,
+            "completionTime": now,
+            "succeeded": 1,
+            "conditions": [
+                {"type": t, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
+                for t in ("SuccessCriteriaMet", "Complete")
+            ],
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-x",
+            "namespace": LIVE_NAMESPACE,
+            "uid": str(uuid.uuid4()),
+            "creationTimestamp": now,
+            "labels": dict(labels, **{"job-name": name, "controller-uid": uid}),
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
+            ],
+        },
+        "spec": {"restartPolicy": "Never", "containers": [{"name": CONTAINER, "image": "busybox"}]},
+        "status": {"phase": "Succeeded"},
+    }
+    return job, pod
+
+
+def live_main(args: argparse.Namespace) -> int:
+    """One process: the sandbox (Job controller + kubelet) in a thread, the triggers in this thread's loop."""
+    from airflow_jobwatch.sandbox.store import now_rfc3339
+    from airflow_jobwatch.sandbox.thread import SandboxThread
+
+    n, ended, rate = args.live_jobs, args.live_ended, args.live_rate
+    workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-live-"))
+    sandbox = SandboxThread(namespaces=("default", LIVE_NAMESPACE)).start()
+    kubeconfig = sandbox.write_kubeconfig(workdir / "kubeconfig", namespace=LIVE_NAMESPACE)
+    # The sandbox's internal moment each Job got its terminal condition (its store's commit, in the
+    # sandbox thread): sub-millisecond, unlike the conditions' 1 s lastTransitionTime.
+    terminal_at: dict[str, float] = {}
+
+    def on_commit(event: Any) -> None:
+        if (
+            event.resource != "jobs"
+            or event.type == "DELETED"
+            or event.obj["metadata"]["name"] in terminal_at
+        ):
+            return
+        for c in (event.obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+                terminal_at[event.obj["metadata"]["name"]] = time.time()
+
+    def seed(sb: Any) -> None:
+        now = now_rfc3339()
+        for i in range(ended):
+            job, pod = _ended_job(i, now)
+            sb.store.commit("jobs", "ADDED", job)
+            sb.store.commit("pods", "ADDED", pod)
+        sb.store.listeners.append(on_commit)
+
+    sandbox._call(seed)
+    print(f"live: {ended} ended Jobs (and their pods) stored; {n} Jobs at {rate}/s ...", flush=True)
+    sandbox.reset_counters()
+    try:
+        result = asyncio.run(_live_loop(sandbox.url, sandbox.token, kubeconfig, n, rate, args.live_command))
+    finally:
+        counters = sandbox.counters()
+        sandbox.stop()
+    detection = [result["events"][k] - terminal_at[k] for k in result["events"] if k in terminal_at]
+    delivery = [result["delivered"][k] - terminal_at[k] for k in result["delivered"] if k in terminal_at]
+    create_to_end = [terminal_at[k] - result["created"][k] for k in result["created"] if k in terminal_at]
+    kinds = {"list": 0, "watch": 0, "get": 0}
+    for key, count in counters.items():
+        verb = key.split(" ", 1)[0]
+        if verb in kinds:
+            kinds[verb] += count
+    row = {
+        "jobs": n,
+        "ended": ended,
+        "rate": rate,
+        "events": len(result["events"]),
+        "statuses": result["statuses"],
+        "detection_p50": percentile(detection, 50),
+        "detection_p99": percentile(detection, 99),
+        "detection_max": max(detection, default=float("nan")),
+        "delivery_p50": percentile(delivery, 50),
+        "delivery_p99": percentile(delivery, 99),
+        "create_to_end_p50": percentile(create_to_end, 50),
+        "requests": kinds,
+        "counters": {k: v for k, v in sorted(counters.items()) if not k.startswith("create ")},
+        "loop_stalls": result["stalls"],
+        "wall": result["wall"],
+        "cpu": result["cpu"],
+    }
+    print(json.dumps(row, indent=1))
+    text = render_live(row, args)
+    print(text)
+    if not args.no_write:
+        target = ROOT / "docs" / "benchmarks" / "trigger_live.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # the hand-written analysis below the figures (from LIVE_ANALYSIS on) is kept
+        kept = target.read_text().partition(LIVE_ANALYSIS)[2] if target.exists() else ""
+        target.write_text(text + (f"\n\n{LIVE_ANALYSIS}{kept}" if kept else "\n"))
+        print(f"wrote {target}")
+    return 0
+
+
+async def _live_loop(
+    url: str, token: str, kubeconfig: str, n: int, rate: float, command: list[str]
+) -> dict[str, Any]:
+    import aiohttp
+
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    headers = {"Authorization": f"Bearer {token}"}
+    events: dict[str, float] = {}
+    statuses: dict[str, int] = {}
+    delivered: dict[str, float] = {}
+    created: dict[str, float] = {}
+    stalls: list[float] = []
+
+    async def observe(session: aiohttp.ClientSession) -> None:
+        """A plain watch on the Jobs (no informer): when the sandbox delivers each terminal status."""
+        params = {"watch": "1", "allowWatchBookmarks": "false", "timeoutSeconds": "3600"}
+        async with session.get(f"{url}/apis/batch/v1/namespaces/{LIVE_NAMESPACE}/jobs", params=params) as r:
+            async for line in r.content:
+                at = time.time()
+                ev = json.loads(line)
+                obj = ev.get("object") or {}
+                name = (obj.get("metadata") or {}).get("name", "")
+                if name in delivered or not name.startswith("live-"):
+                    continue
+                for c in (obj.get("status") or {}).get("conditions") or []:
+                    if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+                        delivered[name] = at
+
+    async def monitor() -> None:
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lag = time.perf_counter() - before - 0.01
+            if lag > 0.1:
+                stalls.append(round(lag, 3))
+
+    async def one(name: str) -> None:
+        trigger = JobTrigger(name, LIVE_NAMESPACE, config_file=kubeconfig)
+        async for event in trigger.run():
+            events[name] = time.time()
+            status = str(event.payload.get("status"))
+            statuses[status] = statuses.get(status, 0) + 1
+            break
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.monotonic()
+    async with aiohttp.ClientSession(headers=headers) as session:
+        watcher = asyncio.create_task(observe(session))
+        mon = asyncio.create_task(monitor())
+        tasks = []
+
+        async def create(i: int) -> None:
+            name = f"live-{i:05d}"
+            body = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name},
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [{"name": CONTAINER, "image": "busybox", "command": command}],
+                        }
+                    },
+                },
+            }
+            async with session.post(f"{url}/apis/batch/v1/namespaces/{LIVE_NAMESPACE}/jobs", json=body) as r:
+                if r.status != 201:
+                    raise RuntimeError(f"create {name}: {r.status} {await r.text()}")
+            created[name] = time.time()
+            tasks.append(asyncio.create_task(one(name)))  # as an operator defers right after the create
+
+        creators = []
+        for i in range(n):  # a steady rate, not a burst
+            due = started + i / rate
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            creators.append(asyncio.create_task(create(i)))
+        await asyncio.gather(*creators)
+        async with asyncio.timeout(600):
+            await asyncio.gather(*tasks)
+        watcher.cancel()
+        mon.cancel()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "events": events,
+        "statuses": statuses,
+        "delivered": delivered,
+        "created": created,
+        "stalls": stalls,
+        "wall": time.monotonic() - started,
+        "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+    }
+
+
+def render_live(row: dict[str, Any], args: argparse.Namespace) -> str:
+    req = row["requests"]
+    return "\n".join(
+        [
+            LIVE_HEADING,
+            "",
+            f"`python bench/bench_trigger.py --live --live-jobs {row['jobs']} --live-ended {row['ended']} "
+            f"--live-rate {row['rate']}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end).",
+            "",
+            "| measure | value |",
+            "|---|---|",
+            f"| Jobs created at a steady rate / ended Jobs already stored | {row['jobs']} at {row['rate']}/s / "
+            f"{row['ended']} |",
+            f"| trigger events (status) | {row['events']} ({row['statuses']}) |",
+            f"| detection p50 / p99 / max (trigger event - sandbox's terminal commit) | "
+            f"{row['detection_p50'] * 1000:.0f} ms / {row['detection_p99'] * 1000:.0f} ms / "
+            f"{row['detection_max'] * 1000:.0f} ms |",
+            f"| sandbox delivery p50 / p99 (terminal commit - plain watch receives it) | "
+            f"{row['delivery_p50'] * 1000:.0f} ms / {row['delivery_p99'] * 1000:.0f} ms |",
+            f"| Job create answered - terminal commit, p50 | {row['create_to_end_p50'] * 1000:.0f} ms |",
+            f"| requests during the run: list / watch / get (sandbox counters) | {req['list']} / "
+            f"{req['watch']} / {req['get']} |",
+            f"| all non-create requests | {row['counters']} |",
+            f"| event-loop stalls > 100 ms (count, max) | {len(row['loop_stalls'])}, "
+            f"{max(row['loop_stalls'], default=0) * 1000:.0f} ms |",
+            f"| process CPU (sandbox + triggers) / wall | {row['cpu']:.1f} s / {row['wall']:.1f} s |",
+            "",
+            LIVE_NOTE,
+        ]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="50 Jobs of 5-20 s instead of 500 of 10-120 s")
@@ -871,6 +1145,16 @@ def main() -> int:
         help="no kubelet or Job controller: the driver writes each Job's Complete condition on schedule "
         "(the sandbox's kubelet runs every container as a host process, too many for 10,000 Jobs)",
     )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="detection under live load: sandbox with Job controller and kubelet in this process, "
+        "ended Jobs stored first, then Jobs created at a steady rate with a trigger started after each create",
+    )
+    parser.add_argument("--live-jobs", type=int, default=1000)
+    parser.add_argument("--live-ended", type=int, default=5000)
+    parser.add_argument("--live-rate", type=float, default=38.0, help="Jobs created per second")
+    parser.add_argument("--live-command", nargs="+", default=["true"], help="each live Job's command")
     parser.add_argument("--foreign-jobs", type=int, default=20000)
     parser.add_argument("--foreign-pods", type=int, default=50000)
     parser.add_argument("--seed", type=int, default=7)
@@ -891,6 +1175,8 @@ def main() -> int:
         return child(args)
     if args.foreign:
         return foreign_main(args)
+    if args.live:
+        return live_main(args)
 
     from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
     from airflow_jobwatch.sandbox.process import SandboxProcess

@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["sandbox", "informer", "executor", "trigger", "churn"]
+ORDER = ["sandbox", "informer", "executor", "trigger", "trigger_live", "churn"]
+# Parts that are a mode of another script: (script part, its arguments, and with --quick).
+MODES = {
+    "trigger_live": ("trigger", ["--live"], ["--live", "--live-jobs", "200", "--live-ended", "1000"]),
+}
 
 HEADER = """# Benchmarks
 
@@ -53,11 +57,12 @@ def main() -> int:
     failed = []
     if not args.assemble_only:
         for name in args.only.split(","):
-            script = ROOT / "bench" / f"bench_{name}.py"
+            part, full, quick = MODES.get(name, (name, [], ["--quick"]))
+            script = ROOT / "bench" / f"bench_{part}.py"
             if not script.exists():
                 print(f"skip {name}: {script} does not exist", file=sys.stderr)
                 continue
-            cmd = [sys.executable, str(script)] + (["--quick"] if args.quick else [])
+            cmd = [sys.executable, str(script)] + (quick if args.quick else full)
             print(f"== {' '.join(cmd)}", flush=True)
             if subprocess.run(cmd, cwd=ROOT).returncode != 0:
                 failed.append(name)

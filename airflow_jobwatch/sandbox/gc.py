@@ -21,11 +21,8 @@ class GarbageCollector:
         uid = owner["metadata"]["uid"]
         ns = owner["metadata"].get("namespace")
         out = []
-        for entry in self.sb.store.iter("pods", ns):
-            for ref in entry.obj["metadata"].get("ownerReferences") or []:
-                if ref.get("uid") == uid:
-                    out.append(entry)
-                    break
+        for entry in self.sb.store.owned_by("pods", ns, uid):  # the store's owner index, not a scan
+            out.append(entry)
         return out
 
     def has_dependents(self, owner: dict[str, Any]) -> bool:

@@ -239,7 +239,7 @@ class JobController:
         uid = job["metadata"]["uid"]
         ns = job["metadata"].get("namespace", "")
         out = []
-        for entry in self.sb.store.iter("pods", ns):
+        for entry in self.sb.store.owned_by("pods", ns, uid):  # the store's owner index, not a scan
             for ref in entry.obj["metadata"].get("ownerReferences") or []:
                 if ref.get("uid") == uid and ref.get("controller"):
                     pod: dict[str, Any] = entry.obj

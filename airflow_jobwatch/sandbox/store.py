@@ -231,6 +231,12 @@ class Store:
         # Key order of the current state of each resource (built on first use, then kept up to date by
         # commit) and of a few past states (resource, revision), for paged lists: see listing().
         self._indexes: dict[str, KeyIndex] = {}
+        # Keys of the current objects of each resource by the uid of each of their owners, as
+        # kube-controller-manager's informers index pods by owner: the Job controller and the garbage
+        # collector look up a Job's pods here instead of scanning the namespace. With 6,000 pods in a
+        # namespace, the scan (once per Job sync, several syncs per Job) cost most of the sandbox's CPU
+        # and delayed terminal conditions by seconds under 38 Jobs/s (bench_trigger.py --live).
+        self._owned: dict[str, dict[str, dict[tuple[str, str], None]]] = {r: {} for r in API_VERSIONS}
         self._snapshots: collections.OrderedDict[
             tuple[str, int], tuple[dict[tuple[str, str], Entry], KeyIndex]
         ] = collections.OrderedDict()
@@ -246,6 +252,34 @@ class Store:
     # ---- reads ---------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str, name: str) -> Entry | None:
         return self.objects[resource].get((namespace, name))
+
+    def owned_by(self, resource: str, namespace: str | None, owner_uid: str) -> list[Entry]:
+        """The current objects of ``resource`` (in ``namespace``, or all) with an ownerReference to
+        ``owner_uid``, in key order (``<namespace>/<name>``, as a list returns them)."""
+        objs = self.objects[resource]
+        out = []
+        for key in sorted(self._owned[resource].get(owner_uid, ())):
+            entry = objs.get(key)
+            if entry is not None and (namespace is None or key[0] == namespace):
+                out.append(entry)
+        return out
+
+    def _reindex_owners(
+        self, resource: str, key: tuple[str, str], old: Entry | None, new: dict[str, Any] | None
+    ) -> None:
+        owned = self._owned[resource]
+        before = (
+            {r.get("uid", "") for r in (old.obj["metadata"].get("ownerReferences") or [])} if old else set()
+        )
+        after = {r.get("uid", "") for r in (new["metadata"].get("ownerReferences") or [])} if new else set()
+        for uid in before - after:
+            keys = owned.get(uid)
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del owned[uid]
+        for uid in after - before:
+            owned.setdefault(uid, {})[key] = None
 
     def iter(self, resource: str, namespace: str | None = None) -> Iterable[Entry]:
         objs = self.objects[resource]
@@ -354,6 +388,7 @@ class Store:
         entry = self.encode(resource, obj)
         objects = self.objects[resource]
         index = self._indexes.get(resource)
+        self._reindex_owners(resource, key, objects.get(key), None if type_ == "DELETED" else obj)
         if type_ == "DELETED":
             if objects.pop(key, None) is not None and index is not None:
                 index.remove(key)
