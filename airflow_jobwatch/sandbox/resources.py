@@ -238,6 +238,14 @@ def prepare_job(job: dict[str, Any]) -> None:
                 )
             ],
         )
+    policy = spec.get("podFailurePolicy")
+    if isinstance(policy, dict):
+        # pkg/apis/batch/v1 defaults: an onPodConditions pattern without a status matches status "True",
+        # and the stored Job says so (clients such as kubernetes_asyncio's models require the field).
+        for rule in policy.get("rules") or []:
+            for pattern in (rule.get("onPodConditions") or []) if isinstance(rule, dict) else []:
+                if isinstance(pattern, dict):
+                    pattern.setdefault("status", "True")
     for key in (
         "parallelism",
         "completions",

@@ -294,6 +294,14 @@ def test_pod_failure_policy_counts_other_failures(
     assert "failed with exit code 3 matching FailJob rule at index 1" in failed["message"]
 
 
+def test_pod_failure_policy_condition_status_defaults_to_true(batch: client.BatchV1Api) -> None:
+    """As the real API server defaults it: an ``onPodConditions`` pattern without ``status`` is stored with
+    ``status: "True"`` (the official client's model then reads the Job back; it refuses the field missing)."""
+    batch.create_namespaced_job("default", _disruption_policy_job("defaulted", Path("/nonexistent/marker")))
+    job = batch.read_namespaced_job("defaulted", "default")
+    assert job.spec.pod_failure_policy.rules[0].on_pod_conditions[0].status == "True"
+
+
 def test_pod_failure_policy_needs_restart_policy_never(batch: client.BatchV1Api) -> None:
     body = job_body("onfail", "true", restart_policy="OnFailure")
     body["spec"]["podFailurePolicy"] = {
