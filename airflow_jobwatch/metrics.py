@@ -44,6 +44,8 @@ _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _open_watches: dict[str, int] = {}
 _open_watch_count = 0
 _live: weakref.WeakSet[InformerMetrics] = weakref.WeakSet()
+# The triggerer's GETs of a Job by JobTriggers, by reason (job_get()), for its status file.
+_job_gets: dict[str, int] = {}
 _status_written_at = 0.0
 
 
@@ -343,6 +345,13 @@ def watch_subscribers(namespace: str, triggers: int) -> None:
     write_triggerer_status()
 
 
+def job_get(namespace: str, reason: str) -> None:
+    """A JobTrigger sent a GET of its Job, for ``reason`` (see ``airflow_jobwatch.triggers.registry``:
+    ``missing`` from the synced cache, or cached ``projected`` when it ended before its trigger came)."""
+    _job_gets[reason] = _job_gets.get(reason, 0) + 1
+    incr(f"triggerer.job_gets.{_safe(reason)}", tags={"reason": reason, "namespace": namespace})
+
+
 def triggerer_status() -> dict[str, Any]:
     """This triggerer's shared watches and the health of their informers (the status file's content)."""
     informers = sorted(
@@ -355,6 +364,7 @@ def triggerer_status() -> dict[str, Any]:
         "write_interval_seconds": GAUGE_INTERVAL_SECONDS,
         "shared_watches": _open_watch_count,  # watches, not namespaces: one per credential
         "triggers_per_watch": dict(sorted(_open_watches.items())),
+        "job_gets": dict(sorted(_job_gets.items())),  # since the process started, by reason
         "healthy": all(i["healthy"] for i in informers),
         "informers": informers,
     }
@@ -425,6 +435,7 @@ __all__ = [
     "detection_delay",
     "gauge",
     "incr",
+    "job_get",
     "pod_create_error",
     "pod_created",
     "pod_disrupted",

@@ -3,8 +3,13 @@
 What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs each Job every 10 s):
 
 * **Requests.** Every JobTrigger of a namespace shares one Job informer and one pod informer
-  (:mod:`airflow_jobwatch.triggers.registry`); a trigger adds no request of its own while its Job is in
-  the cache. 500 deferred Jobs cost two watches, not 50 GETs a second.
+  (:mod:`airflow_jobwatch.triggers.registry`). A trigger that subscribes before its Job ends sends no
+  GET of its Job: not while it waits, and not at the end, since the watch stores the Jobs triggers wait
+  for whole. 500 deferred Jobs cost two watches, not 50 GETs a second. A trigger GETs its Job only
+  when the watch cannot answer for it (see :meth:`JobTrigger._read_job`): once for a Job the synced
+  cache has lacked for ``_MISSING_GRACE_SECONDS`` (deleted before the watch saw it, or a watch that
+  lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
+  subscribed: a triggerer restart).
 * **Latency.** The trigger is called back from the watch event that makes its Job terminal.
 * **Meaning.** Only ``kube/states.py`` decides what a Job is: a condition whose status is "False" is not
   final, a Failed Job with no reason is a failure, a suspended Job keeps waiting, a pod stuck on an
@@ -51,7 +56,14 @@ from airflow_jobwatch.kube.states import (
     pod_summary,
 )
 from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
-from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
+from airflow_jobwatch.triggers.registry import (
+    GET_MISSING,
+    GET_PROJECTED,
+    NamespaceWatch,
+    Subscription,
+    WatchKey,
+    get_registry,
+)
 
 __all__ = ["JobTrigger", "informer_config_from_airflow"]
 
@@ -62,11 +74,18 @@ CLASSPATH = "airflow_jobwatch.triggers.job.JobTrigger"
 #: a missed event (which the informer's relist repairs anyway) can delay the result.
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 
-#: After a GET has answered 404 for a Job missing from the cache, how long the trigger still waits for
-#: the watch to deliver the Job's events before reporting it deleted. A Job that completes and is
-#: TTL-deleted within milliseconds can be gone from the server before its events have been read off the
-#: watch stream (which is then a few milliseconds behind); its DELETED event carries its final
-#: conditions. Two seconds covers a busy triggerer loop without delaying a real deletion noticeably.
+#: How long the watch is given to deliver a Job that the synced cache lacks, twice: before the trigger
+#: GETs it, and again after that GET answered 404, before it is reported deleted.
+#:
+#: * Before the GET: an operator defers right after its Job's create is answered, so the trigger
+#:   usually subscribes before the shared watch has delivered the new Job (milliseconds later). GETting
+#:   it at once would cost one request per Job; waiting costs nothing, and the Job's ADDED event,
+#:   stored whole because the trigger now listens for it, ends the wait for it.
+#: * After a 404: a Job that completes and is TTL-deleted within milliseconds can be gone from the
+#:   server before its events have been read off the watch stream; its DELETED event carries its final
+#:   conditions.
+#:
+#: Two seconds covers a busy triggerer loop without delaying a real deletion noticeably.
 _MISSING_GRACE_SECONDS = 2.0
 
 #: A Job's terminal condition and its pods' final states arrive on two different watches, so the Job's
@@ -160,7 +179,9 @@ class JobTrigger(BaseTrigger):
     * ``status``: ``success`` or ``error`` (upstream's two words; any ending but success is ``error``);
     * ``message``: a sentence for the task log;
     * ``name`` / ``namespace``: the Job's;
-    * ``job``: the Job as ``kubernetes.client.V1Job.to_dict()`` gives it (None if it was never read);
+    * ``job``: the whole Job as ``kubernetes.client.V1Job.to_dict()`` gives it (None if it was never
+      read), from the shared watch, or read by one GET when the watch held it projected (see
+      :meth:`_with_whole_job`);
     * ``pod_names`` / ``pod_namespace``: the Job's pods (every pod, retried ones included);
     * ``xcom_result``: with ``do_xcom_push``, one string per succeeded pod (the base container's
       termination message, i.e. its ``/airflow/xcom/return.json``), else None;
@@ -493,11 +514,21 @@ class JobTrigger(BaseTrigger):
         state = classify_job(job, pods, fatal_waiting_reasons=self._fatal_reasons)
         return f"it was {state.phase}: {state.message}", job, pods
 
-    async def _read_job(self, watch: NamespaceWatch) -> tuple[bool, dict[str, Any] | None]:
-        """GET the Job: (True, job) / (True, None) on 404 / (False, None) when the API failed."""
+    async def _read_job(self, watch: NamespaceWatch, reason: str) -> tuple[bool, dict[str, Any] | None]:
+        """GET the Job: (True, job) / (True, None) on 404 / (False, None) when the API failed.
+
+        The trigger's only request while it waits, sent in two cases only, each counted by the watch
+        (``NamespaceWatch.count_job_get``, the ``jobwatch.triggerer.job_gets.<reason>`` counter):
+
+        * ``GET_MISSING``: the synced cache has held no Job of this name (nor a tombstone of ours) for
+          ``_MISSING_GRACE_SECONDS`` since the trigger first looked; again at most every
+          ``poll_interval`` while that lasts;
+        * ``GET_PROJECTED``: the result was decided from a projected copy (see :meth:`_with_whole_job`).
+        """
         from kubernetes_asyncio.client import BatchV1Api
         from kubernetes_asyncio.client.exceptions import ApiException
 
+        watch.count_job_get(reason)
         try:
             job = await BatchV1Api(watch.api_client).read_namespaced_job(self.job_name, self.namespace)
             return True, self._ours(to_dict(job))
@@ -521,15 +552,22 @@ class JobTrigger(BaseTrigger):
         """Make sure the payload's ``job`` is the whole Job, as upstream's event's is.
 
         The shared watch stores the Jobs triggers wait for whole, and the namespace's other Jobs projected
-        (kube/projection.py). A Job cached before its trigger subscribed, and not changed since (it had
-        already ended: a triggerer restart, a trigger moved here), is still in its projected form: then
-        one GET reads it whole. A Job already gone keeps what the cache had of it.
+        (kube/projection.py): every version of a Job that the watch delivers after its trigger subscribed
+        is whole, so a Job that ends after that is decided from a whole copy, and nothing is read here.
+        A Job whose last version came before its trigger subscribed (it had already ended: a triggerer
+        restart, a trigger moved here; or a fail-fast or timeout ending of a Job unchanged since) is
+        still projected: then one GET (``GET_PROJECTED``) reads it whole. A Job already gone
+        (``deleted``) keeps what the cache had of it, and a payload without a Job (never read: an
+        ``error`` before the cache answered) stays without one.
         """
         if payload.get("outcome") == OUTCOME_DELETED or not payload.get("uid"):
             return
-        if ((payload.get("job") or {}).get("spec") or {}).get("template") is not None:
+        cached = payload.get("job")
+        if cached is None:
+            return
+        if (cached.get("spec") or {}).get("template") is not None:
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
-        answered, job = await self._read_job(watch)
+        answered, job = await self._read_job(watch, GET_PROJECTED)
         if answered and job is not None and _uid(job) == payload["uid"]:
             payload["job"] = client_job_dict(job)
 
@@ -703,9 +741,11 @@ class _Wait:
              v
         WATCHING --cache says terminal, pods final----------------------------> DONE
              |   --cache says terminal, pods not yet final--> HOLDING --final, or 1 s--> DONE
-             |   --Job missing from the synced cache--> CONFIRMING (one GET)
-             |         --found terminal--------------------------------------> DONE
-             |         --404, no DELETED event within 2 s---------------------> DONE (deleted)
+             |   --Job missing from the synced cache--> AWAITING (no request)
+             |         --the watch delivers it within 2 s--> back to WATCHING
+             |         --still missing after 2 s--> CONFIRMING (one GET)
+             |               --found terminal--------------------------------> DONE
+             |               --404, no DELETED event within 2 s---------------> DONE (deleted)
              |   --API failing longer than the tolerance---------------------> DONE (error)
              |   --deadline (the cache is looked at once more first)----------> DONE (timeout, or held)
              v
@@ -836,6 +876,10 @@ class _Wait:
         t = self.trigger
         poll = t.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
         tolerance: float | None = None  # read when the API first fails (most waits never need it)
+        # AWAITING: when the next confirming GET of a Job missing from the synced cache may be sent (set
+        # _MISSING_GRACE_SECONDS after the first look that missed it, then poll_interval after each GET).
+        confirm_at: float | None = None
+        # CONFIRMING: when a GET answered 404 (the DELETED event may still be on its way).
         missing_since: float | None = None
         # Triggers that start together (a triggerer picking up thousands at once) would otherwise wake
         # together every poll_interval, and each such burst delays every watch event behind it: the
@@ -847,14 +891,30 @@ class _Wait:
                 self.offer(decision)
                 break
             if decision is not False:
-                missing_since = None
-            elif missing_since is None:
-                # CONFIRMING. Synced, yet the Job is neither cached nor tombstoned: either it was deleted
-                # before we started watching (triggerer restart, TTL) or the watch has not delivered it
-                # yet. One GET tells which (and may even carry its final state).
-                answered, job = await t._read_job(watch)
+                confirm_at = missing_since = None
+            elif confirm_at is None:
+                # AWAITING. Synced, yet the Job is neither cached nor tombstoned. Most often the watch
+                # has not delivered it yet: the operator defers right after its create is answered. Give
+                # the watch a moment, for free; the Job's events are stored whole from now on.
+                confirm_at = time.monotonic() + _MISSING_GRACE_SECONDS
+            elif missing_since is not None:
+                if time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
+                    self.done(
+                        t._payload(
+                            OUTCOME_DELETED,
+                            "Deleted",
+                            f"Job {t.namespace}/{t.job_name} no longer exists; it was deleted before "
+                            "its result could be read.",
+                        )
+                    )
+                    break
+            elif time.monotonic() >= confirm_at:
+                # CONFIRMING. Still missing: either it was deleted before the watch saw it (triggerer
+                # restart, TTL), or the watch lags. One GET tells which (and may carry its final state).
+                answered, job = await t._read_job(watch, GET_MISSING)
                 if self.result.done():
                     break
+                confirm_at = time.monotonic() + poll
                 if answered and job is None:
                     # Gone from the server. Its DELETED event (which says how it ended) may still be
                     # on its way down the watch: give the watch a moment before calling it deleted.
@@ -864,16 +924,6 @@ class _Wait:
                     if result is not None:
                         self.done(result)
                         break
-            elif time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
-                self.done(
-                    t._payload(
-                        OUTCOME_DELETED,
-                        "Deleted",
-                        f"Job {t.namespace}/{t.job_name} no longer exists; it was deleted before "
-                        "its result could be read.",
-                    )
-                )
-                break
             denied = watch.access_denied or t._get_denied
             if denied:  # issue 12: a permission error is permanent: end now, with the advice
                 reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
@@ -906,6 +956,8 @@ class _Wait:
                 wait_for = min(
                     wait_for, max(0.01, _MISSING_GRACE_SECONDS - (time.monotonic() - missing_since))
                 )
+            elif confirm_at is not None:
+                wait_for = min(wait_for, max(0.01, confirm_at - time.monotonic()))
             # Until the result, the timeout, or the watch's health changes (it also wakes us every
             # second while the API fails): no timer of our own ticks while the watch is merely syncing.
             await asyncio.wait(
@@ -951,12 +1003,34 @@ def client_job_dict(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return model.to_dict()  # type: ignore[no-any-return]
 
 
+def _uncounted_pods(status: dict[str, Any]) -> int:
+    """How many ended pods the Job controller lists in ``status.uncountedTerminatedPods`` (pod uids it has
+    seen end but not yet added to ``succeeded`` / ``failed``). Either key spelling: the payload's ``job``
+    is the client's ``to_dict()`` shape, the cache's is API JSON. Garbage counts as none."""
+    uncounted = status.get("uncounted_terminated_pods", status.get("uncountedTerminatedPods"))
+    if not isinstance(uncounted, dict):
+        return 0
+    return sum(len(uids) for key in ("succeeded", "failed") if isinstance(uids := uncounted.get(key), list))
+
+
 def _pods_final(payload: dict[str, Any]) -> bool:
-    """Whether every pod in a payload's summary is in a terminal phase (as classified by kube/states),
-    and the pod watch has shown at least as many ended pods as the Job counts, and one for a success
-    (the pods' events can lag behind the Job's: a payload without them would lack their exit codes and
-    XCom results)."""
+    """Whether a terminal payload's pods (and the Job's counters) are final enough to report.
+
+    * Every pod in the payload's summary is in a terminal phase (as classified by kube/states).
+    * The Job controller has folded every ended pod into its counters: ``uncountedTerminatedPods`` is
+      empty. It lists a pod first, with ``SuccessCriteriaMet`` / ``FailureTarget`` when that pod decides
+      the Job, and moves it to ``succeeded`` / ``failed`` in its next status update; until then the
+      Job's counters are not the final ones.
+    * The pod watch has shown at least as many ended pods as the Job counts, and one for a success (the
+      pods' events can lag behind the Job's: a payload without them would lack their exit codes and
+      XCom results).
+
+    A decision that is not final yet is held (re-decided on every change) for at most
+    ``_POD_SETTLE_SECONDS``.
+    """
     status = (payload.get("job") or {}).get("status") or {}
+    if _uncounted_pods(status):
+        return False
     counted = (status.get("succeeded") or 0) + (status.get("failed") or 0)
     if payload["outcome"] == OUTCOME_SUCCESS:
         counted = max(counted, 1)  # a Job succeeds through at least one succeeded pod

@@ -12,7 +12,12 @@ there, and hands each trigger a :class:`Subscription` that
 * calls the trigger back, synchronously and only for events about *its* Job or that Job's pods, so that
   300 triggers cost one dictionary lookup per event, not 300 evaluations,
 * remembers the last state of a Job that was deleted (a Job whose ``ttlSecondsAfterFinished`` is 0 is
-  gone a moment after it completed; its DELETED event still says how it ended).
+  gone a moment after it completed; its DELETED event still says how it ended),
+* stores the Jobs its triggers wait for whole (every version the watch delivers once a trigger listens
+  for the name), and the namespace's other Jobs projected, so a waiting trigger's event carries the
+  whole Job with no GET,
+* counts the few GETs a trigger still sends (:data:`GET_MISSING`, :data:`GET_PROJECTED`) in
+  ``job_gets`` and in the ``jobwatch.triggerer.job_gets.<reason>`` counter.
 
 The informers start with the first subscriber and stop after the last one leaves. Nothing here knows
 what a Job's state *means* (that is ``kube/states.py``) or opens a watch itself (that is
@@ -26,7 +31,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,8 @@ from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "GET_MISSING",
+    "GET_PROJECTED",
     "POD_LABEL_SELECTOR",
     "InformerRegistry",
     "NamespaceWatch",
@@ -51,6 +58,21 @@ __all__ = [
 #: re-created under the same name never inherits the old Job's pods.
 POD_LABEL_SELECTOR = "controller-uid"
 _POD_OWNER_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+#: Why a JobTrigger GETs its Job; there is no other reason (a trigger that subscribes before its Job
+#: ends sends no GET). Counted in ``NamespaceWatch.job_gets`` / ``InformerRegistry.job_gets``, the
+#: ``jobwatch.triggerer.job_gets.<reason>`` counter and the triggerer status file's ``job_gets``.
+#:
+#: ``missing``: the synced cache has had no Job of that name (nor a tombstone of it) for
+#: ``_MISSING_GRACE_SECONDS`` since the trigger first looked: the Job was deleted before the watch saw
+#: it, the watch lags behind, or the Job is outside ``[jobwatch] job_label_selector``. Repeated at most
+#: every ``poll_interval`` while it lasts.
+GET_MISSING = "missing"
+#: ``projected``: the trigger's result was decided from a copy of the Job the watch stored projected,
+#: because the Job's last change came before its trigger subscribed (it had already ended: a triggerer
+#: restart, a trigger moved here; or a fail-fast/timeout ending of a Job unchanged since): one GET reads
+#: it whole for the event's ``job``.
+GET_PROJECTED = "projected"
 
 #: How many deleted Jobs' last states are kept, and for how long. A trigger normally reads a tombstone
 #: within milliseconds of the DELETED event (it is called back from it); the bound only matters for a
@@ -161,6 +183,7 @@ class NamespaceWatch:
         *,
         config: InformerConfig,
         job_label_selector: str | None = None,
+        job_gets: Counter[str] | None = None,
     ) -> None:
         self.key = key
         self._client_factory = client_factory
@@ -189,6 +212,9 @@ class NamespaceWatch:
         self._reported_synced = False
         self._reported_failing = False
         self._health_checker: asyncio.Task[None] | None = None
+        #: GETs of a Job its triggers sent, by reason (GET_MISSING, GET_PROJECTED); see count_job_get().
+        self.job_gets: Counter[str] = Counter()
+        self._registry_job_gets = job_gets
 
     # -- lifecycle -------------------------------------------------------------------------------
     def ensure_started(self) -> asyncio.Task[None]:
@@ -225,7 +251,10 @@ class NamespaceWatch:
         # Subscribe before start(): the initial list's ADDED events then build the pod index, and
         # every later relist's reconciliation (MODIFIED / DELETED_UNKNOWN) keeps it right.
         # The Jobs triggers wait for are stored whole (their event carries the whole Job, as upstream's
-        # does, with no GET at the end); the namespace's other Jobs are projected.
+        # does, with no GET at the end); the namespace's other Jobs are projected. The informer asks for
+        # every version it stores (listed, watched, confirmed), so once a trigger listens for a name,
+        # the next version of that Job, and every later one, is kept whole: a Job that changes after its
+        # trigger subscribed (it ends, at the latest) ends whole in the cache.
         self.jobs.keep_whole = self._has_listeners
         self.jobs.subscribe(self._on_job_event, self._on_health)
         self.pods.subscribe(self._on_pod_event, self._on_health)
@@ -370,6 +399,13 @@ class NamespaceWatch:
     def _has_listeners(self, job: dict[str, Any]) -> bool:
         return _name(job) in self._listeners
 
+    def count_job_get(self, reason: str) -> None:
+        """A trigger of this watch is about to GET its Job, for ``reason`` (GET_MISSING, GET_PROJECTED)."""
+        self.job_gets[reason] += 1
+        if self._registry_job_gets is not None:
+            self._registry_job_gets[reason] += 1
+        metrics.job_get(self.key.namespace, reason)
+
     def _notify(self, job_name: str | None) -> None:
         if job_name is None:
             return
@@ -431,7 +467,8 @@ class NamespaceWatch:
             self._notify_all()  # each trigger decides from the cache at once
         if failing or self._reported_failing or (sync_changed and (not synced or self._any_job_missing())):
             # The triggers' safety nets re-check their API failure tolerance (and recover with the API),
-            # and, once synced, confirm a Job the first list did not have (one GET each). A healthy
+            # and, once synced, start the grace after which they confirm a Job the first list did not
+            # have (one GET each, GET_MISSING, if the watch does not deliver it meanwhile). A healthy
             # watch syncing with every Job in it, or merely reconnecting (timeoutSeconds, a resync), wakes
             # nobody: with 10,000 triggers each wake costs every one of them a loop turn.
             self._wake()
@@ -482,6 +519,10 @@ class InformerRegistry:
         #: Lingering watches that were picked up again by a new trigger, and ones closed after lingering.
         self.linger_reuses = 0
         self.linger_closes = 0
+        #: GETs of a Job by the triggers of every watch this registry opened, by reason (GET_MISSING,
+        #: GET_PROJECTED); 0 for a trigger that subscribed before its Job ended and whose Job the watch
+        #: delivered.
+        self.job_gets: Counter[str] = Counter()
 
     def _report(self, watch: NamespaceWatch, *, opened: bool) -> None:
         """Metrics and status file: the whole picture when a watch opened, else only this namespace's
@@ -528,6 +569,7 @@ class InformerRegistry:
                 client_factory,
                 config=config() if callable(config) else config,
                 job_label_selector=selector,
+                job_gets=self.job_gets,
             )
             self._watches[key] = watch
         elif watch.linger_task is not None:

@@ -78,6 +78,7 @@ def _emit_everything() -> None:
     metrics.tasks_waiting_for_quota(2)
     metrics.shared_watches({"ns1": 3})
     metrics.shared_watches({})
+    metrics.job_get("ns1", "missing")
     metrics.job_detected(
         {
             "status": {
