@@ -81,6 +81,17 @@ class WatcherStats:
     access_denied: str | None = None  # issue 12: an explained 401/403 on list/watch
 
 
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric of the child's informer, for the parent to send through Airflow's ``Stats`` (issue 20:
+    the child never imports Airflow). Already named and tagged by :mod:`airflow_jobwatch.metrics`."""
+
+    kind: str  # incr | gauge | timing
+    name: str
+    value: Any
+    tags: dict[str, Any] | None
+
+
 # ---------------------------------------------------------------------------------------------
 # What the parent reports to its user (the executor, or a test).
 # ---------------------------------------------------------------------------------------------

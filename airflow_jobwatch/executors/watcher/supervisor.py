@@ -29,8 +29,10 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, child_main
 from airflow_jobwatch.executors.watcher.messages import (
+    Metric,
     PodAdopted,
     PodGone,
     PodRef,
@@ -176,8 +178,8 @@ class WatcherSupervisor:
         self._backoff_max = restart_backoff_max
         # "spawn", not fork: a forked child would inherit every file descriptor of the scheduler
         # (database connections, listening sockets of anything in-process) and fork a process that
-        # runs threads. A spawned child imports kube/, this package and Airflow's Stats (a few seconds,
-        # see child.py), which matters only on (re)start.
+        # runs threads. A spawned child imports kube/ and this package, never Airflow (see child.py);
+        # that matters only on (re)start.
         self._ctx = multiprocessing.get_context(mp_context or "spawn")
         self._cluster = cluster
         self._label_selector = label_selector
@@ -426,6 +428,9 @@ class WatcherSupervisor:
     def _handle(self, slot: _Slot, child: _Child, msg: Any, results: list[PodResult]) -> None:
         if isinstance(msg, PodUpdate):
             self._on_update(msg, results)
+        elif isinstance(msg, Metric):
+            # The child's informer metrics, sent here through Airflow's Stats (the child never imports it).
+            metrics._send(msg.kind, msg.name, msg.value, msg.tags)
         elif isinstance(msg, Synced):
             # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True
