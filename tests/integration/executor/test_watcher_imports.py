@@ -25,7 +25,19 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _factory(tmp_path: Any, kubeconfig: str, report: Any, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "watcher_probe.py").write_text(
+    monkeypatch.syspath_prepend(str(tmp_path))  # the watcher child gets the parent's sys.path
+    return _probe_module(str(tmp_path), kubeconfig, str(report))
+
+
+def _probe_module(directory: str, kubeconfig: str, report: str) -> str:
+    """Write ``watcher_probe.py`` (an async client factory that also reports the Airflow modules of the
+    process it runs in) to ``directory``, put that on ``sys.path``, and return its import path."""
+    import sys
+    from pathlib import Path
+
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    (Path(directory) / "watcher_probe.py").write_text(
         textwrap.dedent(
             f"""
             import asyncio, json, os, sys
@@ -47,7 +59,6 @@ def _factory(tmp_path: Any, kubeconfig: str, report: Any, monkeypatch: pytest.Mo
             """
         )
     )
-    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned watcher inherits sys.path
     return "watcher_probe.build"
 
 
@@ -86,3 +97,61 @@ def test_watcher_child_imports_no_airflow_and_its_metrics_reach_the_parent(
         assert seen["airflow"] == [], f"the watcher child imported Airflow: {seen['airflow']}"
     finally:
         sup.stop(timeout=1.0)
+
+
+def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_path):
+    """As under ``airflow scheduler``: the parent's ``__main__`` imports Airflow (the console script does),
+    which ``multiprocessing``'s spawn would re-run in the child."""
+    import subprocess
+    import sys
+
+    report = tmp_path / "child-modules.json"
+    script = tmp_path / "scheduler_like.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, os, sys, time
+            import airflow  # as the `airflow` console script's `from airflow.__main__ import main`
+            from tests.integration.executor.test_watcher_imports import _probe_module
+            from airflow_jobwatch.executors.pods import worker_label_selector
+            from airflow_jobwatch.executors.watcher import WatcherSupervisor
+            from airflow_jobwatch.kube.client import ClusterConfig
+            from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+            from tests.integration.executor.test_watcher import FAST_INFORMER, JOB_ID
+
+            if __name__ == "__main__":
+                sup = WatcherSupervisor(
+                    cluster=ClusterConfig(config_file={kube_sandbox[1]!r}),
+                    namespaces=["default"],
+                    label_selector=worker_label_selector(JOB_ID),
+                    informer_config=FAST_INFORMER,
+                    fatal_waiting_reasons=DEFAULT_FATAL_WAITING_REASONS,
+                    unresponsive_after=30.0,
+                    async_client_factory=_probe_module({str(tmp_path)!r}, {kube_sandbox[1]!r}, {str(report)!r}),
+                )
+                sup.start()
+                deadline = time.monotonic() + 60
+                while not sup.all_synced():
+                    assert time.monotonic() < deadline
+                    sup.poll()
+                    time.sleep(0.05)
+                first = os.stat({str(report)!r}).st_mtime_ns if os.path.exists({str(report)!r}) else 0
+                while not os.path.exists({str(report)!r}) or os.stat({str(report)!r}).st_mtime_ns == first:
+                    assert time.monotonic() < deadline, "no report from the watcher child"
+                    sup.poll()
+                    time.sleep(0.05)
+                seen = json.loads(open({str(report)!r}).read())
+                print(json.dumps({{"child_pid": sup.child_pids()["default"], **seen}}))
+                sup.stop(timeout=1.0)
+            """
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, check=False
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["pid"] == seen["child_pid"]
+    assert seen["airflow"] == [], (
+        f"the watcher child of an Airflow __main__ imported Airflow: {seen['airflow']}"
+    )
