@@ -127,8 +127,26 @@ def _sender_queue() -> queue.Queue[Any]:
     return _queue
 
 
+# issue 20: where this process's metrics go instead of Airflow's Stats (the executor's watcher child sets it,
+# so that it never imports Airflow: its metrics cross the pipe and the scheduler sends them).
+_sink: Any = None
+
+
+def set_sink(sink: Any) -> None:
+    """Send this process's metrics to ``sink(kind, name, value, tags)`` instead of Airflow's Stats
+    (``None``: back to Stats). The sink must not block; it is called from the call site's thread."""
+    global _sink
+    _sink = sink
+
+
 def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None = None) -> None:
     global dropped
+    if _sink is not None:
+        try:
+            _sink(kind, name, value, tags)
+        except Exception:  # never let metrics break the work
+            log.debug("Could not hand metric %s to its sink", name, exc_info=True)
+        return
     try:
         _sender_queue().put_nowait((kind, name, value, tags))
     except queue.Full:

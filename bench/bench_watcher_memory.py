@@ -473,14 +473,6 @@ IMPORT_STEPS = [
     ("+ aiohttp", ["aiohttp"]),
     ("+ kubernetes_asyncio.client", ["aiohttp", "kubernetes_asyncio.client"]),
     ("+ the child's own modules (kube/ client, informer, states; executors/watcher)", _CHILD_MODULES),
-    (
-        "+ Airflow's Stats (airflow_jobwatch.metrics sends through it)",
-        [
-            *_CHILD_MODULES,
-            "airflow.observability.stats",
-            "airflow.observability.metrics.stats_utils",
-        ],
-    ),
 ]
 
 
@@ -577,7 +569,7 @@ def render(
     """``base``/``loaded``: per watcher, the median of each figure over the repetitions; ``runs``: per
     watcher, the (RSS, private) growth of each repetition, in KiB, and whether its RSS was at its peak."""
     names = {
-        "ours": "JobWatchExecutor's watcher (spawned by WatcherSupervisor)",
+        "ours": "JobWatchExecutor's watcher (started by WatcherSupervisor)",
         "upstream": "upstream KubernetesJobWatcher (forked), once synced",
         "upstream_restarted": "the same upstream process after its first watch restart",
     }
@@ -691,11 +683,12 @@ def render(
             "|---|---|",
             *floor_rows,
             "",
-            f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: the Kubernetes asyncio "
-            "client and our modules, then Airflow, which `airflow_jobwatch.metrics` imports to send the "
-            "informer's metrics through Airflow's Stats. (In a real scheduler the spawned child also re-runs "
-            "the `airflow` script as its `__mp_main__`, which imports Airflow anyway.) None of it is shared with "
-            "the scheduler: a spawned interpreter shares no pages, so this is private memory, per scheduler.",
+            f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: the Kubernetes clients "
+            "and our modules. Since issue 20 it imports no Airflow: it is started as `python -m "
+            "airflow_jobwatch.executors.watcher` (multiprocessing's spawn re-ran the scheduler's `airflow` "
+            "script in it, which imports Airflow), and its informer's metrics cross the pipe for the scheduler "
+            "to send through Stats. None of it is shared with the scheduler: a new interpreter shares no pages, "
+            "so this is private memory, per scheduler.",
             f"* Its growth is the informer's store: with the executor's informer configuration (projection "
             f"{'on' if cache['projection'] else 'off'}) the same informer, run in the bench process on the "
             f"same pods, stores {cache['json_bytes_per_pod']:,.0f} bytes of JSON per pod (the projection keeps "

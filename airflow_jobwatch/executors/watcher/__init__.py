@@ -3,11 +3,13 @@
 Why a subprocess at all? The scheduler's loop is synchronous and may block for seconds (database,
 DAG parsing callbacks); a watch that is not read promptly makes the API server close it as a "too
 slow" watcher, and an event loop that shares the scheduler's thread cannot run while it blocks. So,
-like the upstream KubernetesExecutor, we watch in a ``multiprocessing`` child.
+like the upstream KubernetesExecutor, we watch in a child process (``python -m
+airflow_jobwatch.executors.watcher``: a new interpreter that imports ``kube/`` and this package, never
+Airflow; its metrics come back over the pipe and the parent sends them through ``Stats``).
 
 Each side has its own module:
 
-* :mod:`.child` - the informer loop that runs in the child (imports ``kube/`` only, never Airflow);
+* :mod:`.child` - the informer loop that runs in the child (imports ``kube/`` and this package, never Airflow);
 * :mod:`.supervisor` - the parent's :class:`WatcherSupervisor`: starts, health-checks and replaces
   children, tracks the pods the executor launched, reconciles after a restart, and reports results;
 * :mod:`.messages` - the picklable messages between them.

@@ -2,10 +2,10 @@
 
 Runs the shared :class:`~airflow_jobwatch.kube.informer.Informer` under ``asyncio.run``, classifies
 every pod with :func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent
-(:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports ``kube/``, this package
-and, through :mod:`airflow_jobwatch.metrics`, Airflow's ``Stats`` (the informer's metrics go out through
-it): about 170 MiB of private memory before any pod (measured: docs/benchmarks/executor.md). Under the
-``airflow`` command a spawned child re-imports the scheduler's main module, which imports Airflow anyway.
+(:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports ``kube/`` and this
+package, never Airflow: the informer's metrics cross the pipe as :class:`~.messages.Metric` messages and
+the parent sends them through Airflow's ``Stats`` (issue 20; tests/integration/executor/test_watcher.py
+checks the child's ``sys.modules``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import mmap
 import os
+import pickle
 import queue
 import signal
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.messages import (
+    Metric,
     PodAdopted,
     PodGone,
     PodRef,
@@ -168,6 +173,42 @@ def _adopted(spec: WatcherSpec, namespace: str, name: str, labels: dict[str, Any
     return PodAdopted(namespace=namespace, name=name, worker=worker, observed_at=time.time())
 
 
+class FileHeartbeat:
+    """The child's heartbeat: one float (``time.monotonic()``, system-wide on Linux) in a shared mapping of
+    a file both processes hold open. The parent creates the file and passes its descriptor to the child."""
+
+    _FORMAT = "d"
+
+    def __init__(self, fd: int) -> None:
+        os.ftruncate(fd, struct.calcsize(self._FORMAT))
+        self._map = mmap.mmap(fd, struct.calcsize(self._FORMAT))
+
+    @property
+    def value(self) -> float:
+        return float(struct.unpack_from(self._FORMAT, self._map)[0])
+
+    @value.setter
+    def value(self, v: float) -> None:
+        struct.pack_into(self._FORMAT, self._map, 0, v)
+
+
+def main_from_stdin() -> None:
+    """Entry point of ``python -m airflow_jobwatch.executors.watcher`` (how the supervisor starts the child).
+
+    Why not ``multiprocessing``'s spawn: it re-runs the parent's ``__main__`` in the child, and under
+    ``airflow scheduler`` that is the ``airflow`` console script, which imports Airflow (about 77 MiB of
+    private memory, issue 20). Reads from stdin: a pickle of the parent's ``sys.path`` (so that import paths
+    such as ``async_client_factory`` resolve as in the parent), then a pickle of ``(spec, pipe fd,
+    heartbeat fd, parent pid, expected pods)``.
+    """
+    data = sys.stdin.buffer.read()
+    sys.stdin.close()
+    parent_path, payload = pickle.loads(data)
+    sys.path[:] = [p for p in parent_path if p not in sys.path] + sys.path
+    spec, conn_fd, heartbeat_fd, parent_pid, expected = pickle.loads(payload)
+    child_main(spec, Connection(conn_fd, readable=False), FileHeartbeat(heartbeat_fd), parent_pid, expected)
+
+
 def child_main(
     spec: WatcherSpec,
     conn: Connection,
@@ -224,6 +265,9 @@ async def child_run(
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
 
     relay = PodRelay(spec, outbox.put)
+    # issue 20: the informer's metrics go to the parent, which sends them through Airflow's Stats; this
+    # process never imports Airflow (about 77 MiB of private memory).
+    metrics.set_sink(lambda kind, name, value, tags: outbox.put(Metric(kind, name, value, tags)))
 
     async def beat() -> None:
         while True:

@@ -1,8 +1,8 @@
 """What the KubernetesJobWatcher child and its parent-side supervisor say to each other.
 
-Plain picklable dataclasses, so that the ``spawn`` start method works: :class:`WatcherSpec` goes from
-the parent to a new child (its whole configuration), :class:`PodUpdate` / :class:`Synced` /
-:class:`WatcherStats` come back over a pipe, and :class:`PodResult` is what the supervisor hands its
+Plain picklable dataclasses, so that they cross to a new interpreter: :class:`WatcherSpec` goes from
+the parent to a new child (pickled on its stdin) (its whole configuration), :class:`PodUpdate` / :class:`Synced` /
+:class:`WatcherStats` / :class:`Metric` come back over a pipe, and :class:`PodResult` is what the supervisor hands its
 owner (the executor). This module imports neither Airflow nor the Kubernetes clients.
 """
 
@@ -81,6 +81,17 @@ class WatcherStats:
     access_denied: str | None = None  # issue 12: an explained 401/403 on list/watch
 
 
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One metric of the child's informer, for the parent to send through Airflow's ``Stats`` (issue 20:
+    the child never imports Airflow). Already named and tagged by :mod:`airflow_jobwatch.metrics`."""
+
+    kind: str  # incr | gauge | timing
+    name: str
+    value: Any
+    tags: dict[str, Any] | None
+
+
 # ---------------------------------------------------------------------------------------------
 # What the parent reports to its user (the executor, or a test).
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +121,7 @@ class PodResult:
 
 @dataclass(frozen=True)
 class WatcherSpec:
-    """Everything a child needs; picklable so the ``spawn`` start method works too."""
+    """Everything a child needs; picklable: it reaches the child pickled on its stdin."""
 
     cluster: ClusterConfig
     namespace: str | None  # None = all namespaces
@@ -118,7 +129,7 @@ class WatcherSpec:
     informer_config: InformerConfig
     fatal_waiting_reasons: frozenset[str]
     name: str = "jobwatch-executor"
-    # [kubernetes_executor] async_client_factory: an import path (a string survives spawn), resolved in the child
+    # [kubernetes_executor] async_client_factory: an import path (a string survives pickling), resolved in the child
     async_client_factory: str | None = None
 
 

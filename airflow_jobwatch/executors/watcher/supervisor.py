@@ -23,14 +23,20 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, child_main
+from airflow_jobwatch import metrics
+from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, FileHeartbeat
 from airflow_jobwatch.executors.watcher.messages import (
+    Metric,
     PodAdopted,
     PodGone,
     PodRef,
@@ -80,11 +86,41 @@ class _Tracked:
     confirmed: bool = True
 
 
+class _ChildProcess:
+    """A watcher child started as ``python -m airflow_jobwatch.executors.watcher``, with the part of
+    ``multiprocessing.Process``'s interface the supervisor uses."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def terminate(self) -> None:
+        if self.is_alive():
+            self._popen.terminate()
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self._popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 @dataclass
 class _Child:
     """One generation of the watcher for one namespace scope."""
 
-    process: multiprocessing.process.BaseProcess
+    process: _ChildProcess
     conn: Connection
     heartbeat: Any
     started_at: float
@@ -157,7 +193,6 @@ class WatcherSupervisor:
         unresponsive_after: float = 60.0,
         restart_backoff_initial: float = 0.8,
         restart_backoff_max: float = 30.0,
-        mp_context: str | None = None,
         name: str = "jobwatch-executor",
         async_client_factory: str | None = None,
     ) -> None:
@@ -174,11 +209,11 @@ class WatcherSupervisor:
         self._unresponsive_after = unresponsive_after
         self._backoff_initial = restart_backoff_initial
         self._backoff_max = restart_backoff_max
-        # "spawn", not fork: a forked child would inherit every file descriptor of the scheduler
+        # A new interpreter, not fork: a forked child would inherit every file descriptor of the scheduler
         # (database connections, listening sockets of anything in-process) and fork a process that
-        # runs threads. A spawned child imports kube/, this package and Airflow's Stats (a few seconds,
-        # see child.py), which matters only on (re)start.
-        self._ctx = multiprocessing.get_context(mp_context or "spawn")
+        # runs threads. Not multiprocessing's spawn either: it re-runs the scheduler's __main__ (the
+        # `airflow` console script, which imports Airflow) in the child. `python -m
+        # airflow_jobwatch.executors.watcher` imports kube/ and this package, never Airflow (issue 20).
         self._cluster = cluster
         self._label_selector = label_selector
         self._informer_config = informer_config
@@ -305,15 +340,31 @@ class WatcherSupervisor:
     # --- internals ------------------------------------------------------------------------
 
     def _start_child(self, slot: _Slot) -> None:
-        reader, writer = self._ctx.Pipe(duplex=False)
-        heartbeat = self._ctx.RawValue("d", 0.0)  # 0.0 = has not beaten yet
-        process = self._ctx.Process(  # type: ignore[attr-defined]
-            target=child_main,
-            args=(slot.spec, writer, heartbeat, os.getpid(), self._expected(slot.spec.namespace)),
-            name=f"KubernetesJobWatcher[{slot.spec.namespace or 'all-namespaces'}]",
-            daemon=True,
-        )
-        process.start()
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        with tempfile.TemporaryFile() as hb_file:
+            heartbeat = FileHeartbeat(hb_file.fileno())  # 0.0 = has not beaten yet
+            payload = pickle.dumps(
+                (
+                    slot.spec,
+                    writer.fileno(),
+                    hb_file.fileno(),
+                    os.getpid(),
+                    self._expected(slot.spec.namespace),
+                )
+            )
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "airflow_jobwatch.executors.watcher"],
+                stdin=subprocess.PIPE,
+                pass_fds=(writer.fileno(), hb_file.fileno()),
+                close_fds=True,
+            )
+            assert popen.stdin is not None
+            try:
+                popen.stdin.write(pickle.dumps((list(sys.path), payload)))
+                popen.stdin.close()
+            except OSError:  # it died at once: reported as an exited child by the next poll
+                pass
+        process = _ChildProcess(popen)
         # Close our copy of the write end: when the child dies, reading then ends with EOFError
         # instead of blocking forever on a half-written message.
         writer.close()
@@ -426,6 +477,9 @@ class WatcherSupervisor:
     def _handle(self, slot: _Slot, child: _Child, msg: Any, results: list[PodResult]) -> None:
         if isinstance(msg, PodUpdate):
             self._on_update(msg, results)
+        elif isinstance(msg, Metric):
+            # The child's informer metrics, sent here through Airflow's Stats (the child never imports it).
+            metrics._send(msg.kind, msg.name, msg.value, msg.tags)
         elif isinstance(msg, Synced):
             # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True
