@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.messages import (
@@ -57,6 +57,10 @@ CONFIG_ERROR_EXIT_CODE = 78  # EX_CONFIG (sysexits.h)
 # once: enough to confirm a few thousand missing pods in seconds, few enough not to look like a
 # burst to the API server's priority and fairness.
 MISSING_CHECK_CONCURRENCY = 8
+# Pods the parent launched while this child was starting and that its first list lacked are checked with a
+# GET this long after the list (see child_run's check_late): by then the watch has delivered any of them that
+# was created after the list, so a 404 means the pod was gone before the list, unseen.
+LATE_CHECK_GRACE_SECONDS = 3.0
 # Read timeout of each of those GETs; a GET that times out is retried with backoff, so a slow or
 # black-holed API server only delays the check (it runs in this process, never in the scheduler loop).
 MISSING_CHECK_READ_TIMEOUT_SECONDS = 30.0
@@ -103,7 +107,7 @@ class PodRelay:
     def expect(self, missing: Iterable[PodRef]) -> list[PodRef]:
         """The pods to check after the first list; until answered, a watch event for one resolves it."""
         refs = sorted(missing)
-        self.unresolved = set(refs)
+        self.unresolved.update(refs)
         return refs
 
     def on_event(self, event: InformerEvent) -> None:
@@ -199,14 +203,21 @@ def main_from_stdin() -> None:
     ``airflow scheduler`` that is the ``airflow`` console script, which imports Airflow (about 77 MiB of
     private memory, issue 20). Reads from stdin: a pickle of the parent's ``sys.path`` (so that import paths
     such as ``async_client_factory`` resolve as in the parent), then a pickle of ``(spec, pipe fd,
-    heartbeat fd, parent pid, expected pods)``.
+    heartbeat fd, parent pid, expected pods)``. Stdin stays open: the parent sends on it the pods to check
+    that it launched while this child was starting (see :func:`read_requests`).
     """
-    data = sys.stdin.buffer.read()
-    sys.stdin.close()
-    parent_path, payload = pickle.loads(data)
+    requests = sys.stdin.buffer
+    parent_path, payload = pickle.load(requests)
     sys.path[:] = [p for p in parent_path if p not in sys.path] + sys.path
     spec, conn_fd, heartbeat_fd, parent_pid, expected = pickle.loads(payload)
-    child_main(spec, Connection(conn_fd, readable=False), FileHeartbeat(heartbeat_fd), parent_pid, expected)
+    child_main(
+        spec,
+        Connection(conn_fd, readable=False),
+        FileHeartbeat(heartbeat_fd),
+        parent_pid,
+        expected,
+        requests=requests,
+    )
 
 
 def child_main(
@@ -215,6 +226,8 @@ def child_main(
     heartbeat: Any,
     parent_pid: int,
     expected: frozenset[PodRef] = frozenset(),
+    *,
+    requests: BinaryIO | None = None,
 ) -> None:
     """Entry point of the KubernetesJobWatcher process.
 
@@ -230,7 +243,7 @@ def child_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        asyncio.run(child_run(spec, conn, heartbeat, parent_pid, expected))
+        asyncio.run(child_run(spec, conn, heartbeat, parent_pid, expected, requests=requests))
     except Exception:
         log.exception("KubernetesJobWatcher %s failed; the scheduler will start a new one", spec.name)
         raise
@@ -242,6 +255,8 @@ async def child_run(
     heartbeat: Any,
     parent_pid: int,
     expected: frozenset[PodRef] = frozenset(),
+    *,
+    requests: BinaryIO | None = None,
 ) -> None:
     from airflow_jobwatch.kube.client import ClusterConfigError, async_api_client
     from airflow_jobwatch.kube.informer import Informer
@@ -305,6 +320,36 @@ async def child_run(
     informer.subscribe(relay.on_event)
 
     checker: asyncio.Task[None] | None = None
+    late_checks: set[asyncio.Task[None]] = set()
+    loop = asyncio.get_running_loop()
+
+    def check_late(refs: list[PodRef]) -> None:
+        # Pods the parent launched while this child started: not in its expected set, and absent from
+        # the first list. Wait until the watch has surely delivered any that was created after that list,
+        # then GET the rest: one deleted before the list (preempted, evicted while Pending) would otherwise
+        # never be reported, and its task would stay running for ever.
+        async def run() -> None:
+            await asyncio.sleep(LATE_CHECK_GRACE_SECONDS)
+            listed = {
+                ((o.get("metadata") or {}).get("namespace", ""), (o.get("metadata") or {}).get("name", ""))
+                for o in informer.items()
+            }
+            missing = relay.expect(ref for ref in refs if ref not in listed)
+            if missing:
+                await check_missing(api_client, spec, missing, relay.unresolved, outbox.put)
+
+        task = loop.create_task(run())
+        late_checks.add(task)
+        task.add_done_callback(late_checks.discard)
+
+    if requests is not None:
+        threading.Thread(
+            target=read_requests,
+            args=(requests, lambda refs: loop.call_soon_threadsafe(check_late, refs)),
+            name="jobwatch-watcher-requests",
+            daemon=True,
+        ).start()
+
     try:
         await informer.start()
         last_stats: WatcherStats | None = None
@@ -347,9 +392,32 @@ async def child_run(
         beat_task.cancel()
         if checker is not None:
             checker.cancel()
+        for task in list(late_checks):
+            task.cancel()
         await informer.stop()
         await api_client.close()
         outbox.put(None)
+
+
+def read_requests(stream: BinaryIO, check: Callable[[list[PodRef]], None]) -> None:
+    """Read the parent's requests from ``stream`` (the child's stdin) until it closes.
+
+    A request is a pickle of ``("check", [(namespace, name), ...])``: pods the parent launched after this
+    child was started and that its first list lacked (see :meth:`.supervisor.WatcherSupervisor`). The
+    stream closes when the parent stops this child or dies; the heartbeat notices the latter.
+    """
+    while True:
+        try:
+            request = pickle.load(stream)
+        except (EOFError, OSError, ValueError):
+            return
+        except Exception:
+            log.exception("KubernetesJobWatcher: ignoring an unreadable request from the scheduler")
+            return
+        if isinstance(request, tuple) and len(request) == 2 and request[0] == "check":
+            check([tuple(ref) for ref in request[1]])
+        else:
+            log.warning("KubernetesJobWatcher: ignoring an unknown request from the scheduler: %r", request)
 
 
 async def check_missing(

@@ -27,11 +27,12 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Collection, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import IO, Any
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS, FileHeartbeat
@@ -124,6 +125,10 @@ class _Child:
     conn: Connection
     heartbeat: Any
     started_at: float
+    #: the pods handed to it at its start: it checks those its first list lacks by itself.
+    expected: frozenset[PodRef] = frozenset()
+    #: its stdin, for the pods launched while it was starting (see WatcherSupervisor._check_late).
+    requests: IO[bytes] | None = None
     synced: bool = False
     closed: bool = False
 
@@ -341,6 +346,7 @@ class WatcherSupervisor:
 
     def _start_child(self, slot: _Slot) -> None:
         reader, writer = multiprocessing.Pipe(duplex=False)
+        expected = self._expected(slot.spec.namespace)
         with tempfile.TemporaryFile() as hb_file:
             heartbeat = FileHeartbeat(hb_file.fileno())  # 0.0 = has not beaten yet
             payload = pickle.dumps(
@@ -349,7 +355,7 @@ class WatcherSupervisor:
                     writer.fileno(),
                     hb_file.fileno(),
                     os.getpid(),
-                    self._expected(slot.spec.namespace),
+                    expected,
                 )
             )
             popen = subprocess.Popen(
@@ -360,8 +366,9 @@ class WatcherSupervisor:
             )
             assert popen.stdin is not None
             try:
+                # Left open: later requests go the same way (_check_late).
                 popen.stdin.write(pickle.dumps((list(sys.path), payload)))
-                popen.stdin.close()
+                popen.stdin.flush()
             except OSError:  # it died at once: reported as an exited child by the next poll
                 pass
         process = _ChildProcess(popen)
@@ -369,7 +376,14 @@ class WatcherSupervisor:
         # instead of blocking forever on a half-written message.
         writer.close()
         slot.generation += 1
-        slot.child = _Child(process=process, conn=reader, heartbeat=heartbeat, started_at=time.monotonic())
+        slot.child = _Child(
+            process=process,
+            conn=reader,
+            heartbeat=heartbeat,
+            started_at=time.monotonic(),
+            expected=expected,
+            requests=popen.stdin,
+        )
         log.info(
             "Started KubernetesJobWatcher for %s (generation %d, pid %s)",
             slot.spec.namespace or "all namespaces",
@@ -384,6 +398,38 @@ class WatcherSupervisor:
             for ref, t in self._tracked.items()
             if t.confirmed and (ref[0] == scope if scope is not None else ref[0] not in self._slots)
         )
+
+    def _check_late(self, slot: _Slot, child: _Child, listed: frozenset[PodRef]) -> None:
+        """Ask ``child`` to check the pods launched after it started that its first list lacks.
+
+        Such a pod was not in the child's expected set, so the child would not look for it; if it was
+        deleted before the list (preempted or evicted while Pending), no event ever comes and its task
+        would stay running for ever. The child GETs each after a grace time (a pod created after the list
+        arrives by the watch meanwhile); a 404 comes back as :class:`PodGone`. Written from a thread: a
+        child that does not read must never block the scheduler's loop.
+        """
+        scope = slot.spec.namespace
+        late = sorted(ref for ref in self._expected(scope) if ref not in child.expected and ref not in listed)
+        stream = child.requests
+        if not late or stream is None:
+            return
+        data = pickle.dumps(("check", late))
+        log.info(
+            "KubernetesJobWatcher for %s: %d pod(s) launched while it started are not in its first list; "
+            "checking whether they still exist",
+            scope or "all namespaces",
+            len(late),
+        )
+
+        def write() -> None:
+            try:
+                stream.write(data)
+                stream.flush()
+            except (OSError, ValueError):
+                # The child is gone or being replaced: the next one gets these pods as expected.
+                pass
+
+        threading.Thread(target=write, name="jobwatch-watcher-request", daemon=True).start()
 
     def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
         if not child.process.is_alive():
@@ -449,6 +495,11 @@ class WatcherSupervisor:
             if proc.is_alive():
                 proc.kill()
         proc.join(5.0)
+        if child.requests is not None:
+            try:
+                child.requests.close()
+            except (OSError, ValueError):
+                pass
         if close:
             try:
                 child.conn.close()
@@ -483,6 +534,7 @@ class WatcherSupervisor:
         elif isinstance(msg, Synced):
             # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True
+            self._check_late(slot, child, msg.keys)
         elif isinstance(msg, PodGone):
             self._on_gone(msg, results)
         elif isinstance(msg, PodAdopted):
@@ -536,7 +588,8 @@ class WatcherSupervisor:
         )
 
     def _on_gone(self, msg: PodGone, results: list[PodResult]) -> None:
-        """A pod handed to a new child as expected was absent from its list, and a GET said 404."""
+        """A pod handed to a new child as expected (or launched while it started) was absent from its first
+        list, and a GET said 404."""
         from airflow_jobwatch.kube.states import classify_pod
 
         ref = (msg.namespace, msg.name)

@@ -13,13 +13,13 @@ import time
 from typing import Any
 
 import pytest
+from test_watcher import FAST_INFORMER, JOB_ID
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import worker_label_selector
 from airflow_jobwatch.executors.watcher import WatcherSupervisor
 from airflow_jobwatch.kube.client import ClusterConfig
 from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
-from tests.integration.executor.test_watcher import FAST_INFORMER, JOB_ID
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,12 +112,12 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
             f"""
             import json, os, sys, time
             import airflow  # as the `airflow` console script's `from airflow.__main__ import main`
-            from tests.integration.executor.test_watcher_imports import _probe_module
+            from test_watcher_imports import _probe_module
             from airflow_jobwatch.executors.pods import worker_label_selector
             from airflow_jobwatch.executors.watcher import WatcherSupervisor
             from airflow_jobwatch.kube.client import ClusterConfig
             from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
-            from tests.integration.executor.test_watcher import FAST_INFORMER, JOB_ID
+            from test_watcher import FAST_INFORMER, JOB_ID
 
             if __name__ == "__main__":
                 sup = WatcherSupervisor(
@@ -146,8 +146,14 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
             """
         )
     )
+    import os
+    from pathlib import Path
+
+    # This directory on the path (as pytest puts it) for the script's imports of these test modules.
+    here = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, check=False
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100, check=False, env=env
     )
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
