@@ -232,6 +232,8 @@ run of this benchmark left 4 of 200 tasks stuck under JobWatchExecutor: their po
 watcher child was starting and preempted (and gone) before its first list, so no event and no check ever
 reported them. The scheduler now hands such pods to the child, which GETs them a grace time after that list
 (`tests/integration/executor/test_preemption_vs_upstream.py::test_pod_preempted_before_the_watchers_first_list`).
+Such a pod cannot be told from one deleted unseen, so its task is reported failed and retried: each
+preempted-while-Pending task missing from "same-try relaunches" is one of those.
 """
 
 

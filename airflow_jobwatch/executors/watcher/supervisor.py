@@ -24,6 +24,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import queue
 import subprocess
 import sys
 import tempfile
@@ -129,6 +130,11 @@ class _Child:
     expected: frozenset[PodRef] = frozenset()
     #: its stdin, for the pods launched while it was starting (see WatcherSupervisor._check_late).
     requests: IO[bytes] | None = None
+    #: once synced: the pods of its first list, and the tracked pods whose create was unanswered then.
+    listed: frozenset[PodRef] = frozenset()
+    unconfirmed_at_sync: set[PodRef] = field(default_factory=set)
+    #: requests waiting for the writer thread (a child that does not read never blocks the scheduler).
+    outbox: queue.SimpleQueue[bytes | None] | None = None
     synced: bool = False
     closed: bool = False
 
@@ -285,9 +291,22 @@ class WatcherSupervisor:
         ref = (namespace, name)
         tracked = self._tracked.get(ref)
         if tracked is not None and tracked.key == key:
-            tracked.confirmed = tracked.confirmed or confirmed
+            if confirmed and not tracked.confirmed:
+                tracked.confirmed = True
+                self._confirmed_after_sync(ref)
             return
         self._tracked[ref] = _Tracked(key=key, namespace=namespace, name=name, confirmed=confirmed)
+
+    def _confirmed_after_sync(self, ref: PodRef) -> None:
+        """A create answered only now, whose request was out when the watcher child listed: if the pod is
+        not in that list, the child checks it like the pods of :meth:`_check_late`."""
+        slot = self._slots.get(ref[0]) or self._slots.get(None)
+        child = slot.child if slot is not None else None
+        if child is None or ref not in child.unconfirmed_at_sync:
+            return
+        child.unconfirmed_at_sync.discard(ref)
+        if ref not in child.listed:
+            self._request_check(child, [ref])
 
     def untrack(self, namespace: str, name: str) -> None:
         """Forget a pod (revoked task): nothing more will be reported for it."""
@@ -409,27 +428,46 @@ class WatcherSupervisor:
         child that does not read must never block the scheduler's loop.
         """
         scope = slot.spec.namespace
-        late = sorted(ref for ref in self._expected(scope) if ref not in child.expected and ref not in listed)
-        stream = child.requests
-        if not late or stream is None:
-            return
-        data = pickle.dumps(("check", late))
-        log.info(
-            "KubernetesJobWatcher for %s: %d pod(s) launched while it started are not in its first list; "
-            "checking whether they still exist",
-            scope or "all namespaces",
-            len(late),
+        in_scope = [
+            (ref, t)
+            for ref, t in self._tracked.items()
+            if (ref[0] == scope if scope is not None else ref[0] not in self._slots)
+        ]
+        child.listed = listed
+        child.unconfirmed_at_sync = {ref for ref, t in in_scope if not t.confirmed}
+        late = sorted(
+            ref for ref, t in in_scope if t.confirmed and ref not in child.expected and ref not in listed
         )
+        if late:
+            log.info(
+                "KubernetesJobWatcher for %s: %d pod(s) launched while it started are not in its first "
+                "list; checking whether they still exist",
+                scope or "all namespaces",
+                len(late),
+            )
+            self._request_check(child, late)
 
-        def write() -> None:
-            try:
-                stream.write(data)
-                stream.flush()
-            except (OSError, ValueError):
-                # The child is gone or being replaced: the next one gets these pods as expected.
-                pass
+    @staticmethod
+    def _request_check(child: _Child, refs: list[PodRef]) -> None:
+        """Send ``refs`` to ``child`` to check (its stdin), through a writer thread of its own."""
+        stream = child.requests
+        if stream is None:
+            return
+        if child.outbox is None:
+            outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+            child.outbox = outbox
 
-        threading.Thread(target=write, name="jobwatch-watcher-request", daemon=True).start()
+            def write() -> None:
+                while (data := outbox.get()) is not None:
+                    try:
+                        stream.write(data)
+                        stream.flush()
+                    except (OSError, ValueError):
+                        # The child is gone or being replaced: the next one gets these pods as expected.
+                        return
+
+            threading.Thread(target=write, name="jobwatch-watcher-requests", daemon=True).start()
+        child.outbox.put(pickle.dumps(("check", refs)))
 
     def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
         if not child.process.is_alive():
@@ -495,6 +533,8 @@ class WatcherSupervisor:
             if proc.is_alive():
                 proc.kill()
         proc.join(5.0)
+        if child.outbox is not None:
+            child.outbox.put(None)
         if child.requests is not None:
             try:
                 child.requests.close()
