@@ -13,6 +13,7 @@ tokens and private keys, and the libraries' YAML errors print the offending line
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -28,10 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import kubernetes.client
-import kubernetes.client.exceptions
-import kubernetes.config
-import kubernetes.config.incluster_config
 import kubernetes_asyncio.client
 import kubernetes_asyncio.client.exceptions
 import kubernetes_asyncio.config
@@ -48,6 +45,10 @@ __all__ = [
     "credential_digest",
     "sync_api_client",
 ]
+
+# The synchronous ``kubernetes`` client (its package imports every model class, about 40 MiB) is imported
+# only by the functions that build a synchronous client: the executor's watcher child, which only uses
+# ``kubernetes_asyncio``, never loads it (issue 20). ``yaml`` stays: ``kubernetes_asyncio.config`` imports it.
 
 log = logging.getLogger(__name__)
 
@@ -555,8 +556,8 @@ def _tls_error(cfg: ClusterConfig, exc: OSError) -> ClusterConfigError:
 
 # Everything the loaders are known to raise on a bad kubeconfig (ConfigException, plus the raw
 # KeyError/TypeError/ValueError their dict walking throws on odd shapes, and OSError for cert files).
+# _load_sync adds the synchronous client's ConfigException (imported there, lazily).
 _LOAD_ERRORS: tuple[type[BaseException], ...] = (
-    kubernetes.config.ConfigException,
     kubernetes_asyncio.config.ConfigException,
     OSError,
     KeyError,
@@ -726,13 +727,17 @@ async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
 
 def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
     """Fill a ``kubernetes`` Configuration (the library installs its own exec/expiry refresh hook)."""
+    import kubernetes.config
+    import kubernetes.config.incluster_config
+
+    load_errors = (kubernetes.config.ConfigException, *_LOAD_ERRORS)
     if cfg.in_cluster:
         token_file, ca_file = cfg.service_account_files()
         try:
             kubernetes.config.incluster_config.InClusterConfigLoader(
                 token_filename=token_file, cert_filename=ca_file, try_refresh_token=False
             ).load_and_set(configuration)
-        except _LOAD_ERRORS as exc:
+        except load_errors as exc:
             raise _in_cluster_error(cfg, exc) from None
         configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
     else:
@@ -752,7 +757,7 @@ def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
                     client_configuration=configuration,
                     persist_config=False,
                 )
-        except _LOAD_ERRORS as exc:
+        except load_errors as exc:
             raise _library_error(resolved, exc) from None
     _apply_options(cfg, configuration)
     if cfg.tcp_keepalive is not None:
@@ -809,33 +814,51 @@ class JobwatchAsyncApiClient(kubernetes_asyncio.client.ApiClient):
         return result
 
 
-class JobwatchApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]
-    """The synchronous counterpart of :class:`JobwatchAsyncApiClient`."""
+@functools.cache
+def _jobwatch_api_client_class() -> type[Any]:
+    """:class:`JobwatchApiClient`, defined on first use so that importing this module does not import
+    the synchronous ``kubernetes`` client."""
+    import kubernetes.client
+    import kubernetes.client.exceptions
 
-    def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
-        super().__init__(configuration=configuration)
-        pool_kw = self.rest_client.pool_manager.connection_pool_kw
-        options = getattr(configuration, "socket_options", None)
-        if options is not None and "socket_options" not in pool_kw:
-            # kubernetes 35 (what the cncf.kubernetes releases for Airflow 3.1 and 3.2 pin) ignores
-            # Configuration.socket_options; 36 passes them to urllib3's pools, as this does.
-            pool_kw["socket_options"] = options
-        self.credentials = credentials
-        timeout = credentials.cfg.request_timeout
-        self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
+    class JobwatchApiClient(kubernetes.client.ApiClient):  # type: ignore[misc]
+        """The synchronous counterpart of :class:`JobwatchAsyncApiClient`."""
 
-    def reload_credentials(self) -> bool:
-        return self.credentials.reload_sync(self.configuration)
+        def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
+            super().__init__(configuration=configuration)
+            pool_kw = self.rest_client.pool_manager.connection_pool_kw
+            options = getattr(configuration, "socket_options", None)
+            if options is not None and "socket_options" not in pool_kw:
+                # kubernetes 35 (what the cncf.kubernetes releases for Airflow 3.1 and 3.2 pin) ignores
+                # Configuration.socket_options; 36 passes them to urllib3's pools, as this does.
+                pool_kw["socket_options"] = options
+            self.credentials = credentials
+            timeout = credentials.cfg.request_timeout
+            self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
 
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
-            kwargs["_request_timeout"] = self._default_timeout
-        try:
-            return super().call_api(*args, **kwargs)
-        except kubernetes.client.exceptions.ApiException as exc:
-            if not _is_401(exc) or not self.reload_credentials():
-                raise
-            return super().call_api(*args, **kwargs)
+        def reload_credentials(self) -> bool:
+            return self.credentials.reload_sync(self.configuration)
+
+        def call_api(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
+                kwargs["_request_timeout"] = self._default_timeout
+            try:
+                return super().call_api(*args, **kwargs)
+            except kubernetes.client.exceptions.ApiException as exc:
+                if not _is_401(exc) or not self.reload_credentials():
+                    raise
+                return super().call_api(*args, **kwargs)
+
+    JobwatchApiClient.__module__ = __name__
+    JobwatchApiClient.__qualname__ = "JobwatchApiClient"
+    return JobwatchApiClient
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: ``from airflow_jobwatch.kube.client import JobwatchApiClient`` still works (lazily).
+    if name == "JobwatchApiClient":
+        return _jobwatch_api_client_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def _keepalive_session(api_client: Any, configuration: Any, keepalive: TcpKeepalive) -> None:
@@ -910,7 +933,7 @@ def _exec_token_refresher(loader: Any) -> Any:
     return refresh
 
 
-def sync_api_client(cfg: ClusterConfig) -> JobwatchApiClient:
+def sync_api_client(cfg: ClusterConfig) -> Any:
     """A ``kubernetes`` (official client) ``ApiClient`` with its own ``Configuration``; the caller closes it.
 
     Every option of ``cfg`` applies (TLS, CA, keepalive, retries, default timeout). The official client
@@ -919,6 +942,8 @@ def sync_api_client(cfg: ClusterConfig) -> JobwatchApiClient:
 
     :raises ClusterConfigError: naming the kubeconfig path and context, or the in-cluster setup.
     """
+    import kubernetes.client
+
     configuration = kubernetes.client.Configuration()
     _load_sync(cfg, configuration)
 
@@ -927,6 +952,6 @@ def sync_api_client(cfg: ClusterConfig) -> JobwatchApiClient:
 
     credentials = _Credentials(cfg, load, kubernetes.client.Configuration)
     try:
-        return JobwatchApiClient(configuration, credentials=credentials)
+        return _jobwatch_api_client_class()(configuration, credentials=credentials)
     except (ssl.SSLError, OSError) as exc:
         raise _tls_error(cfg, exc) from None

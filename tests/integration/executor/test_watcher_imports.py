@@ -1,4 +1,5 @@
-"""Issue 20: the KubernetesJobWatcher child never imports Airflow; its metrics reach Stats through the parent.
+"""Issue 20: the KubernetesJobWatcher child never imports Airflow (nor the synchronous ``kubernetes`` client);
+its metrics reach Stats through the parent.
 
 The child is started the way the executor starts it (a :class:`WatcherSupervisor`, ``spawn``). What it has
 imported is read from inside it: ``[kubernetes_executor] async_client_factory`` (honoured in the child)
@@ -30,8 +31,8 @@ def _factory(tmp_path: Any, kubeconfig: str, report: Any, monkeypatch: pytest.Mo
 
 
 def _probe_module(directory: str, kubeconfig: str, report: str) -> str:
-    """Write ``watcher_probe.py`` (an async client factory that also reports the Airflow modules of the
-    process it runs in) to ``directory``, put that on ``sys.path``, and return its import path."""
+    """Write ``watcher_probe.py`` (an async client factory that also reports the Airflow and synchronous
+    ``kubernetes`` modules of the process it runs in) to ``directory``, put that on ``sys.path``, and return its import path."""
     import sys
     from pathlib import Path
 
@@ -45,10 +46,12 @@ def _probe_module(directory: str, kubeconfig: str, report: str) -> str:
 
             async def _report():
                 while True:
-                    mods = sorted(m for m in list(sys.modules) if m == "airflow" or m.startswith("airflow."))
+                    names = list(sys.modules)
+                    mods = sorted(m for m in names if m == "airflow" or m.startswith("airflow."))
+                    sync = sorted(m for m in names if m == "kubernetes" or m.startswith("kubernetes."))
                     tmp = {str(report)!r} + ".tmp"
                     with open(tmp, "w") as fh:
-                        json.dump({{"pid": os.getpid(), "airflow": mods}}, fh)
+                        json.dump({{"pid": os.getpid(), "airflow": mods, "kubernetes": sync}}, fh)
                     os.replace(tmp, {str(report)!r})
                     await asyncio.sleep(0.2)
 
@@ -95,6 +98,10 @@ def test_watcher_child_imports_no_airflow_and_its_metrics_reach_the_parent(
         seen = json.loads(report.read_text())
         assert seen["pid"] == sup.child_pids()["default"]
         assert seen["airflow"] == [], f"the watcher child imported Airflow: {seen['airflow']}"
+        # The synchronous client (about 36 MiB with its model classes) is not needed by the child.
+        assert seen["kubernetes"] == [], (
+            f"the watcher child imported the sync client: {seen['kubernetes'][:5]}"
+        )
     finally:
         sup.stop(timeout=1.0)
 
@@ -160,4 +167,7 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
     assert seen["pid"] == seen["child_pid"]
     assert seen["airflow"] == [], (
         f"the watcher child of an Airflow __main__ imported Airflow: {seen['airflow']}"
+    )
+    assert seen["kubernetes"] == [], (
+        f"the watcher child of an Airflow __main__ imported the sync client: {seen['kubernetes'][:5]}"
     )
