@@ -79,7 +79,8 @@ def make_executor(
     ours.end()
     from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
 
-    ex = KubernetesExecutor(parallelism=16)
+    ex = KubernetesExecutor()  # older providers (Airflow 3.1's) take no arguments
+    ex.parallelism = 16
     ex.job_id = "43"
     # Its DB lookup of the task instance: no metadata DB here, every workload is current (see module doc).
     ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
