@@ -14,20 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.compat import AIRFLOW_VERSION
 from airflow_jobwatch.testing import DagRunError, RunningSandbox, run_dag
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
-
-#: For the tests that run tasks with run_dag.
-needs_dag_test = pytest.mark.skipif(
-    AIRFLOW_VERSION == (3, 2),
-    reason="Airflow 3.2.2's in-process execution API, which dag.test() runs tasks through, does not "
-    "start with the pinned cadwyn 9 / fastapi 0.165 (TITerminalStatePayload needs a discriminator "
-    "field), and with cadwyn 7 / fastapi 0.136 its lifespan never runs (no app.state.svcs_registry): "
-    "every task fails",
-)
 
 
 def _dag_file(tmp_path: Path, *, deferrable: bool, command: str, xcom: bool = False) -> Path:
@@ -67,7 +57,6 @@ def _dag_file(tmp_path: Path, *, deferrable: bool, command: str, xcom: bool = Fa
     return path
 
 
-@needs_dag_test
 @pytest.mark.parametrize("deferrable", [False, True], ids=["in-worker", "deferred"])
 def test_run_dag_runs_the_job_operator_and_returns_states_xcoms_and_logs(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox, deferrable: bool
@@ -91,7 +80,6 @@ def test_run_dag_runs_the_job_operator_and_returns_states_xcoms_and_logs(
     assert [j["metadata"]["name"] for j in jobwatch_sandbox.jobs()] == [job.xcoms["job_name"]]
 
 
-@needs_dag_test
 @pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 @pytest.mark.parametrize("deferrable", [False, True], ids=["in-worker", "deferred"])
 def test_fault_helpers_during_a_run_dropped_watches_and_410_are_survived(
@@ -125,7 +113,6 @@ def test_fault_helpers_during_a_run_dropped_watches_and_410_are_survived(
     assert expired_watches() >= 1
 
 
-@needs_dag_test
 @pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 def test_fault_helpers_during_a_run_an_evicted_pod_fails_the_task(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox
@@ -141,7 +128,6 @@ def test_fault_helpers_during_a_run_an_evicted_pod_fails_the_task(
     assert "Evicted" in run.task("job").log
 
 
-@needs_dag_test
 @pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
 def test_an_exception_in_during_stops_the_run_and_is_raised(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox
@@ -182,7 +168,6 @@ def _code_blocks(markdown: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown, flags=re.S)
 
 
-@needs_dag_test
 def test_the_example_that_opens_docs_testing_md_passes_as_written(tmp_path: Path) -> None:
     """The first two Python blocks of docs/testing.md (a DAG file and a test, each naming its path in its
     first line), written where they say and run with pytest in a new process, with the plugin."""
