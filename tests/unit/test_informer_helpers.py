@@ -73,3 +73,39 @@ def test_event_accessors():
     event = InformerEvent(EventType.DELETED_UNKNOWN, pod)
     assert (event.uid, event.namespace, event.name) == ("u-1", "ns", "p")
     assert InformerEvent(EventType.ADDED, {"metadata": {"name": "n", "uid": "u"}}).namespace is None
+
+
+def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
+    from airflow_jobwatch.kube.informer import _CompactStore
+
+    store = _CompactStore()
+    pod = {"metadata": {"uid": "u1", "name": "p", "resourceVersion": "7", "labels": {"a": "b"}}, "status": {}}
+    store["u1"] = pod
+    pod["metadata"]["resourceVersion"] = "8"  # a caller's later change does not reach the store
+    assert len(store) == 1 and "u1" in store and "u2" not in store
+    first = store.get("u1")
+    assert first is not None and first["metadata"]["resourceVersion"] == "7"
+    first["metadata"]["labels"]["a"] = "changed"
+    assert store["u1"]["metadata"]["labels"] == {"a": "b"}
+    assert store.get("u1") == store.get("u1") and store.get("u1") is not store.get("u1")
+    assert isinstance(store._data["u1"], bytes)  # one untracked object per entry
+    assert [uid for uid, _ in store.items()] == ["u1"] and list(store.values()) == [store["u1"]]
+    assert store.get("missing") is None and store.pop("missing", None) is None
+    assert store.pop("u1")["metadata"]["name"] == "p" and len(store) == 0
+
+
+def test_compact_store_is_an_informer_option():
+    config = InformerConfig(compact_store=True)
+    assert (
+        Informer(object(), kind="pods", namespace="ns", config=config)._store.__class__.__name__
+        == "_CompactStore"
+    )
+    assert isinstance(Informer(object(), kind="pods", namespace="ns")._store, dict)
+
+
+def test_names_lists_the_stored_objects_without_reading_them():
+    informer = Informer(object(), kind="pods", namespace="ns", config=InformerConfig(compact_store=True))
+    for uid, name in (("u1", "a"), ("u2", "b")):
+        informer._put({"metadata": {"uid": uid, "name": name, "namespace": "ns", "resourceVersion": "1"}})
+    informer._remove("u1", EventType.DELETED, informer.get("u1") or {})
+    assert informer.names() == [("ns", "b")]

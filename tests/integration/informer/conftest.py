@@ -69,3 +69,26 @@ def each_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     from airflow_jobwatch.kube import informer
 
     monkeypatch.setattr(informer, "_decode_page", request.param)
+
+
+@pytest.fixture(params=["dict-store", "compact-store"])
+def each_store_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Run the test once with each form of the informer's store: dicts (the default) and compact JSON
+    (``InformerConfig.compact_store``, the executor's watcher child): the relist, confirmation and
+    deletion rules must not depend on it. Every informer the test creates gets the form."""
+    import dataclasses
+
+    from airflow_jobwatch.kube import informer as module
+
+    compact = request.param == "compact-store"
+    original = module.Informer.__init__
+    created: list[Any] = []
+
+    def init(self: Any, api_client: Any, **kwargs: Any) -> None:
+        config = kwargs.pop("config", module.InformerConfig())
+        original(self, api_client, config=dataclasses.replace(config, compact_store=compact), **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(module.Informer, "__init__", init)
+    yield
+    assert all(isinstance(i._store, module._CompactStore) is compact for i in created)

@@ -21,6 +21,8 @@ from airflow_jobwatch.sandbox import SandboxThread
 # A minute of 410s at the production backoff (0.8 s doubling to 30 s), with time scaled by 1/10 so the test
 # takes 6 s: the analytic bound on the number of LISTs is the same as for the real minute.
 TIME_SCALE = 0.1
+pytestmark = pytest.mark.usefixtures("each_store_form")
+
 PRODUCTION = InformerConfig()
 SCALED = InformerConfig(
     watch_timeout_seconds=5,

@@ -22,7 +22,7 @@ from scripted_server import ScriptedServer, line, list_of, phase_of, pod, start,
 from airflow_jobwatch.kube.informer import EventType, InformerConfig, compare_resource_versions
 
 # Every test here runs with each LIST page decoder (conftest.each_decoder).
-pytestmark = pytest.mark.usefixtures("each_decoder")
+pytestmark = pytest.mark.usefixtures("each_decoder", "each_store_form")
 
 
 def expired_410() -> bytes:

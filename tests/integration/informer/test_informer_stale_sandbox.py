@@ -15,10 +15,13 @@ from informer_helpers import FAST, NS, Pods, api_client_for, consistent, eventua
 from airflow_jobwatch.kube.informer import EventType, InformerConfig
 from airflow_jobwatch.sandbox import SandboxThread
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(SandboxThread, "set_watch_cache_lag"),
-    reason="the sandbox's stale watch-cache mode (set_watch_cache_lag) has not landed yet",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not hasattr(SandboxThread, "set_watch_cache_lag"),
+        reason="the sandbox's stale watch-cache mode (set_watch_cache_lag) has not landed yet",
+    ),
+    pytest.mark.usefixtures("each_store_form"),
+]
 
 
 async def test_running_pod_survives_relists_from_a_lagging_cache(make_sandbox, tmp_path):
