@@ -383,6 +383,7 @@ def run_upstream(n: int, admin: Any, logfile: Path) -> dict[str, Any]:
         snap = snapshot(pid)
         manager = ex._manager._process.pid  # its Manager process holds the queues (not the watcher)
         snap["manager_rss_kib"] = proc_status(manager)["VmRSS"]
+        snap["manager_uss_kib"] = private_kib(manager)
         if n:
             # On a quiet namespace its watch ends at the watcher's 30 s read timeout and a new one starts
             # (from the resourceVersion it logs). Read the process again once that watch is processed.
@@ -706,8 +707,9 @@ def render(
             "keeps no cache: each watch event becomes a `V1Pod`, is logged and dropped. Its growth is allocator "
             "high-water and parent pages it copied on write (the garbage collector writes to every object it "
             "scans), and its peak (VmHWM) is the initial ADDED burst of all pods, deserialised one by one. Its "
-            "multiprocessing Manager (its queues, one more process) had "
-            f"{mib(up['manager_rss_kib'])} MiB RSS, not counted above.",
+            "multiprocessing Manager (its queues, one more process, forked by `start()` too) had "
+            f"{mib(up['manager_rss_kib'])} MiB RSS and {mib(up['manager_uss_kib'])} MiB private, not counted "
+            "above; ours has no such process (its child sends on a pipe).",
             "* CPU s is utime + stime of the watcher process since it started; ours includes its interpreter's "
             "start and imports (the 0-pod column), upstream's forked child imports nothing. CPU figures are the "
             "least robust to the other load on this machine; memory is not affected by it.",
