@@ -14,7 +14,16 @@ from kubernetes_asyncio.client import BatchV1Api
 
 from airflow_jobwatch.triggers.registry import get_registry
 
-from .conftest import NS, collect, create_job, job_condition, job_manifest, make_trigger, wait_until
+from .conftest import (
+    NS,
+    collect,
+    complete_without_pods,
+    create_job,
+    job_condition,
+    job_manifest,
+    make_trigger,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,7 +78,7 @@ async def test_success_whose_pods_never_show_is_reported_after_the_settle_time_n
     async with make_trigger(sandbox, kubeconfig, "nopods").watching():
         task = asyncio.create_task(collect(trigger, limit=20.0))
         await wait_until(lambda: sum(get_registry().active().values()) == 2, what="the trigger joining")
-        await _complete_without_pods(k8s_async_client, "nopods")
+        await complete_without_pods(k8s_async_client, "nopods")
         [event] = await task
     assert event["outcome"] == "success", event
     assert event["pods"] == []
@@ -82,7 +91,7 @@ async def test_job_cached_before_its_trigger_came_is_read_whole_once(sandbox, ku
     await create_job(k8s_async_client, job_manifest("early", ["true"]))
     await create_job(k8s_async_client, job_manifest("other", ["true"]))
     async with make_trigger(sandbox, kubeconfig, "other").watching() as watch:
-        await _complete_without_pods(k8s_async_client, "early")
+        await complete_without_pods(k8s_async_client, "early")
 
         def cached_complete() -> bool:
             conditions = ((watch.job("early") or {}).get("status") or {}).get("conditions") or []
@@ -95,24 +104,6 @@ async def test_job_cached_before_its_trigger_came_is_read_whole_once(sandbox, ku
     assert event["outcome"] == "success", event
     assert event["job"]["spec"]["template"]["spec"]["containers"][0]["name"] == "base"
     assert sandbox.counters().get("get jobs", 0) == 1, sandbox.counters()
-
-
-async def _complete_without_pods(k8s_async_client, name):
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await BatchV1Api(k8s_async_client).patch_namespaced_job_status(
-        name,
-        NS,
-        {
-            "status": {
-                "succeeded": 1,
-                "conditions": [
-                    {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
-                    {"type": "Complete", "status": "True", "lastTransitionTime": now},
-                ],
-            }
-        },
-        _content_type="application/merge-patch+json",
-    )
 
 
 @pytest.mark.sandbox(job_controller=False, kubelet=False)

@@ -18,7 +18,16 @@ import pytest
 
 from airflow_jobwatch.triggers.registry import get_registry
 
-from .conftest import NS, collect, create_job, job_condition, job_manifest, make_trigger, wait_until
+from .conftest import (
+    NS,
+    collect,
+    complete_without_pods,
+    create_job,
+    job_condition,
+    job_manifest,
+    make_trigger,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -125,7 +134,7 @@ async def test_triggers_subscribed_before_the_first_list_read_no_job(
     await wait_until(lambda: sum(get_registry().active().values()) == 3, what="the triggers subscribing")
     await wait_until(lambda: all(w.synced for w in get_registry()._watches.values()), what="the first list")
     for i in range(3):
-        await _complete(k8s_async_client, f"first-{i}")
+        await complete_without_pods(k8s_async_client, f"first-{i}")
     events = [e for events in await asyncio.gather(*tasks) for e in events]
     assert [e["outcome"] for e in events] == ["success"] * 3
     assert all(e["job"]["spec"]["template"] is not None for e in events)
@@ -187,25 +196,3 @@ async def test_job_the_watch_does_not_deliver_is_read_by_one_get(sandbox, kubeco
     assert event["job"]["spec"]["template"] is not None  # the GET's whole Job
     assert gets == 1, sandbox.counters()
     assert dict(get_registry().job_gets) == {"missing": 1}
-
-
-async def _complete(k8s_async_client: Any, name: str) -> None:
-    import datetime
-
-    from kubernetes_asyncio.client import BatchV1Api
-
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await BatchV1Api(k8s_async_client).patch_namespaced_job_status(
-        name,
-        NS,
-        {
-            "status": {
-                "succeeded": 1,
-                "conditions": [
-                    {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
-                    {"type": "Complete", "status": "True", "lastTransitionTime": now},
-                ],
-            }
-        },
-        _content_type="application/merge-patch+json",
-    )
