@@ -40,5 +40,21 @@ def heartbeat_until(
         time.sleep(0.1)
 
 
+def poll(
+    executor: Any, cond: Callable[[], Any], *, timeout: float, what: str, events: list[tuple[Any, Any]]
+) -> Any:
+    """Heartbeat ``executor`` (as the scheduler does), appending every event to ``events`` in order, until
+    ``cond()`` is truthy; returns that value. Fails naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        executor.heartbeat()
+        events.extend(executor.get_event_buffer().items())
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; events so far: {events}"
+        time.sleep(0.1)
+
+
 def terminal(events: dict[Any, Any]) -> dict[str, tuple[str, Any]]:
     return {k.task_id: (str(s), info) for k, (s, info) in events.items() if str(s) in ("success", "failed")}

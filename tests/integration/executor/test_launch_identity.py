@@ -12,13 +12,12 @@ runs their containers as local processes, which see the test's temp directory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, submit, terminal
+from exec_helpers import heartbeat_until, poll, submit, terminal
 from support.workloads import make_workload
 
 from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
@@ -39,19 +38,6 @@ def _pods_of(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _poll(ex: Any, cond: Callable[[], Any], *, timeout: float, what: str, events: list[Any]) -> Any:
-    """Heartbeat ``ex`` (collecting its events) until ``cond()`` is truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ex.heartbeat()
-        events.extend(ex.get_event_buffer().items())
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; events so far: {events}"
-        time.sleep(0.1)
-
-
 def _terminal_events(events: list[tuple[Any, Any]]) -> list[tuple[Any, str, Any]]:
     return [(k, str(s), info) for k, (s, info) in events if str(s) in ("success", "failed")]
 
@@ -69,7 +55,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     events: list[tuple[Any, Any]] = []
 
     submit(ex, first)
-    _poll(
+    poll(
         ex,
         lambda: any(str(s) == "running" for _, (s, _) in events),
         timeout=60,
@@ -82,7 +68,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     # The key comes back while its first pod still runs; the new pod's create is answered 503.
     sandbox.set_error_rate(1.0, status=503, verbs={"create"})
     submit(ex, second)
-    _poll(
+    poll(
         ex,
         lambda: ex.status()["create_retries"] >= 1,
         timeout=60,
@@ -91,7 +77,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     )
     # The first pod ends (Succeeded) while the second is still being created.
     first_may_end.touch()
-    _poll(
+    poll(
         ex,
         lambda: not any(p["metadata"]["name"] == old_name for p in _pods_of(sandbox, "resumes")),
         timeout=60,
@@ -103,7 +89,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     assert ex.status()["pending_creation"] == 1
 
     sandbox.set_error_rate(0.0)
-    _poll(ex, lambda: _terminal_events(events), timeout=60, what="the second launch to end", events=events)
+    poll(ex, lambda: _terminal_events(events), timeout=60, what="the second launch to end", events=events)
     ((key, state, info),) = _terminal_events(events)
     assert (key, state) == (second.ti.key, "success")
     assert old_name not in info, info
@@ -125,7 +111,7 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
     second = make_workload(task_id="twice", command=f"{_wait_for(second_may_end)}; exit 3")
     events: list[tuple[Any, Any]] = []
     submit(old, first)
-    _poll(old, lambda: len(_pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
+    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
     # Creation timestamps have a resolution of one second: the newer launch must be visibly newer.
     created = _pods_of(sandbox, "twice")[0]["metadata"]["creationTimestamp"]
     deadline = time.monotonic() + 10
@@ -133,7 +119,7 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
         assert time.monotonic() < deadline
         time.sleep(0.05)
     submit(old, second)
-    _poll(old, lambda: len(_pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
+    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
     old.terminate()  # the scheduler dies; both pods live on and end while nobody watches
     first_may_end.touch()
     second_may_end.touch()

@@ -23,13 +23,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from exec_helpers import submit
+from exec_helpers import poll, submit
 from support.workloads import make_workload
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.sandbox_opts(pod_start_delay=3.0)]
@@ -99,18 +98,6 @@ def _pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _drive_until(ex: Any, events: list[tuple[Any, Any]], cond: Any, *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        ex.heartbeat()
-        events.extend(ex.get_event_buffer().items())
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}; events {events}"
-        time.sleep(0.1)
-
-
 def _final(events: list[tuple[Any, Any]], kind: str) -> list[tuple[str, int, str, Any]]:
     """(task_id, try_number, "success" | "failed", info) of every final event, in order."""
     out = []
@@ -129,7 +116,7 @@ def _preempt_first_pod(ex: Any, sandbox: Any, task_id: str, phase: str, events: 
                 return name
         return None
 
-    name = _drive_until(ex, events, first_in_phase, timeout=60, what=f"a {phase} pod of {task_id}")
+    name = poll(ex, first_in_phase, timeout=60, what=f"a {phase} pod of {task_id}", events=events)
     sandbox.preempt_pod("default", name, grace_seconds=1)
     return str(name)
 
@@ -137,7 +124,7 @@ def _preempt_first_pod(ex: Any, sandbox: Any, task_id: str, phase: str, events: 
 def _wait_listed(ex: Any, kind: str) -> None:
     """Ours: wait until the watcher has listed (see test_pod_preempted_before_the_watchers_first_list). Upstream has no such signal."""
     if kind == "jobwatch":
-        _drive_until(ex, [], ex.supervisor.all_synced, timeout=60, what="the watcher's first list")
+        poll(ex, ex.supervisor.all_synced, timeout=60, what="the watcher's first list", events=[])
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -148,8 +135,8 @@ def test_pod_preempted_while_pending(kind: str, make_executor: Any, kube_sandbox
     submit(ex, make_workload(task_id="pending_victim", command="exit 0"))
     events: list[tuple[Any, Any]] = []
     victim = _preempt_first_pod(ex, sandbox, "pending_victim", "Pending", events)
-    finals = _drive_until(
-        ex, events, lambda: _final(events, kind), timeout=90, what="a final event of pending_victim"
+    finals = poll(
+        ex, lambda: _final(events, kind), timeout=90, what="a final event of pending_victim", events=events
     )
     (task_id, try_number, outcome, _info) = finals[0]
     assert (task_id, try_number) == ("pending_victim", 1)
@@ -174,8 +161,8 @@ def test_pod_preempted_while_running(kind: str, make_executor: Any, kube_sandbox
     submit(ex, make_workload(task_id="running_victim", command="sleep 120"))
     events: list[tuple[Any, Any]] = []
     _preempt_first_pod(ex, sandbox, "running_victim", "Running", events)
-    finals = _drive_until(
-        ex, events, lambda: _final(events, kind), timeout=90, what="a final event of running_victim"
+    finals = poll(
+        ex, lambda: _final(events, kind), timeout=90, what="a final event of running_victim", events=events
     )
     (task_id, try_number, outcome, info) = finals[0]
     assert (task_id, try_number, outcome) == ("running_victim", 1, "failed"), finals
@@ -201,8 +188,8 @@ def test_pod_preempted_before_the_watchers_first_list(
     submit(ex, make_workload(task_id="early_victim", command="exit 0"))
     events: list[tuple[Any, Any]] = []
     _preempt_first_pod(ex, sandbox, "early_victim", "Pending", events)
-    finals = _drive_until(
-        ex, events, lambda: _final(events, kind), timeout=60, what="a final event of early_victim"
+    finals = poll(
+        ex, lambda: _final(events, kind), timeout=60, what="a final event of early_victim", events=events
     )
     task_id, try_number, outcome, info = finals[0]
     assert (task_id, try_number) == ("early_victim", 1), finals
