@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)
 sys.path.insert(0, str(REPO / "bench"))
 from bench_executor import HEARTBEAT_SECONDS, _make_executor, _setup_env, write_section  # noqa: E402
+from run_all import assemble  # noqa: E402
 
 SECTION = "## Infrastructure churn: preemption"
 PENDING_SHARE = 0.20
@@ -237,20 +238,6 @@ preempted-while-Pending task missing from "same-try relaunches" is one of those.
 """
 
 
-def replace_section(path: Path, text: str) -> None:
-    """Replace (or append) only this benchmark's section of docs/benchmarks.md."""
-    doc = path.read_text() if path.exists() else ""
-    start = doc.find(SECTION)
-    if start < 0:
-        doc = doc.rstrip() + "\n\n" + text.strip() + "\n"
-    else:
-        nxt = doc.find("\n## ", start + len(SECTION))
-        end = len(doc) if nxt < 0 else nxt + 1
-        doc = doc[:start] + text.strip() + "\n" + ("\n" + doc[end:] if nxt >= 0 else "")
-    path.write_text(doc)
-    print(f"wrote {path}")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -295,7 +282,7 @@ def main() -> None:
         print(text)
         if not args.no_write:
             write_section(REPO / "docs" / "benchmarks" / "churn.md", text, SECTION)
-            replace_section(REPO / "docs" / "benchmarks.md", text)
+            print(f"wrote {assemble()}")  # docs/benchmarks.md, from every benchmark's fragment
     finally:
         try:
             sandbox.stop(timeout=15)

@@ -848,6 +848,17 @@ def render(rows: list[dict[str, Any]], *, lo: int, hi: int, note: str = "") -> s
 LIVE_NAMESPACE = "bench-live"
 LIVE_HEADING = "## Detection under live load"
 LIVE_ANALYSIS = "**Where the tail was"
+
+
+def write_keeping(target: Path, text: str, heading: str, *, sep: str, end: str) -> None:
+    """Write ``text`` to ``target``, keeping what the file had from ``heading`` on (hand-written text or
+    another run's section) after ``sep``; ``end`` closes the file when there is nothing to keep."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    kept = target.read_text().partition(heading)[2] if target.exists() else ""
+    target.write_text(text + (f"{sep}{heading}{kept}" if kept else end))
+    print(f"wrote {target}")
+
+
 LIVE_NOTE = """One process, as issue 20 measured it: the sandbox (API server, Job controller, kubelet running each
 container as a local process) in a thread, and one triggerer-like event loop running every JobTrigger
 through the shared registry. The ended Jobs and their Succeeded pods are put in the sandbox's store before
@@ -980,12 +991,10 @@ def live_main(args: argparse.Namespace) -> int:
     text = render_live(row, args)
     print(text)
     if not args.no_write:
-        target = ROOT / "docs" / "benchmarks" / "trigger_live.md"
-        target.parent.mkdir(parents=True, exist_ok=True)
         # the hand-written analysis below the figures (from LIVE_ANALYSIS on) is kept
-        kept = target.read_text().partition(LIVE_ANALYSIS)[2] if target.exists() else ""
-        target.write_text(text + (f"\n\n{LIVE_ANALYSIS}{kept}" if kept else "\n"))
-        print(f"wrote {target}")
+        write_keeping(
+            ROOT / "docs" / "benchmarks" / "trigger_live.md", text, LIVE_ANALYSIS, sep="\n\n", end="\n"
+        )
     return 0
 
 
@@ -1233,11 +1242,7 @@ def main() -> int:
     text = render(rows, lo=lo, hi=hi, note=note)
     print(text)
     if not args.no_write:
-        target = ROOT / "docs" / "benchmarks" / "trigger.md"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        foreign = target.read_text().partition(FOREIGN_HEADING)[2] if target.exists() else ""
-        target.write_text(text + (f"\n{FOREIGN_HEADING}{foreign}" if foreign else ""))
-        print(f"wrote {target}")
+        write_keeping(ROOT / "docs" / "benchmarks" / "trigger.md", text, FOREIGN_HEADING, sep="\n", end="")
     return 0
 
 
