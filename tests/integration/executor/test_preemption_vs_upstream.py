@@ -76,6 +76,13 @@ def make_executor(
     request.addfinalizer(restore_db)
     ours = executor_factory()  # sets the shared [kubernetes_executor] environment; not used further
     ours.end()
+    # Upstream sends each task's KubernetesJob through a multiprocessing Manager queue (pickled). Every
+    # kubernetes model object it builds keeps a copy of the client's process-wide default Configuration; an
+    # earlier test in this process that loaded a kubeconfig into that default leaves a refresh hook there that
+    # cannot be pickled. Start upstream with no default, as in a fresh scheduler (restored afterwards).
+    import kubernetes.client
+
+    monkeypatch.setattr(kubernetes.client.Configuration, "_default", None)
     from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
 
     ex = KubernetesExecutor()  # older providers (Airflow 3.1's) take no arguments
