@@ -28,14 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-import kubernetes_asyncio.client
-import kubernetes_asyncio.client.exceptions
-import kubernetes_asyncio.config
-import kubernetes_asyncio.config.incluster_config
-import urllib3.util
 import yaml
-from urllib3.connection import HTTPConnection
 
 __all__ = [
     "ClusterConfig",
@@ -46,9 +39,10 @@ __all__ = [
     "sync_api_client",
 ]
 
-# The synchronous ``kubernetes`` client (its package imports every model class, about 40 MiB) is imported
-# only by the functions that build a synchronous client: the executor's watcher child, which only uses
-# ``kubernetes_asyncio``, never loads it (issue 20). ``yaml`` stays: ``kubernetes_asyncio.config`` imports it.
+# Neither client library is imported here at module level: each package imports every model class (about
+# 40 MiB of private memory each). The functions that build a client import the one they build; the executor's
+# watcher child, which talks HTTP through ``kube/direct.py``, loads neither (issue 20). ``yaml`` stays: reading
+# a kubeconfig to name it (``identity()``) needs it.
 
 log = logging.getLogger(__name__)
 
@@ -556,14 +550,8 @@ def _tls_error(cfg: ClusterConfig, exc: OSError) -> ClusterConfigError:
 
 # Everything the loaders are known to raise on a bad kubeconfig (ConfigException, plus the raw
 # KeyError/TypeError/ValueError their dict walking throws on odd shapes, and OSError for cert files).
-# _load_sync adds the synchronous client's ConfigException (imported there, lazily).
-_LOAD_ERRORS: tuple[type[BaseException], ...] = (
-    kubernetes_asyncio.config.ConfigException,
-    OSError,
-    KeyError,
-    TypeError,
-    ValueError,
-)
+# Each loader adds its library's ConfigException (imported there, lazily).
+_LOAD_ERRORS: tuple[type[BaseException], ...] = (OSError, KeyError, TypeError, ValueError)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -693,13 +681,17 @@ def _apply_options(cfg: ClusterConfig, configuration: Any) -> None:
 
 async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
     """Fill a ``kubernetes_asyncio`` Configuration; returns the kubeconfig loader (or None)."""
+    import kubernetes_asyncio.config
+    import kubernetes_asyncio.config.incluster_config
+
+    load_errors: tuple[type[BaseException], ...] = (kubernetes_asyncio.config.ConfigException, *_LOAD_ERRORS)
     if cfg.in_cluster:
         token_file, ca_file = cfg.service_account_files()
         try:
             kubernetes_asyncio.config.incluster_config.InClusterConfigLoader(
                 token_filename=token_file, cert_filename=ca_file, try_refresh_token=False
             ).load_and_set(configuration)
-        except _LOAD_ERRORS as exc:
+        except load_errors as exc:
             raise _in_cluster_error(cfg, exc) from None
         configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
         _apply_options(cfg, configuration)
@@ -717,7 +709,7 @@ async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
                 client_configuration=configuration,
                 persist_config=False,  # never write refreshed tokens back into the user's file
             )
-    except _LOAD_ERRORS as exc:
+    except load_errors as exc:
         raise _library_error(resolved, exc) from None
     if "exec" in resolved.user_fields and configuration.refresh_api_key_hook is None:
         configuration.refresh_api_key_hook = _exec_token_refresher(loader)
@@ -729,6 +721,8 @@ def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
     """Fill a ``kubernetes`` Configuration (the library installs its own exec/expiry refresh hook)."""
     import kubernetes.config
     import kubernetes.config.incluster_config
+    import urllib3.util
+    from urllib3.connection import HTTPConnection
 
     load_errors = (kubernetes.config.ConfigException, *_LOAD_ERRORS)
     if cfg.in_cluster:
@@ -780,38 +774,49 @@ def _is_401(exc: BaseException) -> bool:
     return getattr(exc, "status", None) == 401
 
 
-class JobwatchAsyncApiClient(kubernetes_asyncio.client.ApiClient):
-    """A ``kubernetes_asyncio`` ApiClient with a default request timeout and one credential reload
-    and retry on 401 (expired exec-plugin token, rotated service-account token, rotated static token).
+@functools.cache
+def _jobwatch_async_api_client_class() -> type[Any]:
+    """:class:`JobwatchAsyncApiClient`, defined on first use so that importing this module does not import
+    ``kubernetes_asyncio`` (see the note on imports at the top)."""
+    import kubernetes_asyncio.client
+    import kubernetes_asyncio.client.exceptions
 
-    A 401 that persists after the reload is returned/raised as it is: the caller reports it as a
-    permission error (see :mod:`airflow_jobwatch.kube.errors`).
-    """
+    class JobwatchAsyncApiClient(kubernetes_asyncio.client.ApiClient):
+        """A ``kubernetes_asyncio`` ApiClient with a default request timeout and one credential reload
+        and retry on 401 (expired exec-plugin token, rotated service-account token, rotated static token).
 
-    def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
-        super().__init__(configuration=configuration)
-        self.credentials = credentials
-        timeout = credentials.cfg.request_timeout
-        self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
+        A 401 that persists after the reload is returned/raised as it is: the caller reports it as a
+        permission error (see :mod:`airflow_jobwatch.kube.errors`).
+        """
 
-    async def reload_credentials(self) -> bool:
-        return await self.credentials.reload(self.configuration)
+        def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
+            super().__init__(configuration=configuration)
+            self.credentials = credentials
+            timeout = credentials.cfg.request_timeout
+            self._default_timeout = timeout if timeout is not None else DEFAULT_REQUEST_TIMEOUT_SECONDS
 
-    async def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
-            kwargs["_request_timeout"] = self._default_timeout
-        try:
-            result = await super().call_api(*args, **kwargs)
-        except kubernetes_asyncio.client.exceptions.ApiException as exc:
-            if not _is_401(exc) or not await self.reload_credentials():
-                raise
-            return await super().call_api(*args, **kwargs)
-        # _preload_content=False hands back the raw response whatever its status (the informer reads it).
-        if not kwargs.get("_preload_content", True) and getattr(result, "status", None) == 401:
-            if await self.reload_credentials():
-                result.release()
+        async def reload_credentials(self) -> bool:
+            return await self.credentials.reload(self.configuration)
+
+        async def call_api(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("_request_timeout") is None and kwargs.get("_preload_content", True):
+                kwargs["_request_timeout"] = self._default_timeout
+            try:
+                result = await super().call_api(*args, **kwargs)
+            except kubernetes_asyncio.client.exceptions.ApiException as exc:
+                if not _is_401(exc) or not await self.reload_credentials():
+                    raise
                 return await super().call_api(*args, **kwargs)
-        return result
+            # _preload_content=False hands back the raw response whatever its status (the informer reads it).
+            if not kwargs.get("_preload_content", True) and getattr(result, "status", None) == 401:
+                if await self.reload_credentials():
+                    result.release()
+                    return await super().call_api(*args, **kwargs)
+            return result
+
+    JobwatchAsyncApiClient.__module__ = __name__
+    JobwatchAsyncApiClient.__qualname__ = "JobwatchAsyncApiClient"
+    return JobwatchAsyncApiClient
 
 
 @functools.cache
@@ -858,6 +863,8 @@ def __getattr__(name: str) -> Any:
     # PEP 562: ``from airflow_jobwatch.kube.client import JobwatchApiClient`` still works (lazily).
     if name == "JobwatchApiClient":
         return _jobwatch_api_client_class()
+    if name == "JobwatchAsyncApiClient":
+        return _jobwatch_async_api_client_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -867,6 +874,8 @@ async def _keepalive_session(api_client: Any, configuration: Any, keepalive: Tcp
     ``kubernetes_asyncio`` builds its ``aiohttp.TCPConnector`` without socket options; aiohttp's public
     ``socket_factory`` hook is the way to set them. The TLS context is built as the library builds it.
     """
+    import aiohttp
+
     ssl_context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
     if configuration.cert_file:
         ssl_context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
@@ -892,7 +901,7 @@ async def _keepalive_session(api_client: Any, configuration: Any, keepalive: Tcp
     await old.close()  # it never opened a connection
 
 
-async def async_api_client(cfg: ClusterConfig) -> JobwatchAsyncApiClient:
+async def async_api_client(cfg: ClusterConfig) -> Any:
     """A ``kubernetes_asyncio`` ``ApiClient`` with its own ``Configuration``; the caller closes it.
 
     Every option of ``cfg`` applies (TLS, CA, keepalive, default timeout). Tokens from a kubeconfig
@@ -903,6 +912,8 @@ async def async_api_client(cfg: ClusterConfig) -> JobwatchAsyncApiClient:
 
     :raises ClusterConfigError: naming the kubeconfig path and context, or the in-cluster setup.
     """
+    import kubernetes_asyncio.client
+
     configuration = kubernetes_asyncio.client.Configuration()
     await _load_async(cfg, configuration)
 
@@ -912,7 +923,7 @@ async def async_api_client(cfg: ClusterConfig) -> JobwatchAsyncApiClient:
     credentials = _Credentials(cfg, load, kubernetes_asyncio.client.Configuration)
     try:
         # The aiohttp connector loads the CA bundle and client certificate here.
-        client = JobwatchAsyncApiClient(configuration, credentials=credentials)
+        client = _jobwatch_async_api_client_class()(configuration, credentials=credentials)
     except (ssl.SSLError, OSError) as exc:
         raise _tls_error(cfg, exc) from None
     if cfg.tcp_keepalive is not None:
