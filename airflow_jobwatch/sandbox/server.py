@@ -117,6 +117,7 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         identity = self.sb.auth.authenticate(request.headers.get("Authorization", ""))
         if identity is None:
+            self.counters["unauthorized"] += 1  # how many requests met a 401 (tests of credential refresh)
             # The real server's body for a missing, unknown or expired token (no details).
             return _json_response(status_object(401, "Unauthorized"), 401)
         path = request.path

@@ -259,7 +259,8 @@ async def child_run(
     *,
     requests: BinaryIO | None = None,
 ) -> None:
-    from airflow_jobwatch.kube.client import ClusterConfigError, async_api_client
+    from airflow_jobwatch.kube.client import ClusterConfigError
+    from airflow_jobwatch.kube.direct import DirectApiClient
     from airflow_jobwatch.kube.informer import Informer
 
     # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
@@ -299,7 +300,9 @@ async def child_run(
         if spec.async_client_factory:
             api_client = await _factory_api_client(spec.async_client_factory)
         else:
-            api_client = await async_api_client(spec.cluster)
+            # issue 20: raw HTTP through aiohttp, credentials from a short-lived helper process: this
+            # process never imports kubernetes_asyncio (about 38 MiB of model classes it would not use).
+            api_client = await DirectApiClient.create(spec.cluster)
     except (ClusterConfigError, ImportError) as err:
         # issue 12: one clear line, not a traceback; the parent restarts us with backoff (the executor's
         # start() checks the same configuration, so this is a file that changed after the start).

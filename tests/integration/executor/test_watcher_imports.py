@@ -171,3 +171,38 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
     assert seen["kubernetes"] == [], (
         f"the watcher child of an Airflow __main__ imported the sync client: {seen['kubernetes'][:5]}"
     )
+
+
+def test_watcher_child_imports_no_kubernetes_client_library(kube_sandbox, capfd, monkeypatch):
+    """Issue 20: with the default client (no ``async_client_factory``) the child imports neither
+    ``kubernetes_asyncio`` nor ``kubernetes`` (their packages import every model class: about 38 MiB each);
+    its credentials come from a helper process. What the child imported is read from its own
+    ``-X importtime`` report (inherited through the environment; the helper's goes to a pipe)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
+    sup = WatcherSupervisor(
+        cluster=ClusterConfig(config_file=kube_sandbox[1]),
+        namespaces=["default"],
+        label_selector=worker_label_selector(JOB_ID),
+        informer_config=FAST_INFORMER,
+        fatal_waiting_reasons=DEFAULT_FATAL_WAITING_REASONS,
+        unresponsive_after=30.0,
+    )
+    sup.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not sup.all_synced():
+            assert time.monotonic() < deadline, "the watcher child did not sync within 60 s"
+            sup.poll()
+            time.sleep(0.05)
+    finally:
+        sup.stop(timeout=1.0)
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in capfd.readouterr().err.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "aiohttp" in imported and "airflow_jobwatch.kube.informer" in imported  # the report is the child's
+    libraries = sorted(
+        m for m in imported if m.split(".")[0] in ("kubernetes_asyncio", "kubernetes", "airflow", "urllib3")
+    )
+    assert libraries == [], f"the watcher child imported {libraries[:8]}"

@@ -1,0 +1,94 @@
+"""``python -m airflow_jobwatch.kube.credhelper``: resolve a :class:`ClusterConfig` into what a client needs
+to talk to the API server, for :class:`~airflow_jobwatch.kube.direct.DirectApiClient`.
+
+Why a process of its own: resolving credentials is ``kubernetes_asyncio``'s job (kubeconfig merging, exec
+plugins, OIDC and other auth providers, in-cluster files), and importing it costs about 38 MiB of private
+memory (its package imports every model class). The executor's watcher child keeps running for the life
+of the scheduler and needs credentials only now and then (at start, when an exec-plugin token expires,
+after a 401): it runs this helper then, as kubectl runs an exec credential plugin, and never imports the
+library itself (issue 20).
+
+Protocol: stdin is a pickle of ``(sys.path, ClusterConfig)`` (the caller's, so that the same
+``airflow_jobwatch`` is imported); stdout is one JSON object (:func:`export`). On a configuration error
+the exit code is 78 (EX_CONFIG) and stderr's last line is the :class:`ClusterConfigError` message, which
+names the kubeconfig and context and never holds a credential. The JSON holds credentials: the caller
+reads it from a pipe and never logs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import sys
+from typing import Any
+
+#: Exit code of a helper whose configuration cannot be loaded (sysexits.h EX_CONFIG).
+CONFIG_ERROR_EXIT_CODE = 78
+
+
+def _read(path: str | None) -> str | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+async def export(cfg: Any) -> dict[str, Any]:
+    """Load ``cfg`` with ``kubernetes_asyncio`` and return what a client needs, as plain JSON values.
+
+    ``authorization`` is the whole header value (``Bearer ...``) after the library's refresh hook ran (an
+    expired exec-plugin token is fetched again here); ``expires_at`` is the exec plugin's
+    ``expirationTimestamp`` (epoch seconds) when it gave one; ``token_file`` is set in-cluster, where the
+    caller re-reads the rotating token itself. Certificate material is inlined (the library may have
+    written it to temporary files that it removes when this process exits).
+    """
+    import kubernetes_asyncio.client
+
+    from airflow_jobwatch.kube.client import _load_async
+
+    configuration = kubernetes_asyncio.client.Configuration()
+    loader = await _load_async(cfg, configuration)
+    # Runs the refresh hook first (an expired exec-plugin token is fetched again; in-cluster, the file read).
+    authorization = await configuration.get_api_key_with_prefix("BearerToken")
+    expiry = getattr(loader, "exec_plugin_expiry", None) if loader is not None else None
+    return {
+        "host": configuration.host,
+        "verify_ssl": bool(configuration.verify_ssl),
+        "disable_strict_ssl_verification": bool(
+            getattr(configuration, "disable_strict_ssl_verification", False)
+        ),
+        "ca": _read(configuration.ssl_ca_cert),
+        "cert": _read(configuration.cert_file),
+        "key": _read(configuration.key_file),
+        "tls_server_name": getattr(configuration, "tls_server_name", None),
+        "proxy": configuration.proxy,
+        "proxy_headers": dict(getattr(configuration, "proxy_headers", None) or {}) or None,
+        "connection_pool_maxsize": configuration.connection_pool_maxsize,
+        "authorization": authorization or None,
+        "expires_at": expiry.timestamp() if expiry is not None else None,
+        "token_file": cfg.service_account_files()[0] if cfg.in_cluster else None,
+    }
+
+
+def main() -> int:
+    import json
+
+    parent_path, cfg = pickle.load(sys.stdin.buffer)
+    sys.path[:] = [p for p in parent_path if p not in sys.path] + sys.path
+    from airflow_jobwatch.kube.client import ClusterConfigError
+
+    try:
+        bundle = asyncio.run(export(cfg))
+    except ClusterConfigError as exc:
+        print(str(exc).replace("\n", " "), file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
+    except OSError as exc:  # a certificate file named by the kubeconfig cannot be read
+        print(f"{cfg.describe()}: cannot read a file it names: {exc}", file=sys.stderr)
+        return CONFIG_ERROR_EXIT_CODE
+    sys.stdout.write(json.dumps(bundle))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
