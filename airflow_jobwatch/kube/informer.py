@@ -37,6 +37,7 @@ import json
 import logging
 import random
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -154,8 +155,9 @@ class InformerConfig:
     # pod instead of several KiB, which is what makes a namespace full of other people's pods affordable.
     # Off only for benchmarks (to measure the difference) and tests that look at whole objects.
     projection: bool = True
-    # Keep each stored object as its compact JSON text (one bytes object) and decode it on every read, instead
-    # of as a tree of dicts. A projected worker pod is ~1 KiB that way against ~4.8 KiB of Python objects,
+    # Keep each stored object as its compact JSON text, deflated (one bytes object; see _CompactStore), and
+    # decode it on every read, instead of as a tree of dicts. A projected worker pod is ~150 bytes that way
+    # (~1 KiB of JSON) against ~4.8 KiB of Python objects,
     # none of which the garbage collector tracks, and the allocator can give back the memory of parsed list
     # pages because no small stored object sits between their freed ones. Reads cost a decode each (~10 us),
     # so this suits a store that is mostly written and rarely read: the executor's watcher child, which reads
@@ -539,14 +541,34 @@ def _decode_stored(raw: bytes) -> dict[str, Any]:
 
 
 class _CompactStore:
-    """The informer's store (uid -> object) with each object kept as compact JSON (see
+    """The informer's store (uid -> object) with each object kept as compact JSON, deflated (see
     ``InformerConfig.compact_store``). Every read decodes a new dict: callers may keep or change it
-    without touching the store, and two reads of one object are equal but never identical."""
+    without touching the store, and two reads of one object are equal but never identical.
 
-    __slots__ = ("_data",)
+    Objects of one kind (worker pods of one executor) repeat the same keys, labels and most values, which
+    deflate alone barely finds in 1 KiB; with the first object stored as zlib's preset dictionary, a
+    projected worker pod's 1,051 bytes of JSON deflate to about 120 (raw deflate, level 6: ~6 us to
+    compress, ~1 us to inflate on top of the JSON decode). The dictionary is fixed for the life of the
+    store (every entry is inflated with it); an object unlike the first one is merely compressed less.
+    """
+
+    __slots__ = ("_data", "_zdict")
 
     def __init__(self) -> None:
         self._data: dict[str, bytes] = {}
+        self._zdict: bytes | None = None
+
+    def _pack(self, obj: dict[str, Any]) -> bytes:
+        raw = _encode_stored(obj)
+        if self._zdict is None:
+            self._zdict = raw
+        packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=self._zdict)
+        return packer.compress(raw) + packer.flush()
+
+    def _unpack(self, packed: bytes) -> dict[str, Any]:
+        assert self._zdict is not None  # set by the first _pack
+        unpacker = zlib.decompressobj(-15, zdict=self._zdict)
+        return _decode_stored(unpacker.decompress(packed) + unpacker.flush())
 
     def __len__(self) -> int:
         return len(self._data)
@@ -555,26 +577,26 @@ class _CompactStore:
         return uid in self._data
 
     def __getitem__(self, uid: str) -> dict[str, Any]:
-        return _decode_stored(self._data[uid])
+        return self._unpack(self._data[uid])
 
     def __setitem__(self, uid: str, obj: dict[str, Any]) -> None:
-        self._data[uid] = _encode_stored(obj)
+        self._data[uid] = self._pack(obj)
 
     def get(self, uid: str) -> dict[str, Any] | None:
         raw = self._data.get(uid)
-        return None if raw is None else _decode_stored(raw)
+        return None if raw is None else self._unpack(raw)
 
     def pop(self, uid: str, default: None = None) -> dict[str, Any] | None:
         raw = self._data.pop(uid, None)
-        return default if raw is None else _decode_stored(raw)
+        return default if raw is None else self._unpack(raw)
 
     def items(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for uid, raw in list(self._data.items()):
-            yield uid, _decode_stored(raw)
+            yield uid, self._unpack(raw)
 
     def values(self) -> Iterator[dict[str, Any]]:
         for raw in list(self._data.values()):
-            yield _decode_stored(raw)
+            yield self._unpack(raw)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -92,6 +93,40 @@ def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
     assert [uid for uid, _ in store.items()] == ["u1"] and list(store.values()) == [store["u1"]]
     assert store.get("missing") is None and store.pop("missing", None) is None
     assert store.pop("u1")["metadata"]["name"] == "p" and len(store) == 0
+
+
+def test_compact_store_deflates_objects_alike_with_the_first_as_dictionary():
+    import json
+
+    from airflow_jobwatch.kube.informer import _CompactStore
+
+    def pod(i: int) -> dict[str, Any]:
+        labels = {"dag_id": "etl", "task_id": f"load_{i:05d}", "try_number": "1", "airflow-worker": "1001"}
+        return {
+            "metadata": {
+                "uid": f"uid-{i:08d}",
+                "name": f"etl-load-{i:05d}",
+                "resourceVersion": str(i),
+                "labels": labels,
+            },
+            "status": {
+                "phase": "Running",
+                "conditions": [{"type": t, "status": "True"} for t in ("Ready", "Initialized")],
+            },
+        }
+
+    store = _CompactStore()
+    for i in range(50):
+        store[f"uid-{i:08d}"] = pod(i)
+    size = len(json.dumps(pod(7), separators=(",", ":")))
+    assert len(store._data["uid-00000007"]) * 3 < size  # the shared keys and values cost next to nothing
+    assert [store[f"uid-{i:08d}"] for i in range(50)] == [pod(i) for i in range(50)]
+    unlike = {
+        "metadata": {"uid": "other", "name": "x" * 300},
+        "spec": {"nodeName": "n\u00e9", "n": [1.5, None, True]},
+    }
+    store["other"] = unlike  # not like the dictionary: stored (less compressed) and read back intact
+    assert store["other"] == unlike
 
 
 def test_compact_store_is_an_informer_option():
