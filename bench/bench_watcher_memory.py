@@ -461,10 +461,11 @@ def run_ours(names: list[str], admin: Any) -> dict[str, Any]:
 # --- where our watcher's memory goes -------------------------------------------------------------------
 
 # What our watcher child imports, step by step: a fresh interpreter imports each set and reports its RSS.
+# The child's HTTP goes through kube/direct.py, so kubernetes_asyncio is not among them (issue 20); the
+# last row shows what importing it would add (what the child paid before).
 _CHILD_MODULES = [
     "aiohttp",
-    "kubernetes_asyncio.client",
-    "airflow_jobwatch.kube.client",
+    "airflow_jobwatch.kube.direct",
     "airflow_jobwatch.kube.informer",
     "airflow_jobwatch.kube.states",
     "airflow_jobwatch.executors.watcher.child",
@@ -472,9 +473,42 @@ _CHILD_MODULES = [
 IMPORT_STEPS = [
     ("a bare interpreter", []),
     ("+ aiohttp", ["aiohttp"]),
-    ("+ kubernetes_asyncio.client", ["aiohttp", "kubernetes_asyncio.client"]),
-    ("+ the child's own modules (kube/ client, informer, states; executors/watcher)", _CHILD_MODULES),
+    ("+ the child's own modules (kube/ direct, informer, states; executors/watcher)", _CHILD_MODULES),
+    (
+        "(+ kubernetes_asyncio.client, which the child no longer imports)",
+        [*_CHILD_MODULES, "kubernetes_asyncio.client"],
+    ),
 ]
+
+
+def credential_helper_peak_kib() -> int:
+    """Peak RSS (KiB) of one run of the watcher child's credential helper on the bench's kubeconfig.
+
+    Started from a small interpreter (as from the small watcher child): a child's ``ru_maxrss`` also
+    counts what it shared with its parent before it exec'd, which from this process would be the bench."""
+    import pickle
+
+    from airflow_jobwatch.executors.jobwatch_executor import cluster_config_from_conf
+
+    runner = (
+        "import os, subprocess, sys\n"
+        "proc = subprocess.Popen([sys.executable, '-m', 'airflow_jobwatch.kube.credhelper'],\n"
+        "                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n"
+        "proc.stdin.write(sys.stdin.buffer.read()); proc.stdin.close()\n"
+        "_, status, usage = os.wait4(proc.pid, 0)\n"
+        "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", runner],
+        input=pickle.dumps((list(sys.path), cluster_config_from_conf())),
+        capture_output=True,
+        cwd=REPO,
+        check=True,
+    )
+    code, peak = done.stdout.decode().split()
+    if code != "0":
+        raise RuntimeError(f"the credential helper exited with {code}: {done.stderr[-2000:]!r}")
+    return int(peak)
 
 
 def import_floors() -> list[tuple[str, int]]:
@@ -568,6 +602,7 @@ def render(
     cache: dict[str, Any],
     load: tuple[str, str],
     runs: dict[str, list[tuple[int, int, bool]]],
+    helper_kib: int,
 ) -> str:
     """``base``/``loaded``: per watcher, the median of each figure over the repetitions; ``runs``: per
     watcher, the (RSS, private) growth of each repetition, in KiB, and whether its RSS was at its peak."""
@@ -686,8 +721,12 @@ def render(
             "|---|---|",
             *floor_rows,
             "",
-            f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: the Kubernetes clients "
-            "and our modules. Since issue 20 it imports no Airflow: it is started as `python -m "
+            f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: aiohttp and our modules. "
+            "Since issue 20 it imports no Kubernetes client library: its requests go through aiohttp "
+            "(`kube/direct.py`) and its credentials come from a helper process that `kubernetes_asyncio` "
+            "resolves them in (`python -m airflow_jobwatch.kube.credhelper`, run at the start, when an exec "
+            f"plugin's token nears its expiry and after a 401; it exits at once: peak RSS {mib(helper_kib)} "
+            "MiB, measured here with the bench's kubeconfig). Nor Airflow: it is started as `python -m "
             "airflow_jobwatch.executors.watcher` (multiprocessing's spawn re-ran the scheduler's `airflow` "
             "script in it, which imports Airflow), and its informer's metrics cross the pipe for the scheduler "
             "to send through Stats. None of it is shared with the scheduler: a new interpreter shares no pages, "
@@ -695,9 +734,10 @@ def render(
             f"* Its growth is the informer's store: with the child's informer configuration (projection "
             f"{'on' if cache['projection'] else 'off'}, compact store) the same informer, run in the bench "
             f"process on the same pods, keeps {cache['stored_bytes_per_pod']:,.0f} bytes per pod: each pod's "
-            f"projection as one bytes object of compact JSON ({cache['json_bytes_per_pod']:,.0f} bytes; the "
+            f"projection as one bytes object: its compact JSON ({cache['json_bytes_per_pod']:,.0f} bytes; the "
             f"projection keeps {cache['json_bytes_per_pod'] / pod['pod_json_bytes'] * 100:.0f}% of the "
-            f"{pod['pod_json_bytes']:,}). Kept as dicts (the default store, which the triggerer uses) the same "
+            f"{pod['pod_json_bytes']:,}), deflated with the store's first pod as zlib's preset dictionary. "
+            "Kept as dicts (the default store, which the triggerer uses) the same "
             f"projection is {cache['objects_bytes_per_pod']:,.0f} bytes of Python objects (each small dict and "
             "string costs tens to hundreds of bytes). The rest of the RSS growth is the last state sent per "
             "pod, the index by name, and memory the allocator keeps after parsing the 500-pod LIST pages.",
@@ -806,10 +846,19 @@ def main() -> int:
             cache["whole_objects_bytes_per_pod"] = whole["objects_bytes_per_pod"]
             cache["whole_json_bytes_per_pod"] = whole["json_bytes_per_pod"]
         floors = import_floors()
-        print(cache, floors, flush=True)
+        helper_kib = credential_helper_peak_kib()
+        print(cache, floors, helper_kib, flush=True)
         load_end = open("/proc/loadavg").read().split()[:3]
         text = render(
-            args.pods, pod, base, loaded, floors, cache, (" ".join(load_start), " ".join(load_end)), runs
+            args.pods,
+            pod,
+            base,
+            loaded,
+            floors,
+            cache,
+            (" ".join(load_start), " ".join(load_end)),
+            runs,
+            helper_kib,
         )
         print()
         print(text)
