@@ -106,14 +106,8 @@ class DirectApiClient:
     # ------------------------------------------------------------------------------------ credentials
 
     def _apply(self, bundle: dict[str, Any]) -> None:
-        self._bundle = bundle
-        self._last_fetch = time.monotonic()
-        self._fetched_at = time.time()
-        self._auth.api_key.clear()
-        if bundle.get("authorization"):
-            self._auth.api_key["BearerToken"] = bundle["authorization"]
-        token_file = bundle.get("token_file")
-        self._token_refresh = _token_file_refresher(token_file, prefix="Bearer ") if token_file else None
+        """Use ``bundle`` from now on; if its TLS material is new, in a new session (built first: a
+        ClusterConfigError leaves everything as it was)."""
         tls = _Tls(
             verify_ssl=bool(bundle.get("verify_ssl", True)),
             disable_strict=bool(bundle.get("disable_strict_ssl_verification")),
@@ -128,6 +122,14 @@ class DirectApiClient:
                 # A watch may still stream on the old one: it ends by itself and reconnects on the new one.
                 self._retired.append(self._session)
             self._session, self._tls = session, tls
+        self._bundle = bundle
+        self._last_fetch = time.monotonic()
+        self._fetched_at = time.time()
+        self._auth.api_key.clear()
+        if bundle.get("authorization"):
+            self._auth.api_key["BearerToken"] = bundle["authorization"]
+        token_file = bundle.get("token_file")
+        self._token_refresh = _token_file_refresher(token_file, prefix="Bearer ") if token_file else None
 
     def _new_session(self, tls: _Tls) -> aiohttp.ClientSession:
         try:
@@ -162,14 +164,14 @@ class DirectApiClient:
 
         async def run() -> bool:
             try:
-                bundle = await fetch_credentials(self.cfg)
+                # _apply refuses TLS material that changed and is not valid: the old credentials stay.
+                self._apply(await fetch_credentials(self.cfg))
             except ClusterConfigError as exc:
                 self._last_fetch = time.monotonic()
                 log.warning(
                     "Fetching the Kubernetes credentials of %s again failed: %s", self.cfg.describe(), exc
                 )
                 return False
-            self._apply(bundle)
             self.reloads += 1
             return True
 

@@ -197,3 +197,31 @@ async def test_only_raw_responses(sandbox: Any, tmp_path: Path) -> None:
             resp.release()
     finally:
         await client.close()
+
+
+async def test_new_tls_material_that_is_not_valid_changes_nothing(sandbox: Any, tmp_path: Path) -> None:
+    """A credential fetch whose client certificate cannot be loaded is refused whole: the client goes on
+    with what it had, and the error shows no PEM text."""
+    path = tmp_path / "kubeconfig"
+    sandbox.write_kubeconfig(path)
+    client = await DirectApiClient.create(ClusterConfig(config_file=str(path)))
+    try:
+        before = (client._session, dict(client._auth.api_key))
+        broken = {
+            **client._bundle,
+            "cert": "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n",
+            "authorization": "Bearer x",
+        }
+        with pytest.raises(ClusterConfigError, match="TLS material is not valid") as err:
+            client._apply(broken)
+        assert "bm90IGEgY2VydA" not in str(err.value)
+        assert (client._session, dict(client._auth.api_key)) == before
+        resp = await client.call_api(
+            "/api/v1/namespaces/default/pods", "GET", auth_settings=["BearerToken"], _preload_content=False
+        )
+        try:
+            assert resp.status == 200
+        finally:
+            resp.release()
+    finally:
+        await client.close()
