@@ -102,6 +102,19 @@ class TcpKeepalive:
                 options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
         return options
 
+    def socket_factory(self) -> Callable[[Any], socket.socket]:
+        """An aiohttp ``socket_factory`` (its public hook for socket options) that sets these options."""
+        options = self.socket_options()
+
+        def factory(addr_info: Any) -> socket.socket:
+            family, type_, proto, _, _ = addr_info
+            sock = socket.socket(family=family, type=type_, proto=proto)
+            for level, name, value in options:
+                sock.setsockopt(level, name, value)
+            return sock
+
+        return factory
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -882,17 +895,10 @@ async def _keepalive_session(api_client: Any, configuration: Any, keepalive: Tcp
     if not configuration.verify_ssl:
         ssl_context.check_hostname = False
         ssl_context.verify_mode = ssl.CERT_NONE
-    options = keepalive.socket_options()
-
-    def socket_factory(addr_info: Any) -> socket.socket:
-        family, type_, proto, _, _ = addr_info
-        sock = socket.socket(family=family, type=type_, proto=proto)
-        for level, name, value in options:
-            sock.setsockopt(level, name, value)
-        return sock
-
     connector = aiohttp.TCPConnector(
-        limit=configuration.connection_pool_maxsize, ssl=ssl_context, socket_factory=socket_factory
+        limit=configuration.connection_pool_maxsize,
+        ssl=ssl_context,
+        socket_factory=keepalive.socket_factory(),
     )
     old = api_client.rest_client.pool_manager
     api_client.rest_client.pool_manager = aiohttp.ClientSession(

@@ -27,7 +27,6 @@ import logging
 import os
 import pickle
 import shutil
-import socket
 import ssl
 import sys
 import tempfile
@@ -137,18 +136,9 @@ class DirectApiClient:
         except (ssl.SSLError, OSError, ValueError) as exc:
             # Never the PEM text itself: only what is wrong with it.
             raise ClusterConfigError(f"{self.cfg.describe()}: its TLS material is not valid: {exc}") from None
-        options = self.cfg.tcp_keepalive.socket_options() if self.cfg.tcp_keepalive is not None else []
-
-        def socket_factory(addr_info: Any) -> socket.socket:
-            family, type_, proto, _, _ = addr_info
-            sock = socket.socket(family=family, type=type_, proto=proto)
-            for level, name, value in options:
-                sock.setsockopt(level, name, value)
-            return sock
-
         connector_options: dict[str, Any] = {"limit": tls.pool_size, "ssl": context}
-        if options:
-            connector_options["socket_factory"] = socket_factory
+        if self.cfg.tcp_keepalive is not None:
+            connector_options["socket_factory"] = self.cfg.tcp_keepalive.socket_factory()
         connector = aiohttp.TCPConnector(**connector_options)
         # As kubernetes_asyncio's REST client: proxies from the environment, and a read buffer that holds
         # the largest object etcd stores (1.5 MiB) in one watch line.
