@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from test_credentials import FAST, _pod, _wait, exec_kubeconfig
 from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, async_api_client
 from airflow_jobwatch.kube.direct import DirectApiClient
 from airflow_jobwatch.kube.informer import EventType, Informer
+from airflow_jobwatch.sandbox.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -119,32 +119,6 @@ async def test_in_cluster_token_rotated_under_a_watch(
         await client.close()
 
 
-def _client_certificate() -> tuple[str, str]:
-    """A throw-away self-signed client certificate and its key (PEM)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "jobwatch-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
-
-
 async def test_tls_with_inline_ca_and_client_certificate(tls_sandbox: Any, tmp_path: Path) -> None:
     """The CA and the client certificate inline in the kubeconfig (``*-data``): the helper resolves them
     (kubernetes_asyncio writes them to temporary files it removes) and the client loads them."""
@@ -154,7 +128,7 @@ async def test_tls_with_inline_ca_and_client_certificate(tls_sandbox: Any, tmp_p
     tls_sandbox.write_kubeconfig(path)
     config = yaml.safe_load(path.read_text())
     assert "certificate-authority-data" in config["clusters"][0]["cluster"]
-    cert, key = _client_certificate()
+    cert, key = (pem.decode() for pem in self_signed_cert())  # a throw-away client certificate and key
     config["users"][0]["user"]["client-certificate-data"] = base64.b64encode(cert.encode()).decode()
     config["users"][0]["user"]["client-key-data"] = base64.b64encode(key.encode()).decode()
     path.write_text(yaml.safe_dump(config))
