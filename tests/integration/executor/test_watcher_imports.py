@@ -25,6 +25,19 @@ from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
 pytestmark = pytest.mark.timeout(120)
 
 
+def _supervisor(kubeconfig: str, **options: Any) -> WatcherSupervisor:
+    """A supervisor of one watcher child for the sandbox's ``default`` namespace, as the executor builds it."""
+    return WatcherSupervisor(
+        cluster=ClusterConfig(config_file=kubeconfig),
+        namespaces=["default"],
+        label_selector=worker_label_selector(JOB_ID),
+        informer_config=FAST_INFORMER,
+        fatal_waiting_reasons=DEFAULT_FATAL_WAITING_REASONS,
+        unresponsive_after=30.0,
+        **options,
+    )
+
+
 def _factory(tmp_path: Any, kubeconfig: str, report: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.syspath_prepend(str(tmp_path))  # the watcher child gets the parent's sys.path
     return _probe_module(str(tmp_path), kubeconfig, str(report))
@@ -72,14 +85,8 @@ def test_watcher_child_imports_no_airflow_and_its_metrics_reach_the_parent(
     sent: list[tuple[str, str]] = []
     # The parent's side of the pipe: record what it would hand Airflow's Stats.
     monkeypatch.setattr(metrics, "_send", lambda kind, name, value=None, tags=None: sent.append((kind, name)))
-    sup = WatcherSupervisor(
-        cluster=ClusterConfig(config_file=kube_sandbox[1]),
-        namespaces=["default"],
-        label_selector=worker_label_selector(JOB_ID),
-        informer_config=FAST_INFORMER,
-        fatal_waiting_reasons=DEFAULT_FATAL_WAITING_REASONS,
-        unresponsive_after=30.0,
-        async_client_factory=_factory(tmp_path, kube_sandbox[1], report, monkeypatch),
+    sup = _supervisor(
+        kube_sandbox[1], async_client_factory=_factory(tmp_path, kube_sandbox[1], report, monkeypatch)
     )
     sup.start()
     try:
@@ -179,14 +186,7 @@ def test_watcher_child_imports_no_kubernetes_client_library(kube_sandbox, capfd,
     its credentials come from a helper process. What the child imported is read from its own
     ``-X importtime`` report (inherited through the environment; the helper's goes to a pipe)."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
-    sup = WatcherSupervisor(
-        cluster=ClusterConfig(config_file=kube_sandbox[1]),
-        namespaces=["default"],
-        label_selector=worker_label_selector(JOB_ID),
-        informer_config=FAST_INFORMER,
-        fatal_waiting_reasons=DEFAULT_FATAL_WAITING_REASONS,
-        unresponsive_after=30.0,
-    )
+    sup = _supervisor(kube_sandbox[1])
     sup.start()
     try:
         deadline = time.monotonic() + 60
