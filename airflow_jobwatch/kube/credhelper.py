@@ -6,7 +6,12 @@ plugins, OIDC and other auth providers, in-cluster files), and importing it cost
 memory (its package imports every model class). The executor's watcher child keeps running for the life
 of the scheduler and needs credentials only now and then (at start, when an exec-plugin token expires,
 after a 401): it runs this helper then, as kubectl runs an exec credential plugin, and never imports the
-library itself (issue 20).
+library itself.
+
+Lifetime: the caller starts it in a session of its own, with a private temporary folder as ``TMPDIR``,
+and ends the whole process group when it is done (see :func:`~airflow_jobwatch.kube.direct.
+fetch_credentials`). The helper ends its group (itself and every exec plugin it started) on SIGTERM, and,
+on Linux, when the process that started it dies (its argument: that process's pid).
 
 Protocol: stdin is a pickle of ``(sys.path, ClusterConfig)`` (the caller's, so that the same
 ``airflow_jobwatch`` is imported); stdout is one JSON object (:func:`export`). On a configuration error
@@ -18,7 +23,9 @@ reads it from a pipe and never logs it.
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
+import signal
 import sys
 from typing import Any
 
@@ -70,8 +77,40 @@ async def export(cfg: Any) -> dict[str, Any]:
     }
 
 
+#: prctl(2) option: the signal this process gets when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_group(signum: int = signal.SIGKILL, frame: Any = None) -> None:
+    """Kill this process's group: the helper and every exec plugin it started. Only a group this helper
+    leads (its caller started it in a new session): never the group of whoever ran it by hand."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_parent(parent: int | None) -> None:
+    """End this helper's group on SIGTERM and, on Linux, when ``parent`` dies.
+
+    PR_SET_PDEATHSIG sends SIGTERM (SIGKILL could not be caught, and the exec plugins, which a kernel
+    parent-death signal cannot reach because their parent is this helper, would be left running): its
+    handler kills the whole group. ``getppid()`` is checked after the prctl call, for a parent that
+    died before it.
+    """
+    signal.signal(signal.SIGTERM, _end_group)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        _end_group()
+
+
 def main() -> int:
     import json
+
+    die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else None)
 
     parent_path, cfg = pickle.load(sys.stdin.buffer)
     sys.path[:] = [p for p in parent_path if p not in sys.path] + sys.path

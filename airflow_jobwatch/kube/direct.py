@@ -3,7 +3,7 @@ directly and never imports a Kubernetes client library.
 
 The executor's KubernetesJobWatcher child needs nothing of ``kubernetes_asyncio`` but its HTTP session and
 its credentials: the informer reads raw JSON and never builds a model. Importing the library costs about
-38 MiB of private memory in a process that lives as long as the scheduler (issue 20). So the child
+38 MiB of private memory in a process that lives as long as the scheduler. So the child
 uses this client: credentials are resolved by ``kubernetes_asyncio`` in a short-lived helper process
 (:mod:`airflow_jobwatch.kube.credhelper`, run as kubectl runs an exec credential plugin) and the requests
 go through an ``aiohttp.ClientSession`` built the way ``kubernetes_asyncio``'s REST client builds it
@@ -22,11 +22,14 @@ In-cluster, the service-account token file is re-read whenever it changes (the k
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import json
 import logging
 import os
 import pickle
 import shutil
+import signal
 import ssl
 import sys
 import tempfile
@@ -87,7 +90,7 @@ class DirectApiClient:
         ] = []  # sessions replaced by a TLS change, closed at close()
         self._auth = types.SimpleNamespace(api_key={})  # what _token_file_refresher writes the token into
         self._token_refresh: Any = None
-        self._inflight: asyncio.Future[bool] | None = None
+        self._inflight: asyncio.Task[bool] | None = None
         self._last_fetch = float("-inf")
         self._fetched_at = 0.0  # time.time() of the last fetch: an exec token's life is measured from it
 
@@ -146,31 +149,38 @@ class DirectApiClient:
 
     async def reload_credentials(self) -> bool:
         """Fetch the credentials again (one helper run shared by concurrent callers, at most one a
-        second); False if the helper failed (logged, without credentials)."""
-        if self._inflight is not None:
-            return await asyncio.shield(self._inflight)
-        if time.monotonic() - self._last_fetch < MIN_RELOAD_INTERVAL_SECONDS:
-            return True
+        second); False if the helper failed (logged, without credentials).
 
-        async def run() -> bool:
-            try:
-                # _apply refuses TLS material that changed and is not valid: the old credentials stay.
-                self._apply(await fetch_credentials(self.cfg))
-            except ClusterConfigError as exc:
-                self._last_fetch = time.monotonic()
-                log.warning(
-                    "Fetching the Kubernetes credentials of %s again failed: %s", self.cfg.describe(), exc
-                )
-                return False
-            self.reloads += 1
-            return True
+        The fetch is a task of this client, not of the caller that started it: a caller cancelled while
+        waiting leaves it running for the others, and it is forgotten when it ends (whoever waits), so
+        the next call can always start a new one.
+        """
+        if self._inflight is None:
+            if time.monotonic() - self._last_fetch < MIN_RELOAD_INTERVAL_SECONDS:
+                return True
+            task = asyncio.get_running_loop().create_task(self._fetch_again())
+            task.add_done_callback(self._fetch_ended)
+            self._inflight = task
+        return await asyncio.shield(self._inflight)
 
-        self._inflight = asyncio.ensure_future(run())
+    async def _fetch_again(self) -> bool:
         try:
-            return await asyncio.shield(self._inflight)
-        finally:
-            if self._inflight is not None and self._inflight.done():
-                self._inflight = None
+            # _apply refuses TLS material that changed and is not valid: the old credentials stay.
+            self._apply(await fetch_credentials(self.cfg))
+        except ClusterConfigError as exc:
+            self._last_fetch = time.monotonic()
+            log.warning(
+                "Fetching the Kubernetes credentials of %s again failed: %s", self.cfg.describe(), exc
+            )
+            return False
+        self.reloads += 1
+        return True
+
+    def _fetch_ended(self, task: asyncio.Task[bool]) -> None:
+        if self._inflight is task:
+            self._inflight = None
+        if not task.cancelled():
+            task.exception()  # retrieved: an unexpected error reaches the waiters, not the loop's log
 
     async def _authorization(self) -> str | None:
         expires_at = self._bundle.get("expires_at")
@@ -251,6 +261,11 @@ class DirectApiClient:
         return await self._session.request(method, f"{bundle['host']}{path}", **kwargs)
 
     async def close(self) -> None:
+        """Close the sessions; a credential fetch still running is cancelled (its helper ended)."""
+        if self._inflight is not None:
+            task = self._inflight
+            task.cancel()
+            await asyncio.wait({task})
         for session in [*self._retired, *([self._session] if self._session is not None else [])]:
             await session.close()
         self._retired.clear()
@@ -269,7 +284,8 @@ def _ssl_context(tls: _Tls) -> ssl.SSLContext:
     """The TLS context ``kubernetes_asyncio``'s REST client builds, from PEM text instead of files."""
     context = ssl.create_default_context(cadata=tls.ca) if tls.ca else ssl.create_default_context()
     if tls.cert:
-        # ssl loads a certificate chain only from files: a private directory, removed once loaded.
+        # ssl loads a certificate chain only from files: a private directory (mode 0700, files 0600),
+        # removed as soon as this one load_cert_chain returns or fails.
         directory = tempfile.mkdtemp(prefix="jobwatch-tls-")
         try:
             cert = os.path.join(directory, "client.crt")
@@ -290,34 +306,115 @@ def _ssl_context(tls: _Tls) -> ssl.SSLContext:
     return context
 
 
-async def fetch_credentials(cfg: ClusterConfig) -> dict[str, Any]:
+#: How long the helper's process group has, after SIGTERM, to end before it is killed (timeout, cancellation).
+HELPER_TERM_GRACE_SECONDS = 0.5
+
+# Helper runs not finished yet, ended by :func:`end_helpers` when this process exits (its exit paths call it
+# too: ``os._exit`` skips ``atexit``): process-group ids, and the private temporary folders.
+_live_groups: set[int] = set()
+_live_dirs: set[str] = set()
+
+
+def end_helpers() -> None:
+    """Kill every running credential helper's process group (the helper and any exec plugin it started)
+    and remove its temporary folder. For the exit paths of the process that runs helpers."""
+    for pgid in list(_live_groups):
+        _signal_group(pgid, signal.SIGKILL)
+        _live_groups.discard(pgid)
+    for directory in list(_live_dirs):
+        shutil.rmtree(directory, ignore_errors=True)
+        _live_dirs.discard(directory)
+
+
+atexit.register(end_helpers)
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone (PermissionError: macOS, for a group of zombies)
+
+
+async def _end_helper(proc: asyncio.subprocess.Process, *, grace: float) -> None:
+    """End the helper's process group and close the helper's pipes, on every path.
+
+    A helper that is still running gets SIGTERM (it kills its own group, plugins included) and ``grace``
+    seconds; whatever is left of the group then gets SIGKILL, also when the helper has exited by itself
+    (a plugin it started may still run: the helper was killed, or the plugin outlived it). Being cancelled
+    while waiting does not skip the SIGKILL.
+    """
+    pgid = proc.pid
+    try:
+        if proc.returncode is None:
+            _signal_group(pgid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+            except TimeoutError:
+                pass
+    finally:
+        _signal_group(pgid, signal.SIGKILL)
+        _live_groups.discard(pgid)
+        # asyncio.subprocess.Process has no close(): its transport, left open, warns when collected
+        # (after the loop closed, as with pytest's per-test loops). Closing it closes the pipes and
+        # kills the helper if it still runs; the loop's child watcher reaps it.
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+    if proc.returncode is None:
+        # Reaped by the child watcher right after the SIGKILL; bounded in case the watcher is slow.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 5.0)
+
+
+async def fetch_credentials(cfg: ClusterConfig, *, timeout: float | None = None) -> dict[str, Any]:
     """Run the credential helper for ``cfg`` and return its answer (see :func:`.credhelper.export`).
 
+    The helper runs in a session (and process group) of its own, with a private temporary folder
+    (mode 0700) as its ``TMPDIR``: the client key and certificate ``kubernetes_asyncio`` writes to
+    temporary files go there. Whatever happens (answer, failure, timeout, the helper killed, this
+    coroutine cancelled), the group is ended (the helper and every exec plugin it started) and the
+    folder removed before this returns or raises.
+
+    :param timeout: seconds the helper may take; default :data:`HELPER_TIMEOUT_SECONDS`.
     :raises ClusterConfigError: the helper reported a configuration error (its message), failed
         otherwise (its exit code; its stderr is not repeated: it could hold a plugin's output), or
-        did not answer within :data:`HELPER_TIMEOUT_SECONDS`.
+        did not answer within the timeout.
     """
     from airflow_jobwatch.kube.credhelper import CONFIG_ERROR_EXIT_CODE
 
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "airflow_jobwatch.kube.credhelper",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    limit = HELPER_TIMEOUT_SECONDS if timeout is None else timeout
+    directory = tempfile.mkdtemp(prefix="jobwatch-credhelper-")  # mode 0700
+    _live_dirs.add(directory)
+    env = {**os.environ, "TMPDIR": directory, "TEMP": directory, "TMP": directory}
+    proc: asyncio.subprocess.Process | None = None
     try:
-        out, err = await asyncio.wait_for(
-            proc.communicate(pickle.dumps((list(sys.path), cfg))), HELPER_TIMEOUT_SECONDS
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "airflow_jobwatch.kube.credhelper",
+            str(os.getpid()),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise ClusterConfigError(
-            f"{cfg.describe()}: resolving its credentials took more than {HELPER_TIMEOUT_SECONDS:.0f} s "
-            "(an exec plugin that does not answer?)"
-        ) from None
+        _live_groups.add(proc.pid)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(pickle.dumps((list(sys.path), cfg))), limit)
+        except TimeoutError:
+            raise ClusterConfigError(
+                f"{cfg.describe()}: resolving its credentials took more than {limit:g} s "
+                "(an exec plugin that does not answer?)"
+            ) from None
+    finally:
+        try:
+            if proc is not None:
+                await _end_helper(proc, grace=HELPER_TERM_GRACE_SECONDS)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+            _live_dirs.discard(directory)
     if proc.returncode == CONFIG_ERROR_EXIT_CODE:
         lines = [
             line

@@ -260,7 +260,7 @@ async def child_run(
     requests: BinaryIO | None = None,
 ) -> None:
     from airflow_jobwatch.kube.client import ClusterConfigError
-    from airflow_jobwatch.kube.direct import DirectApiClient
+    from airflow_jobwatch.kube.direct import DirectApiClient, end_helpers
     from airflow_jobwatch.kube.informer import Informer
 
     # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
@@ -283,7 +283,9 @@ async def child_run(
             try:
                 conn.send_bytes(msg)
             except (BrokenPipeError, OSError):
-                # The parent is gone or closed our pipe: nothing left to do in this process.
+                # The parent is gone or closed our pipe: nothing left to do in this process. os._exit
+                # skips atexit: a credential helper still running is ended here.
+                end_helpers()
                 os._exit(0)
 
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
@@ -297,7 +299,9 @@ async def child_run(
         while True:
             heartbeat.value = time.monotonic()
             if os.getppid() != parent_pid:
-                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan.
+                # The scheduler died (SIGKILL leaves no chance to stop us): do not linger as an orphan,
+                # nor leave a credential helper (and its exec plugin) running.
+                end_helpers()
                 os._exit(0)
             await asyncio.sleep(CHILD_HEARTBEAT_INTERVAL_SECONDS)
 
