@@ -77,13 +77,23 @@ async def export(cfg: Any) -> dict[str, Any]:
     }
 
 
+#: Names the private temporary folder its caller made for this run: the helper removes it when its parent
+#: dies (the caller can no longer do it).
+PRIVATE_TMPDIR_ENV = "JOBWATCH_CREDHELPER_TMPDIR"
+
 #: prctl(2) option: the signal this process gets when the thread that started it ends.
 _PR_SET_PDEATHSIG = 1
 
 
 def _end_group(signum: int = signal.SIGKILL, frame: Any = None) -> None:
     """Kill this process's group: the helper and every exec plugin it started. Only a group this helper
-    leads (its caller started it in a new session): never the group of whoever ran it by hand."""
+    leads (its caller started it in a new session): never the group of whoever ran it by hand. The
+    private temporary folder goes first (key material ``kubernetes_asyncio`` wrote there)."""
+    private = os.environ.get(PRIVATE_TMPDIR_ENV)
+    if private:
+        import shutil
+
+        shutil.rmtree(private, ignore_errors=True)
     if os.getpgrp() == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

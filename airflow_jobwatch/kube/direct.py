@@ -381,12 +381,13 @@ async def fetch_credentials(cfg: ClusterConfig, *, timeout: float | None = None)
         otherwise (its exit code; its stderr is not repeated: it could hold a plugin's output), or
         did not answer within the timeout.
     """
-    from airflow_jobwatch.kube.credhelper import CONFIG_ERROR_EXIT_CODE
+    from airflow_jobwatch.kube.credhelper import CONFIG_ERROR_EXIT_CODE, PRIVATE_TMPDIR_ENV
 
     limit = HELPER_TIMEOUT_SECONDS if timeout is None else timeout
     directory = tempfile.mkdtemp(prefix="jobwatch-credhelper-")  # mode 0700
     _live_dirs.add(directory)
     env = {**os.environ, "TMPDIR": directory, "TEMP": directory, "TMP": directory}
+    env[PRIVATE_TMPDIR_ENV] = directory
     proc: asyncio.subprocess.Process | None = None
     try:
         proc = await asyncio.create_subprocess_exec(
