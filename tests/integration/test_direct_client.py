@@ -1,4 +1,4 @@
-"""DirectApiClient (issue 20): the executor's watcher child's API client, aiohttp only, credentials from a
+"""DirectApiClient: the executor's watcher child's API client, aiohttp only, credentials from a
 helper process. The same credential changes as test_credentials.py: the informer on this client keeps
 delivering events across a rotated exec-plugin token, an exec token's expiry and an in-cluster token
 rotation, over TLS with an inline CA and a client certificate, and a configuration error names the
@@ -18,7 +18,12 @@ import yaml
 from support.incluster import enter_pod, rotate_cluster_token, rotate_token
 from test_credentials import FAST, _pod, _wait, exec_kubeconfig
 
-from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, async_api_client
+from airflow_jobwatch.kube.client import (
+    MIN_RELOAD_INTERVAL_SECONDS,
+    ClusterConfig,
+    ClusterConfigError,
+    async_api_client,
+)
 from airflow_jobwatch.kube.direct import DirectApiClient
 from airflow_jobwatch.kube.informer import EventType, Informer
 from airflow_jobwatch.sandbox.tls import self_signed_cert
@@ -197,5 +202,55 @@ async def test_new_tls_material_that_is_not_valid_changes_nothing(sandbox: Any, 
             assert resp.status == 200
         finally:
             resp.release()
+    finally:
+        await client.close()
+
+
+async def _get_pods(client: DirectApiClient) -> int:
+    resp = await client.call_api(
+        "/api/v1/namespaces/default/pods", "GET", auth_settings=["BearerToken"], _preload_content=False
+    )
+    try:
+        return resp.status
+    finally:
+        resp.release()
+
+
+def _may_fetch(client: DirectApiClient) -> bool:
+    return time.monotonic() - client._last_fetch >= MIN_RELOAD_INTERVAL_SECONDS
+
+
+async def _until(condition: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("others_waiting", [False, True], ids=["alone", "with-another-waiter"])
+async def test_a_cancelled_reload_leaves_the_client_able_to_fetch_again(
+    sandbox: Any, tmp_path: Path, others_waiting: bool
+) -> None:
+    """The caller that started a credential fetch is cancelled: the fetch goes on for whoever else waits,
+    and once it ends the next 401 runs the helper again and the request succeeds."""
+    kubeconfig, source, calls = exec_kubeconfig(sandbox, tmp_path)
+    client = await DirectApiClient.create(ClusterConfig(config_file=str(kubeconfig)))
+    try:
+        await _until(lambda: _may_fetch(client), "the one-fetch-a-second limit to pass")
+        first = asyncio.ensure_future(client.reload_credentials())
+        other = asyncio.ensure_future(client.reload_credentials()) if others_waiting else None
+        await asyncio.sleep(0)  # both are waiting on the one fetch
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        if other is not None:
+            assert await other is True
+        await _until(lambda: client.reloads == 1, "the shared fetch to end")
+        await _until(lambda: _may_fetch(client), "the one-fetch-a-second limit to pass")
+        # The token is revoked: the next request meets a 401, fetches again and is sent once more.
+        source.write_text(rotate_cluster_token(sandbox, source.read_text(), "exec-user"))
+        assert await _get_pods(client) == 200
+        assert client.reloads == 2
+        assert int(calls.read_text()) == 3
     finally:
         await client.close()
