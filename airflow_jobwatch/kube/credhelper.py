@@ -117,6 +117,25 @@ def die_with_parent(parent: int | None) -> None:
         _end_group()
 
 
+#: Environment variables whose values are kept out of the helper's error message (an exec plugin that
+#: fails may print its whole environment on stderr, and the library puts that stderr in its error).
+_SECRET_NAME_PARTS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "SESSION", "AUTH")
+_MIN_SECRET_LEN = 8
+
+
+def scrub_environment(text: str) -> str:
+    """``text`` with the value of every credential-looking environment variable replaced by
+    ``<redacted>``."""
+    secrets = {
+        value
+        for name, value in os.environ.items()
+        if len(value) >= _MIN_SECRET_LEN and any(part in name.upper() for part in _SECRET_NAME_PARTS)
+    }
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    return text
+
+
 def main() -> int:
     import json
 
@@ -129,7 +148,7 @@ def main() -> int:
     try:
         bundle = asyncio.run(export(cfg))
     except ClusterConfigError as exc:
-        print(str(exc).replace("\n", " "), file=sys.stderr)
+        print(scrub_environment(str(exc)).replace("\n", " "), file=sys.stderr)
         return CONFIG_ERROR_EXIT_CODE
     except OSError as exc:  # a certificate file named by the kubeconfig cannot be read
         print(f"{cfg.describe()}: cannot read a file it names: {exc}", file=sys.stderr)
