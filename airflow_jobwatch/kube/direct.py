@@ -367,7 +367,7 @@ async def _end_helper(proc: asyncio.subprocess.Process, *, grace: float) -> None
             await asyncio.wait_for(proc.wait(), 5.0)
 
 
-async def fetch_credentials(cfg: ClusterConfig, *, timeout: float | None = None) -> dict[str, Any]:
+async def fetch_credentials(cfg: ClusterConfig, *, helper_timeout: float | None = None) -> dict[str, Any]:
     """Run the credential helper for ``cfg`` and return its answer (see :func:`.credhelper.export`).
 
     The helper runs in a session (and process group) of its own, with a private temporary folder
@@ -376,14 +376,14 @@ async def fetch_credentials(cfg: ClusterConfig, *, timeout: float | None = None)
     coroutine cancelled), the group is ended (the helper and every exec plugin it started) and the
     folder removed before this returns or raises.
 
-    :param timeout: seconds the helper may take; default :data:`HELPER_TIMEOUT_SECONDS`.
+    :param helper_timeout: seconds the helper may take; default :data:`HELPER_TIMEOUT_SECONDS`.
     :raises ClusterConfigError: the helper reported a configuration error (its message), failed
         otherwise (its exit code; its stderr is not repeated: it could hold a plugin's output), or
         did not answer within the timeout.
     """
     from airflow_jobwatch.kube.credhelper import CONFIG_ERROR_EXIT_CODE, PRIVATE_TMPDIR_ENV
 
-    limit = HELPER_TIMEOUT_SECONDS if timeout is None else timeout
+    limit = HELPER_TIMEOUT_SECONDS if helper_timeout is None else helper_timeout
     directory = tempfile.mkdtemp(prefix="jobwatch-credhelper-")  # mode 0700
     _live_dirs.add(directory)
     env = {**os.environ, "TMPDIR": directory, "TEMP": directory, "TMP": directory}

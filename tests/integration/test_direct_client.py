@@ -220,8 +220,8 @@ def _may_fetch(client: DirectApiClient) -> bool:
     return time.monotonic() - client._last_fetch >= MIN_RELOAD_INTERVAL_SECONDS
 
 
-async def _until(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
+async def _until(condition: Any, what: str, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)

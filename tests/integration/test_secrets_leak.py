@@ -44,7 +44,6 @@ from airflow_jobwatch.triggers.registry import get_registry
 pytestmark = pytest.mark.timeout(120)
 
 
-
 class Leaks:
     """The secrets of one test, and everything it saw that a user could see."""
 
@@ -94,7 +93,9 @@ class Leaks:
 
 
 @pytest.fixture
-def leaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Iterator[Leaks]:
+def leaks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> Iterator[Leaks]:
     caplog.set_level(logging.DEBUG)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -183,7 +184,7 @@ async def test_tls_failure_401_and_403(
     await _informer_failure(leaks, await DirectApiClient.create(cfg))
     # 403: a valid token of a user without a Role.
     kubeconfig = rbac.kubeconfig("system:serviceaccount:default:nobody")
-    token = yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]["token"]
+    token = _user_of(kubeconfig)["token"]
     leaks.secret(token)
     await _informer_failure(leaks, await DirectApiClient.create(ClusterConfig(config_file=str(kubeconfig))))
     await _informer_failure(leaks, await async_api_client(ClusterConfig(config_file=str(kubeconfig))))
@@ -225,16 +226,30 @@ async def test_the_helper_failing_timing_out_and_killed_and_a_plugin_echoing_its
     hang["env"] = [{"name": "CLOUD_SECRET", "value": leaks.env}]
     cfg = _kubeconfig(sandbox, tmp_path / "hang", {"exec": hang, "password": leaks.password})
     with pytest.raises(ClusterConfigError, match="took more than") as err:
-        await fetch_credentials(cfg, timeout=3)
+        await fetch_credentials(cfg, helper_timeout=3)
     leaks.saw(str(err.value))
 
     # The helper killed while its plugin hangs.
-    fetch = asyncio.ensure_future(fetch_credentials(cfg, timeout=60))
+    fetch = asyncio.ensure_future(fetch_credentials(cfg, helper_timeout=60))
     helper = await _helper_of(leaks.tmp)
     os.kill(helper, signal.SIGKILL)
     with pytest.raises(ClusterConfigError, match="exit code -9") as err:
         await fetch
     leaks.saw(str(err.value))
+
+
+def _proc_files(pid: str) -> tuple[bytes, bytes]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def _user_of(kubeconfig: Any, **update: str) -> dict[str, Any]:
+    """The kubeconfig's (first) user entry, after writing ``update`` into it."""
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    user: dict[str, Any] = config["users"][0]["user"]
+    if update:
+        user.update(update)
+        Path(kubeconfig).write_text(yaml.safe_dump(config))
+    return user
 
 
 async def _helper_of(tmp: Path) -> int:
@@ -244,8 +259,7 @@ async def _helper_of(tmp: Path) -> int:
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
-                    cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-                    environ = Path(f"/proc/{entry}/environ").read_bytes()
+                    cmdline, environ = _proc_files(entry)
                 except OSError:
                     continue
                 if b"airflow_jobwatch.kube.credhelper" in cmdline and f"={tmp}/".encode() in environ:
@@ -267,9 +281,10 @@ async def test_a_422_from_a_pod_create(sandbox: Any, tmp_path: Path, leaks: Leak
         with pytest.raises(kubernetes_asyncio.client.ApiException) as err:
             await kubernetes_asyncio.client.CoreV1Api(client).create_namespaced_pod("default", pod)
         assert err.value.status == 422
-        logging.getLogger("test").warning("create refused: %s", access_denied_from_exception(
-            err.value, verb="create", resource="pods", namespace="default"
-        ))
+        logging.getLogger("test").warning(
+            "create refused: %s",
+            access_denied_from_exception(err.value, verb="create", resource="pods", namespace="default"),
+        )
         leaks.saw(str(err.value))
     finally:
         await client.close()
@@ -278,10 +293,8 @@ async def test_a_422_from_a_pod_create(sandbox: Any, tmp_path: Path, leaks: Leak
 async def test_the_triggers_error_event(sandbox: Any, rbac: Any, leaks: Leaks) -> None:
     """A trigger whose user may not read Jobs in its namespace ends with an error event (403)."""
     kubeconfig = rbac.kubeconfig("system:serviceaccount:default:no-jobs")
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    leaks.secret(config["users"][0]["user"]["token"])
-    config["users"][0]["user"]["password"] = leaks.password
-    Path(kubeconfig).write_text(yaml.safe_dump(config))
+    leaks.secret(_user_of(kubeconfig)["token"])
+    _user_of(kubeconfig, password=leaks.password)
     trigger = JobTrigger("some-job", "default", config_file=str(kubeconfig), poll_interval=1.0)
     try:
         events = [event async for event in _first(trigger)]
