@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -40,6 +39,7 @@ from airflow_jobwatch.executors.pods import (
     new_launch_id,
     new_pod_name,
 )
+from airflow_jobwatch.executors.record import PendingCreate, TaskRecord, TaskRecords
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
 from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
@@ -170,27 +170,6 @@ def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> st
     return f"{status} {getattr(err, 'reason', '')}: {_api_message(err)}"
 
 
-@dataclass
-class _PendingLaunch:
-    """A workload accepted by the executor whose pod is not created yet (or must be retried)."""
-
-    workload: workloads.ExecuteTask
-    # This launch's identity (the pod's LAUNCH_ANNOTATION): the key alone cannot tell it from an earlier
-    # launch of the same key (same try_number after deferral, reschedule, some clears).
-    launch_id: str = field(default_factory=new_launch_id)
-    pod: k8s.V1Pod | None = None  # built once, so a retry reuses the name (409 AlreadyExists = done)
-    attempts: int = 0
-    backoff: Backoff | None = None  # created at the first failure (module constants, patched by tests)
-    revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
-    body: dict[str, Any] | None = None  # the serialized pod, sent as is on every attempt
-    build: Future[tuple[k8s.V1Pod, dict[str, Any]]] | None = None  # building in the API threads
-    not_before: float = 0.0
-    last_error: str | None = None
-    retry_reason: str | None = None  # the last failure's reason, without details (logged when it changes)
-    waiting_for_quota: bool = False  # the last create was refused for a ResourceQuota
-    accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
-
-
 class _Conflict(Exception):
     """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be:
     ``ours`` (an earlier attempt's), ``someone_else`` or ``retry`` (could not tell)."""
@@ -212,6 +191,9 @@ class JobWatchExecutor(BaseExecutor):
     """
 
     supports_ad_hoc_ti_run: bool = True
+    # The scheduler gives each hand-over to QUEUED a fresh external_executor_id, in the same database write
+    # (Airflow 3.3+; older versions ignore this): the launch id that an adopter reads back.
+    pre_assigns_external_executor_id = True
     supports_multi_team: bool = True
     is_local: bool = False
     is_production: bool = True
@@ -238,22 +220,15 @@ class JobWatchExecutor(BaseExecutor):
         self.scheduler_job_id: str | None = None
         self.supervisor: WatcherSupervisor | None = None
         self._core_v1: CoreV1Api | None = None
-        self._pending: dict[TaskInstanceKey, _PendingLaunch] = {}
-        # key -> (namespace, pod name) of the pod of the key's current launch, once created.
-        self._pods: dict[TaskInstanceKey, tuple[str, str]] = {}
-        # Launch identity (issue 18 item 1). key -> id of its current launch: the last workload accepted
-        # for it, or the pod adopted for it. (namespace, pod name) -> (key, launch id) of every pod this
-        # executor created or adopted and has not yet seen end. _is_current() decides from these two.
-        self._launch_ids: dict[TaskInstanceKey, str] = {}
-        self._pod_launches: dict[tuple[str, str], tuple[TaskInstanceKey, str]] = {}
-        # Workloads by key, to find the task's log file for failure reasons.
-        self._workloads: dict[TaskInstanceKey, workloads.ExecuteTask] = {}
+        # Everything known about each key's current launch, and the index of the pods still watched: every
+        # path below is a transition of these records, and ``running`` follows from them (_settle).
+        self.records = TaskRecords()
         self._create_paused_until = 0.0  # after a 429 Retry-After
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
         self._completed_search: Future[list[dict[str, Any]]] | None = None
-        # Creates in flight in the creator threads: key -> (launch, namespace, name, future).
-        self._inflight: dict[TaskInstanceKey, tuple[_PendingLaunch, str, str, Future[Any]]] = {}
+        # Creates in flight in the creator threads: key -> (create, namespace, name, future).
+        self._inflight: dict[TaskInstanceKey, tuple[PendingCreate, str, str, Future[Any]]] = {}
         self._create_pool: ThreadPoolExecutor | None = None
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
         self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
@@ -272,9 +247,6 @@ class JobWatchExecutor(BaseExecutor):
             "left_for_adoption": 0,  # pods that ended while end() ran: left as they are for the next scheduler
             "disruption_relaunches": 0,  # pods disrupted before they started, launched again for the same try
         }
-        # Issue 21: disruptions before start, per key (what a final failure names), and their backoff.
-        self._disruptions: dict[TaskInstanceKey, list[str]] = {}
-        self._relaunch_backoffs: dict[TaskInstanceKey, Backoff] = {}
         self._disruption_relaunches = int(
             jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
         )
@@ -451,32 +423,30 @@ class JobWatchExecutor(BaseExecutor):
                 raise RuntimeError(f"{type(self).__name__} cannot run workloads of type {type(w).__name__}")
             key = w.ti.key
             del self.queued_tasks[key]
+            # The scheduler names each hand-over to QUEUED with a fresh external_executor_id (this executor
+            # opts in to the pre-assigned id): the pod carries it, so an adopter can tell the current launch
+            # from an earlier one by what the database holds. Older Airflow: an id of our own.
+            launch_id = getattr(w.ti, "external_executor_id", None) or new_launch_id()
+            previous = self.records.queue(key, w, launch_id)
+            self._settle(key)
+            if previous is not None:
+                # The key keeps its try_number across deferral and resumption, reschedule-mode sensors and
+                # some clears: the earlier launch's pod (if any) stays watched, is cleaned up when it ends,
+                # and its end is not reported.
+                self.log.info(
+                    "%s is launched again (launch %s) before its earlier launch %s ended; the earlier "
+                    "launch's pod will be cleaned up when it ends and its end will not be reported",
+                    key,
+                    launch_id,
+                    previous,
+                )
+
+    def _settle(self, key: TaskInstanceKey) -> None:
+        """``running`` follows from the records: the one place where a key takes or frees its slot."""
+        if key in self.records:
             self.running.add(key)
-            self._workloads[key] = w
-            launch = _PendingLaunch(workload=w)
-            self._new_launch(key, launch.launch_id)
-            self._pending[key] = launch
-
-    def _new_launch(self, key: TaskInstanceKey, launch_id: str) -> None:
-        """Make ``launch_id`` the current launch of ``key``; any earlier launch's pod becomes stale.
-
-        A key keeps its try_number across deferral and resumption, reschedule-mode sensors and some
-        clears, so the scheduler may hand us a key again while the pod of its earlier launch still runs
-        or is just ending (its end not yet seen). That pod stays watched: when it ends it is cleaned up
-        like any finished pod, and nothing is reported for it (see :meth:`_is_current`).
-        """
-        previous = self._launch_ids.get(key)
-        self._launch_ids[key] = launch_id
-        old = self._pods.pop(key, None)
-        if previous is not None:
-            self.log.info(
-                "%s is launched again (launch %s) before its earlier launch %s%s ended; the earlier "
-                "launch's pod will be cleaned up when it ends and its end will not be reported",
-                key,
-                launch_id,
-                previous,
-                f" (pod {old[0]}/{old[1]})" if old else "",
-            )
+        else:
+            self.running.discard(key)
 
     def sync(self) -> None:
         """One scheduler heartbeat: watcher results first (they free slots), then cleanup, then creates."""
@@ -506,7 +476,9 @@ class JobWatchExecutor(BaseExecutor):
                 )
         self._retry_cleanup()
         self._launch_pending()
-        waiting = sum(1 for la in self._pending.values() if la.waiting_for_quota)
+        waiting = sum(
+            1 for r in self.records.pending() if r.create is not None and r.create.waiting_for_quota
+        )
         if waiting != self._quota_waiting:
             self._quota_waiting = waiting
             metrics.tasks_waiting_for_quota(waiting)
@@ -583,29 +555,31 @@ class JobWatchExecutor(BaseExecutor):
         """
         keep_going = self._collect_creates()
         now = time.monotonic()
-        if not keep_going or now < self._create_paused_until or not self._pending:
+        pending = self.records.pending()
+        if not keep_going or now < self._create_paused_until or not pending:
             return
         cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
-        in_flight = len(self._inflight) + sum(1 for la in self._pending.values() if la.build is not None)
-        ordered = sorted(self._pending.items(), key=lambda kv: -kv[1].workload.ti.priority_weight)
-        for key, launch in ordered:
-            if key in self._inflight or launch.not_before > now:
+        in_flight = len(self._inflight) + sum(1 for r in pending if r.create is not None and r.create.build)
+        for record in pending:
+            launch = record.create
+            if launch is None or record.key in self._inflight or launch.not_before > now:
                 continue
             building = launch.build is not None
             if in_flight >= cap and not building:
                 continue
-            if self._start_create(key, launch) and not building:
+            if self._start_create(record, launch) and not building:
                 in_flight += 1
 
-    def _start_create(self, key: TaskInstanceKey, launch: _PendingLaunch) -> bool:
+    def _start_create(self, record: TaskRecord, launch: PendingCreate) -> bool:
         """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
         assert self.scheduler_job_id is not None and self.supervisor is not None
+        key = record.key
         if launch.pod is None or launch.body is None:
             # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) costs
             # tens of milliseconds: done in the API threads too, so that a burst of open slots does not
             # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
             if launch.build is None:
-                launch.build = self._pool().submit(self._build, key, launch.workload, launch.launch_id)
+                launch.build = self._pool().submit(self._build, key, record.workload, record.launch_id)
                 return True
             if not launch.build.done():
                 return True
@@ -624,7 +598,7 @@ class JobWatchExecutor(BaseExecutor):
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
         self.supervisor.track(namespace, name, key, confirmed=False)
-        self._pod_launches[(namespace, name)] = (key, launch.launch_id)
+        self.records.create_sent(key, (namespace, name))
         future = self._pool().submit(self._create_call, key, namespace, name, body)
         self._inflight[key] = (launch, namespace, name, future)
         return True
@@ -668,9 +642,10 @@ class JobWatchExecutor(BaseExecutor):
                 # the database and the next scheduler finds no pod for it (reset, launched again).
                 assert self.supervisor is not None
                 self.supervisor.untrack(namespace, name)
-                self._pod_launches.pop((namespace, name), None)
+                self.records.create_not_sent((namespace, name))
                 continue
-            if self._pending.get(key) is not launch:
+            record = self.records.get(key)
+            if record is None or record.create is not launch:
                 # Revoked, or already seen by the watch (launched, maybe even reported) meanwhile.
                 if launch.revoked and future.exception() is None:
                     self._cleanup.append((namespace, name, True))
@@ -681,7 +656,7 @@ class JobWatchExecutor(BaseExecutor):
     def _finish_create(
         self,
         key: TaskInstanceKey,
-        launch: _PendingLaunch,
+        launch: PendingCreate,
         namespace: str,
         name: str,
         error: BaseException | None,
@@ -710,7 +685,7 @@ class JobWatchExecutor(BaseExecutor):
             )
             if not transient:
                 self.supervisor.untrack(namespace, name)
-                self._pod_launches.pop((namespace, name), None)
+                self.records.create_not_sent((namespace, name))
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
@@ -760,7 +735,7 @@ class JobWatchExecutor(BaseExecutor):
         return _Conflict("ours", error)
 
     def _on_conflict(
-        self, key: TaskInstanceKey, launch: _PendingLaunch, namespace: str, name: str, conflict: _Conflict
+        self, key: TaskInstanceKey, launch: PendingCreate, namespace: str, name: str, conflict: _Conflict
     ) -> bool:
         """Act on what :meth:`_resolve_conflict` found (on the scheduler loop, without an API call)."""
         assert self.supervisor is not None
@@ -772,7 +747,7 @@ class JobWatchExecutor(BaseExecutor):
             self._retry_launch(key, launch, conflict.error, None)
             return True
         self.supervisor.untrack(namespace, name)
-        self._pod_launches.pop((namespace, name), None)
+        self.records.create_not_sent((namespace, name))
         launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
         launch.not_before = 0.0
         self._counters["create_retries"] += 1
@@ -811,15 +786,16 @@ class JobWatchExecutor(BaseExecutor):
 
     def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
         assert self.supervisor is not None
-        launch = self._pending.pop(key, None)
+        record = self.records.get(key)
+        launch = record.create if record is not None else None
         metrics.pod_created(launch_seconds=time.monotonic() - launch.accepted_at if launch else 0.0)
-        self._pods[key] = (namespace, name)
+        self.records.created(key, (namespace, name))
         self.supervisor.track(namespace, name, key)
         self._counters["pods_launched"] += 1
         self.log.info("Created worker pod %s/%s for %s", namespace, name, key)
 
     def _retry_launch(
-        self, key: TaskInstanceKey, launch: _PendingLaunch, error: str, retry_after: float | None
+        self, key: TaskInstanceKey, launch: PendingCreate, error: str, retry_after: float | None
     ) -> None:
         if launch.backoff is None:
             # No reset: a task's create keeps backing off until it succeeds or the scheduler's
@@ -851,15 +827,12 @@ class JobWatchExecutor(BaseExecutor):
         )
 
     def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
-        self._pending.pop(key, None)
-        self._launch_ids.pop(key, None)
-        self._disruptions.pop(key, None)
-        self._relaunch_backoffs.pop(key, None)
+        record = self.records.end(key)
         self._counters["create_failures"] += 1
         self.log.error("Failing %s: %s", key, reason)
-        self._append_task_log(key, reason)
+        self._append_task_log(record.workload if record else None, key, reason)
         self.fail(key, reason)
-        self._workloads.pop(key, None)
+        self._settle(key)
         self._report(key, pod=None, state="failed", reason="PodCreationFailed", gap=False)
 
     def _report(
@@ -884,49 +857,40 @@ class JobWatchExecutor(BaseExecutor):
     # Results
     # ------------------------------------------------------------------------------------------
 
-    def _is_current(self, key: TaskInstanceKey, ref: tuple[str, str]) -> bool:
-        """Whether the pod ``ref`` belongs to the current launch of ``key``: the one place that decides.
-
-        Current: the pod was created (or adopted) for the launch that is still ``key``'s latest. Stale: a
-        pod of an earlier launch of the same key (the key was handed to us again, after deferral, a
-        reschedule or a clear, before that pod's end was seen), or of a launch that was revoked.
-        """
-        owner = self._pod_launches.get(ref)
-        return owner is not None and owner[0] == key and self._launch_ids.get(key) == owner[1]
-
     def _on_result(self, result: PodResult) -> None:
         key = cast("TaskInstanceKey", result.key)
         ref = (result.namespace, result.name)
-        if not self._is_current(key, ref):
+        if not self.records.is_current(key, ref):
             if result.terminal:
                 self._stale_pod_ended(key, result)
             return
-        if key in self._pending:
+        record = self.records.get(key)
+        assert record is not None
+        if record.create is not None:
             # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
             self._launched(key, result.namespace, result.name)
         if result.adopted:
             # Another scheduler adopted the pod (it took this one for dead): the task is that scheduler's
-            # now. As upstream's ADOPTED state: free the slot, report nothing.
-            self._pods.pop(key, None)
-            self._pod_launches.pop(ref, None)
-            self.running.discard(key)
-            self._workloads.pop(key, None)
+            # now. As upstream's ADOPTED state: free the slot, report nothing. The record goes with it, so
+            # that the task can be adopted back if that scheduler dies.
+            self.records.end(key, ref)
+            self._settle(key)
             self.log.warning("Task %s: pod %s/%s was %s", key, result.namespace, result.name, result.message)
             return
         if not result.terminal:
             if result.phase == "running":
-                self.running_state(key, f"{result.namespace}/{result.name}")
+                self.records.seen_running(key, ref)
+                # The launch id as the event's info: the scheduler stores it as the task instance's
+                # external_executor_id, which is how an adopter tells the current launch's pod.
+                self.running_state(key, record.launch_id)
             return
-        self._pods.pop(key, None)
-        self._pod_launches.pop(ref, None)
-        self._launch_ids.pop(key, None)
         where = f"pod {result.namespace}/{result.name}"
         # (An adopted pod has no workload here to launch again: it fails as before.)
-        disrupted = self._disrupted_before_start(result) if key in self._workloads else None
-        if disrupted is not None and self._relaunch_after_disruption(key, result, disrupted):
+        disrupted = self._disrupted_before_start(record, result) if record.workload is not None else None
+        if disrupted is not None and self._relaunch_after_disruption(record, result, disrupted):
             return
-        history = self._disruptions.pop(key, [])
-        self._relaunch_backoffs.pop(key, None)
+        self.records.end(key, ref)
+        history = record.disruptions
         if result.phase == "succeeded":
             # execute_workload exits 0 whatever the task did; the task recorded its own state through
             # the execution API. SUCCESS here means "the worker finished"; if the task instance is
@@ -945,14 +909,14 @@ class JobWatchExecutor(BaseExecutor):
                     f"allows: " + "; ".join(history)
                 )
             elif result.disruption:
-                # The cluster ended it (issue 21): say so first, in the task's words, then the details.
+                # The cluster ended it: say so first, in the task's words, then the details.
                 info = f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
                 metrics.pod_disrupted(reason)
             self.log.warning("Task %s: %s", key, info)
-            self._append_task_log(key, info)
+            self._append_task_log(record.workload, key, info)
             self.fail(key, info)
             failed = True
-        self._workloads.pop(key, None)
+        self._settle(key)
         metrics.terminal_report("failed" if failed else "success", after_watcher_gap=result.gap)
         self._report(
             key,
@@ -963,52 +927,55 @@ class JobWatchExecutor(BaseExecutor):
         )
         self._clean_up_finished(result)
 
-    def _disrupted_before_start(self, result: PodResult) -> str | None:
-        """What disrupted a failed pod none of whose containers ever started, or None (issue 21)."""
+    def _disrupted_before_start(self, record: TaskRecord, result: PodResult) -> str | None:
+        """What disrupted a failed pod none of whose containers ever started, or None.
+
+        A pod this executor saw running has started, whatever its final status says (a final status can
+        lack every start mark: ContainerStatusUnknown with no ``startedAt``, or a pod GC write after the
+        kubelet's last updates were lost).
+        """
+        if record.seen_running:
+            return None
         if result.phase != "failed" or result.started is not False or result.gap:
             return None
         if result.reason not in DISRUPTION_REASONS:
             return None
-        return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": ")
+        return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": .")
 
-    def _relaunch_after_disruption(self, key: TaskInstanceKey, result: PodResult, disruption: str) -> bool:
-        """Launch ``key`` again for the same try after its pod was disrupted before it started.
+    def _relaunch_after_disruption(self, record: TaskRecord, result: PodResult, disruption: str) -> bool:
+        """Launch the record's task again for the same try after its pod was disrupted before it started.
 
         Such a pod cannot have run the task (its worker never started, so it never told Airflow's
         execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
-        a new pod is created after a backoff. Returns False past ``[jobwatch] disruption_relaunches``:
-        the task then fails with a message naming every disruption.
+        a new pod is created after a backoff; the disrupted pod is deleted. Returns False past
+        ``[jobwatch] disruption_relaunches``: the task then fails with a message naming every disruption.
         """
-        history = self._disruptions.setdefault(key, [])
-        history.append(disruption)
-        workload = self._workloads.get(key)
-        if workload is None or len(history) > self._disruption_relaunches:
+        key = record.key
+        if len(record.disruptions) + 1 > self._disruption_relaunches:
+            record.disruptions.append(disruption)
             return False
-        backoff = self._relaunch_backoffs.get(key)
-        if backoff is None:
-            backoff = self._relaunch_backoffs[key] = Backoff(
-                initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
-                max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
-                reset_after_seconds=float("inf"),
-            )
+        backoff = record.relaunch_backoff or Backoff(
+            initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
+            max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
+            reset_after_seconds=float("inf"),
+        )
         now = time.monotonic()
         delay = backoff.failure(now)
-        launch = _PendingLaunch(workload=workload, not_before=now + delay)
-        self._new_launch(key, launch.launch_id)
-        self._pending[key] = launch
+        self.records.relaunch(key, (result.namespace, result.name), disruption, backoff, now + delay)
+        count = len(record.disruptions)
         self._counters["disruption_relaunches"] += 1
         metrics.disruption_relaunch(result.reason or "Disrupted")
         message = (
             f"{disruption}. No container of the pod had started, so the task never ran: launching it again "
-            f"for the same try in {delay:.1f} s (relaunch {len(history)} of at most "
+            f"for the same try in {delay:.1f} s (relaunch {count} of at most "
             f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
         )
         self.log.warning("Task %s: %s", key, message)
-        self._append_task_log(key, message)
+        self._append_task_log(record.workload, key, message, level="warning")
         self._report(
             key, pod=f"{result.namespace}/{result.name}", state="relaunched", reason=result.reason, gap=False
         )
-        self._clean_up_finished(result)
+        self._clean_up_finished(result, delete=True)
         return True
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
@@ -1020,7 +987,8 @@ class JobWatchExecutor(BaseExecutor):
         current pod still launches.
         """
         ref = (result.namespace, result.name)
-        owner = self._pod_launches.pop(ref, None)
+        owner = self.records.stale_ended(ref)
+        current = self.records.get(key)
         self._counters["stale_pods_cleaned"] += 1
         metrics.stale_launch_pod()
         self.log.info(
@@ -1031,14 +999,18 @@ class JobWatchExecutor(BaseExecutor):
             key,
             result.phase,
             f", {result.reason}" if result.reason else "",
-            self._launch_ids.get(key, "none (revoked or finished)"),
+            current.launch_id if current is not None else "none here (revoked, finished or not adopted)",
         )
         self._clean_up_finished(result)
 
-    def _clean_up_finished(self, result: PodResult) -> None:
-        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does)."""
+    def _clean_up_finished(self, result: PodResult, *, delete: bool = False) -> None:
+        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does).
+        ``delete``: deleted whatever those say (a pod a relaunch leaves behind)."""
         if result.gap or result.reason == "Deleted":
             return  # nothing left to clean up
+        if delete:
+            self._cleanup.append((result.namespace, result.name, True))
+            return
         failed = result.phase != "succeeded"
         kc = self.kube_config
         # A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...) is deleted in
@@ -1111,7 +1083,14 @@ class JobWatchExecutor(BaseExecutor):
             )
         return self._create_pool
 
-    def _append_task_log(self, key: TaskInstanceKey, message: str) -> None:
+    def _append_task_log(
+        self,
+        workload: workloads.ExecuteTask | None,
+        key: TaskInstanceKey,
+        message: str,
+        *,
+        level: str = "error",
+    ) -> None:
         """Write the executor's reason into the task's log file, where the user looks first.
 
         The worker process could not write it (it was evicted, never started, or its pod vanished).
@@ -1119,7 +1098,6 @@ class JobWatchExecutor(BaseExecutor):
         volume, as in the sandbox); with remote logging the reason is in the scheduler log and in the
         "state mismatch" audit-log event the scheduler records with our message.
         """
-        workload = self._workloads.get(key)
         if workload is None or not workload.log_path:
             return
         try:
@@ -1128,7 +1106,7 @@ class JobWatchExecutor(BaseExecutor):
             path.parent.mkdir(parents=True, exist_ok=True)
             line = {
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
-                "level": "error",
+                "level": level,
                 "event": f"JobWatchExecutor: {message}",
                 "logger": "airflow_jobwatch.executors",
             }
@@ -1357,11 +1335,14 @@ class JobWatchExecutor(BaseExecutor):
         """Adopt a dead scheduler's pods of one orphaned task instance key: relabel, track, report ends.
 
         A key may have several pods: the dead scheduler launched it again (resumed after deferral, same
-        try) while the pod of the earlier launch was still ending. The newest pod (by creation time) is
-        the key's current launch, unless this executor has launched the key itself since: then every
-        adopted pod is stale. Stale pods are adopted too, so that they are cleaned up when they end, but
-        what they report is decided by :meth:`_is_current` like any other result, and never reaches the
-        scheduler. A pod that has already ended is handed to :meth:`_on_result` at once.
+        try) while the pod of the earlier launch was still ending. Which one is current is what Airflow's
+        database says: the task instance's ``external_executor_id`` names its current launch, and each pod
+        carries its launch's id. The newest pod with that id is current; any other is an earlier launch's,
+        adopted only to be cleaned up when it ends, and never reported. No pod with that id (the scheduler
+        stopped before creating it): nothing is adopted as current, and the task instance is handed back
+        to be reset. Without an id in the database (older Airflow, or a task queued before it was
+        recorded), the newest pod is current. If this executor holds the key's current launch itself,
+        every adopted pod is an earlier one. A pod that has already ended is handed to :meth:`_on_result`.
         """
         from airflow_jobwatch.kube.states import classify_pod
 
@@ -1371,9 +1352,38 @@ class JobWatchExecutor(BaseExecutor):
             meta = item[1].get("metadata") or {}
             return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
 
+        def launch_of(pod: dict[str, Any]) -> str:
+            meta = pod.get("metadata") or {}
+            return launch_id_of(meta.get("annotations") or {}, meta["namespace"], meta["name"])
+
         pods = sorted(pods, key=created)  # RFC 3339 UTC timestamps sort as strings; newest last
-        newest = (pods[-1][1].get("metadata") or {}).get("name")
-        mine_already = key in self._launch_ids
+        expected = getattr(by_key[key], "external_executor_id", None) or None
+        mine = self.records.get(key)
+        if mine is not None and (expected is None or mine.launch_id == expected):
+            current_name = None  # this executor holds the current launch itself
+        else:
+            if mine is not None:
+                # This executor's launch is not the one the database names (the task was queued again
+                # elsewhere): it is an earlier launch here; its pod is cleaned up when it ends.
+                self.records.end(key)
+                self._settle(key)
+            matching = [
+                p
+                for _, p in pods
+                if expected is None
+                or launch_of(p) == expected
+                # a pod whose running event stored "namespace/name" (launched by an earlier version)
+                or f"{p['metadata']['namespace']}/{p['metadata']['name']}" == expected
+            ]
+            current_name = (matching[-1].get("metadata") or {}).get("name") if matching else None
+            if current_name is None:
+                self.log.warning(
+                    "No pod of %s belongs to its current launch %s (the scheduler that queued it stopped "
+                    "before creating it); its earlier launches' pods are cleaned up when they end and the "
+                    "task instance is left to be reset",
+                    key,
+                    expected,
+                )
         for job_id, pod in pods:
             meta = pod.get("metadata") or {}
             ns, name = meta["namespace"], meta["name"]
@@ -1388,14 +1398,13 @@ class JobWatchExecutor(BaseExecutor):
             except Exception as err:
                 self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
                 continue
-            launch_id = launch_id_of(annotations, ns, name)
-            self._pod_launches[(ns, name)] = (key, launch_id)
+            launch_id = launch_of(pod)
+            current = name == current_name
+            self.records.adopt(key, (ns, name), launch_id, current=current)
             self.supervisor.track(ns, name, key)
-            if name == newest and not mine_already:
+            if current:
                 by_key.pop(key, None)
-                self.running.add(key)
-                self._pods[key] = (ns, name)
-                self._launch_ids[key] = launch_id
+                self._settle(key)
                 self._counters["adopted"] += 1
                 self.log.info("Adopted pod %s/%s of %s from scheduler job %s", ns, name, key, job_id)
             else:
@@ -1428,26 +1437,24 @@ class JobWatchExecutor(BaseExecutor):
     def revoke_task(self, *, ti: TaskInstance) -> None:
         """Stop a task (queued too long, or cleared): delete its pod; no event is reported."""
         key = ti.key
-        self.running.discard(key)
         self.queued_tasks.pop(key, None)
-        launch = self._pending.pop(key, None)
+        record = self.records.end(key)  # a pod of this key still watched is now stale: cleaned, not reported
+        self._settle(key)
+        if record is None:
+            return
+        ref = record.pod
+        launch = record.create
         if launch is not None:
             launch.revoked = True
-        self._workloads.pop(key, None)
-        self._launch_ids.pop(key, None)  # a pod of this key still watched is now stale: cleaned, not reported
-        self._disruptions.pop(key, None)
-        self._relaunch_backoffs.pop(key, None)
-        ref = self._pods.pop(key, None)
-        if ref is None and launch is not None and launch.pod is not None and self.supervisor is not None:
+        if ref is None and launch is not None and launch.ref is not None and self.supervisor is not None:
             # A create may have been sent (its answer lost): delete the pod in case it exists (404 is fine).
-            pending_ref = (launch.pod.metadata.namespace, launch.pod.metadata.name)
-            if pending_ref in self.supervisor.tracked():
-                ref = pending_ref
+            if launch.ref in self.supervisor.tracked():
+                ref = launch.ref
         if ref is None:
             return
         if self.supervisor is not None:
             self.supervisor.untrack(*ref)
-        self._pod_launches.pop(ref, None)
+        self.records.create_not_sent(ref)
         self._cleanup.append((ref[0], ref[1], True))
         try:
             self._retry_cleanup()
@@ -1514,9 +1521,9 @@ class JobWatchExecutor(BaseExecutor):
             "pid": os.getpid(),
             "updated_at": time.time(),
             "running": len(self.running),
-            "pending_creation": len(self._pending),
+            "pending_creation": len(self.records.pending()),
             "waiting_for_quota": self._quota_waiting,
-            "tracked_pods": len(self._pods),
+            "tracked_pods": sum(1 for r in self.records if r.pod is not None),
             "seconds_since_last_event": (
                 round(time.monotonic() - self._last_result_at, 1)
                 if self._last_result_at is not None
