@@ -12,6 +12,10 @@ executor's ``running`` set is exactly the keys that have a record (:meth:`TaskRe
 record is removed by exactly one transition (ended, create failed, revoked, adopted away), which is
 where the key's slot is freed.
 
+At the scheduler's ``end()`` the records are simply dropped with the process: every pod is left as it is,
+and the next scheduler's adoption rebuilds the records from the pods and from the launch id Airflow's
+database holds for each task instance.
+
 Pods are indexed separately (:meth:`TaskRecords.owner`): a pod of an earlier launch stays known until its
 end is seen, so that it is cleaned up, but only the pod of the current launch counts for the key.
 
@@ -208,11 +212,6 @@ class TaskRecords:
         self._pods[ref] = (key, launch_id)
         if current:
             self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
-
-    def shutdown(self) -> None:
-        """``end()``: the scheduler stops; every record and pod is left to the next scheduler's adoption."""
-        self._records.clear()
-        self._pods.clear()
 
     def _require(self, key: Any) -> TaskRecord:
         record = self._records.get(key)

@@ -20,10 +20,10 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.sandbox_opts(pod_start_delay
 
 @pytest.fixture(autouse=True)
 def _short_relaunch_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors import results
 
-    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
-    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.5)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.5)
 
 
 def _pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:

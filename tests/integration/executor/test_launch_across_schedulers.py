@@ -202,3 +202,28 @@ def test_a_pod_seen_running_is_not_relaunched_whatever_its_final_status_says(
     assert (key, state) == (w.ti.key, "failed"), info
     assert ex.status()["disruption_relaunches"] == 0 and ex.status()["pods_launched"] == 1
     assert len(_pods_of(sandbox, "ran")) == 1, "a second pod was launched for a task that ran"
+
+
+def test_a_pod_launched_by_the_upstream_executor_is_adopted_whatever_the_database_holds(
+    executor_factory: Any, kube_sandbox: Any, core_v1: Any
+) -> None:
+    """Upstream's pods carry no launch id, and upstream stores its scheduler's job id as the task instance's
+    external_executor_id: the pod is still the task's current launch (a switch of executor keeps tasks)."""
+    sandbox, _ = kube_sandbox
+    old = executor_factory(job_id="42")
+    w = make_workload(task_id="switched", command="exit 0")
+    events: list[tuple[Any, Any]] = []
+    submit(old, w)
+    poll(old, lambda: _pods_of(sandbox, "switched"), timeout=60, what="the pod", events=events)
+    old.terminate()
+    (pod,) = _pods_of(sandbox, "switched")
+    core_v1.patch_namespaced_pod(
+        pod["metadata"]["name"], "default", {"metadata": {"annotations": {LAUNCH_ANNOTATION: None}}}
+    )
+    assert LAUNCH_ANNOTATION not in _pods_of(sandbox, "switched")[0]["metadata"]["annotations"]
+    new = executor_factory(job_id="43")
+    orphan = SimpleNamespace(key=w.ti.key, queued_by_job_id=42, external_executor_id="42")
+    assert new.try_adopt_task_instances([orphan]) == []
+    all_events: list[tuple[Any, Any]] = []
+    heartbeat_until(new, lambda e: "switched" in terminal(e), timeout=60, all_events=all_events)
+    assert [(k.task_id, s) for k, s, _ in _terminal_events(all_events)] == [("switched", "success")]
