@@ -453,8 +453,12 @@ class Disruption:
         )
 
 
-def _containers_started(pod: Mapping[str, Any]) -> bool:
-    """Whether any container of the pod ever started, from its status alone.
+def containers_started(pod: Mapping[str, Any]) -> bool:
+    """Whether any container (init containers included) of the pod ever started, from its status alone.
+
+    The one predicate for it: the executor's watcher and the disruption rules below both call it. What
+    the pod's status cannot show (it was seen running earlier, then its last updates were lost) is the
+    caller's to add: the executor never treats a pod it saw running as never started.
 
     A container that never started shows ``waiting`` (ContainerCreating, PodInitializing, an image
     pull), or, once the pod is terminal, ``terminated`` with reason ``ContainerStatusUnknown`` and no
@@ -478,6 +482,9 @@ def _containers_started(pod: Mapping[str, Any]) -> bool:
         if _map(_map(cs.get("lastState")).get("terminated")):
             return True
     return False
+
+
+_containers_started = containers_started
 
 
 def _on_node(node: str | None) -> str:
@@ -518,7 +525,7 @@ def pod_disruption(pod: Mapping[str, Any] | Any, *, deleted: bool = False) -> Di
     status = _map(obj.get("status"))
     phase = _str(status.get("phase"))
     node = _str(_map(obj.get("spec")).get("nodeName"))
-    started = _containers_started(obj)
+    started = containers_started(obj)
     status_reason = _str(status.get("reason"))
     status_message = _quote(_str(status.get("message")))
     condition = _true_condition(status, ("DisruptionTarget",))

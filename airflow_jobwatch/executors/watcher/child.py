@@ -39,6 +39,7 @@ from airflow_jobwatch.executors.watcher.messages import (
     WatcherStats,
 )
 from airflow_jobwatch.kube.informer import _selector_matcher
+from airflow_jobwatch.kube.states import containers_started as states_containers_started
 
 if TYPE_CHECKING:
     from airflow_jobwatch.kube.informer import InformerEvent
@@ -67,22 +68,9 @@ LATE_CHECK_GRACE_SECONDS = 3.0
 MISSING_CHECK_READ_TIMEOUT_SECONDS = 30.0
 
 
-def containers_started(pod: dict[str, Any]) -> bool:
-    """Whether any container (init containers included) of the pod ever started.
-
-    A container that never started has no ``running`` state and a ``terminated`` state without
-    ``startedAt`` (the kubelet's ContainerStatusUnknown, exit code 137, for a pod disrupted while its
-    containers were being created), and no ``lastState``. Issue 21: a local predicate of the executor's
-    watcher until the disruption rules of ``kube/states.py`` (written in parallel) are merged.
-    """
-    status = pod.get("status") or {}
-    for cs in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        state = cs.get("state") or {}
-        if state.get("running") is not None or (state.get("terminated") or {}).get("startedAt"):
-            return True
-        if (cs.get("lastState") or {}).get("terminated") or (cs.get("lastState") or {}).get("running"):
-            return True
-    return False
+# Whether a pod's containers ever started: the one predicate of kube/states.py (``started: true``,
+# ``startedAt``, ``lastState``, ``restartCount``, phase Running/Succeeded), named here for the relay.
+containers_started = states_containers_started
 
 
 class PodRelay:

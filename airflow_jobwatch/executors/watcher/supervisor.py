@@ -153,6 +153,8 @@ class _Slot:
     watches_done: int = 0
     stats: WatcherStats | None = None
     last_restart_reason: str | None = None
+    # Why this slot's child must list again from scratch (a pod it saw leave the selector is ours again).
+    relist_wanted: str | None = None
 
 
 @dataclass
@@ -237,6 +239,10 @@ class WatcherSupervisor:
         if not self._slots:
             raise ValueError("WatcherSupervisor needs at least one namespace scope (None = all namespaces)")
         self._tracked: dict[PodRef, _Tracked] = {}
+        # Pods that left our label selector (another scheduler adopted them). The watch delivered that as a
+        # deletion, after which a watch never reports the pod again; if it is adopted back, the namespace's
+        # watcher is replaced, so that a fresh list sees it.
+        self._left: set[PodRef] = set()
         self.counters = SupervisorCounters()
         self._started = False
 
@@ -289,6 +295,11 @@ class WatcherSupervisor:
         lost) are reported all the same.
         """
         ref = (namespace, name)
+        if ref in self._left:
+            self._left.discard(ref)
+            slot = self._slots.get(namespace) or self._slots.get(None)
+            if slot is not None:
+                slot.relist_wanted = f"pod {namespace}/{name} left the label selector and is ours again"
         tracked = self._tracked.get(ref)
         if tracked is not None and tracked.key == key:
             if confirmed and not tracked.confirmed:
@@ -350,7 +361,10 @@ class WatcherSupervisor:
                 self._drain(slot, child, results)
             if not restart:
                 continue
-            if child is not None:
+            if child is not None and slot.relist_wanted is not None:
+                self._replace(slot, slot.relist_wanted, now, results, healthy=True)
+                slot.relist_wanted = None
+            elif child is not None:
                 reason = self._unhealthy_reason(child, now)
                 if reason is not None:
                     self._replace(slot, reason, now, results)
@@ -485,13 +499,17 @@ class WatcherSupervisor:
             return f"the watcher's event loop has not beaten for {silent_for:.1f} s"
         return None
 
-    def _replace(self, slot: _Slot, reason: str, now: float, results: list[PodResult]) -> None:
+    def _replace(
+        self, slot: _Slot, reason: str, now: float, results: list[PodResult], *, healthy: bool = False
+    ) -> None:
+        """Stop the slot's child and start another. ``healthy``: not a failure, only a fresh list wanted."""
         child = slot.child
         assert child is not None
-        log.error(
-            "KubernetesJobWatcher for %s is unhealthy (%s); replacing it. The replacement lists again "
+        (log.info if healthy else log.error)(
+            "KubernetesJobWatcher for %s %s (%s); replacing it. The replacement lists again "
             "and every tracked pod that vanished meanwhile is reported.",
             slot.spec.namespace or "all namespaces",
+            "must list again" if healthy else "is unhealthy",
             reason,
         )
         # Make sure it is gone, then read whatever it managed to send before dying (up to EOF).
@@ -504,13 +522,16 @@ class WatcherSupervisor:
             pass
         child.closed = True
         slot.child = None
-        slot.restarts += 1
+        if not healthy:
+            slot.restarts += 1
         slot.last_restart_reason = reason
         if slot.stats is not None:
             slot.relists_done += slot.stats.relists
             slot.watches_done += slot.stats.watches
             slot.stats = None
-        if child.synced and now - child.started_at >= HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS:
+        if healthy or (
+            child.synced and now - child.started_at >= HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS
+        ):
             # It worked (listed, watched) for a while and then died or wedged: an incident, not a crash
             # loop. Every second without a watcher delays events, so replace it at once.
             slot.backoff.reset()
@@ -663,6 +684,7 @@ class WatcherSupervisor:
         tracked = self._tracked.pop((msg.namespace, msg.name), None)
         if tracked is None:
             return  # not ours, or already reported (e.g. we labelled it done after its end)
+        self._left.add((msg.namespace, msg.name))
         log.warning(
             "Pod %s/%s is now labelled for scheduler job %s: another scheduler adopted it; it is no longer "
             "watched here",

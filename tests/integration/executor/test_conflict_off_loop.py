@@ -34,11 +34,11 @@ def proxy(kube_sandbox: Any, tmp_path: Path) -> Any:
 def test_409_get_does_not_hold_the_scheduler_loop(
     proxy: Any, executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors import base, launching
 
     sandbox, _ = kube_sandbox
     # A long read timeout: a GET on the scheduler loop would hold it for 120 s, past this test's deadline.
-    monkeypatch.setattr(jobwatch_executor, "API_REQUEST_TIMEOUT", (10.0, 120.0))
+    monkeypatch.setattr(base, "API_REQUEST_TIMEOUT", (10.0, 120.0))
     taken = "squatted-name-1234"
     core_v1.create_namespaced_pod(
         "default",
@@ -52,7 +52,7 @@ def test_409_get_does_not_hold_the_scheduler_loop(
             },
         },
     )
-    real_new_pod_name = jobwatch_executor.new_pod_name
+    real_new_pod_name = launching.new_pod_name
     names: list[str] = []
 
     def first_name_taken(key: Any) -> str:
@@ -60,7 +60,7 @@ def test_409_get_does_not_hold_the_scheduler_loop(
         names.append(name)
         return name
 
-    monkeypatch.setattr(jobwatch_executor, "new_pod_name", first_name_taken)
+    monkeypatch.setattr(launching, "new_pod_name", first_name_taken)
     ex = executor_factory(kubeconfig=proxy.kubeconfig)
     held: list[str] = []
 

@@ -91,7 +91,7 @@ def _run_one_task(
     deadline = time.monotonic() + timeout
     while True:
         ex.heartbeat()
-        if on_running is not None and ex.status()["running"] and ex._pods:
+        if on_running is not None and ex.status()["running"] and ex.status()["tracked_pods"]:
             on_running()
             on_running = None
         for key, (state, info) in ex.get_event_buffer().items():

@@ -53,10 +53,10 @@ def make_executor(
     kind: str, executor_factory: Any, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[Any]:
     """A started executor of ``kind`` on the sandbox, with the settings of ``executor_factory``."""
-    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors import results
 
-    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
-    monkeypatch.setattr(jobwatch_executor, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.5)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.5)
     if kind == "jobwatch":
         yield executor_factory()
         return

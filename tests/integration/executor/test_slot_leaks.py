@@ -58,12 +58,12 @@ def proxy(kube_sandbox: Any, tmp_path: Path) -> Any:
 def test_create_answer_lost_but_pod_created_still_ends_the_task(
     proxy: Any, executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors import base
 
     sandbox, _ = kube_sandbox
     # The create's answer never comes; the client gives up after 3 s, by which time the short task
     # has long finished. Its retry then meets 409 for its own pod.
-    monkeypatch.setattr(jobwatch_executor, "API_REQUEST_TIMEOUT", (3.0, 3.0))
+    monkeypatch.setattr(base, "API_REQUEST_TIMEOUT", (3.0, 3.0))
     lost: list[str] = []
 
     def rule(method: str, path: str, query: str) -> str:
@@ -176,7 +176,7 @@ def test_watcher_restart_with_missing_pods_does_not_stall_the_scheduler_loop(
 def test_409_for_someone_elses_pod_takes_a_new_name(
     executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_jobwatch.executors import jobwatch_executor
+    from airflow_jobwatch.executors import launching
 
     sandbox, _ = kube_sandbox
     taken = "squatted-name-1234"
@@ -192,7 +192,7 @@ def test_409_for_someone_elses_pod_takes_a_new_name(
             },
         },
     )
-    real_new_pod_name = jobwatch_executor.new_pod_name
+    real_new_pod_name = launching.new_pod_name
     names: list[str] = []
 
     def first_name_taken(key: Any) -> str:
@@ -200,7 +200,7 @@ def test_409_for_someone_elses_pod_takes_a_new_name(
         names.append(name)
         return name
 
-    monkeypatch.setattr(jobwatch_executor, "new_pod_name", first_name_taken)
+    monkeypatch.setattr(launching, "new_pod_name", first_name_taken)
     ex = executor_factory()
     submit(ex, make_workload(task_id="unlucky", command="exit 0"))
     events = heartbeat_until(ex, lambda e: "unlucky" in terminal(e), timeout=60)

@@ -9,7 +9,8 @@ from kubernetes.client.exceptions import ApiException
 from support.workloads import make_workload
 
 from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
-from airflow_jobwatch.executors.jobwatch_executor import _api_message, _retry_after, informer_config_from_conf
+from airflow_jobwatch.executors.base import _api_message, informer_config_from_conf
+from airflow_jobwatch.executors.launching import _retry_after
 from airflow_jobwatch.executors.pods import build_worker_pod, key_from_annotations, worker_label_selector
 
 TEMPLATE = """\
@@ -255,11 +256,19 @@ def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
             True,
             id="restarting",
         ),
+        pytest.param([{"started": True, "state": {"waiting": {}}}], True, id="started true"),
+        pytest.param(
+            [{"restartCount": 2, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}], True, id="restarted"
+        ),
     ],
 )
 def test_containers_started(statuses, started):
-    """Issue 21: only a pod none of whose containers ever started is relaunched after a disruption."""
+    """Only a pod none of whose containers ever started is relaunched after a disruption; the watcher uses
+    the one predicate of kube/states.py."""
     from airflow_jobwatch.executors.watcher.child import containers_started
+    from airflow_jobwatch.kube import states
+
+    assert containers_started is states.containers_started
 
     assert containers_started({"status": {"phase": "Failed", "containerStatuses": statuses}}) is started
     # Init containers count too (conservative: whatever of the pod ran, it is not relaunched).

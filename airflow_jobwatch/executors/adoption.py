@@ -1,0 +1,334 @@
+"""Adoption by JobWatchExecutor of gone schedulers' pods, and the cleanup of their finished pods."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+
+from airflow_jobwatch.executors.base import _explain, _getfloat
+from airflow_jobwatch.executors.pods import (
+    DONE_LABEL,
+    JOBWATCH_LABELS,
+    LAUNCH_ANNOTATION,
+    UPSTREAM_LABELS,
+    key_from_annotations,
+    launch_id_of,
+)
+from airflow_jobwatch.executors.results import Results
+from airflow_jobwatch.executors.watcher import PodResult
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+# A gone scheduler's finished pod is cleaned up only once it finished longer ago than the time a live
+# scheduler may take to adopt that scheduler's task instances: [scheduler] scheduler_health_check_threshold
+# (until it counts as dead) + orphaned_tasks_check_interval (until the next adoption round) + this margin,
+# for clock skew between the nodes (the pod's finishedAt) and the scheduler, and loop lag. Before that,
+# its task instance may still be queued/running in the database, waiting for an adopter that must find
+# the pod to report its end (issue 18 item 5); deleting it would get the task reset and run again.
+COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
+
+
+class Adoption(Results):
+    """Adopting the pods of schedulers that are gone, and cleaning up the finished pods they left."""
+
+    def try_adopt_task_instances(self, tis: Sequence[TaskInstance]) -> Sequence[TaskInstance]:
+        """Adopt the worker pods of dead schedulers: relabel them and watch them as our own.
+
+        Pods that finished while no scheduler watched them are reported at once (the task instance
+        is still queued/running in the database, so its end was never reported).
+        """
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+        from airflow_jobwatch.kube.states import classify_pod
+
+        assert self.supervisor is not None and self.scheduler_job_id is not None
+        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
+        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
+        my_label = make_safe_label_value(self.scheduler_job_id)
+        other = JOBWATCH_LABELS if self.labels == UPSTREAM_LABELS else UPSTREAM_LABELS
+        # Our labels now, then the other scheme's: a pod launched before a switch of executor (or of
+        # worker_pod_labels) is adopted all the same and relabelled to ours.
+        relabel: dict[str, str | None] = {
+            self.labels.worker: my_label,
+            self.labels.executor: "True",
+            other.worker: None,
+            other.executor: None,
+        }
+        searches = [
+            (scheme, job_id)
+            for job_id in {ti.queued_by_job_id for ti in by_key.values()}
+            for scheme in (self.labels, other)
+        ]
+        candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
+        seen: set[tuple[str, str]] = set()
+        for scheme, job_id in searches:
+            try:
+                pods = self._list_pods(scheme.selector(str(job_id)))
+            except Exception as err:
+                namespaces = self._namespaces()
+                self.log.error(
+                    "Could not list the worker pods of scheduler job %s for adoption: %s",
+                    job_id,
+                    _explain(
+                        err,
+                        verb="list",
+                        resource="pods",
+                        namespace=namespaces[0] if len(namespaces) == 1 else None,
+                    ),
+                )
+                continue
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                key = key_from_annotations(meta.get("annotations") or {})
+                ns, name = meta["namespace"], meta["name"]
+                if (ns, name) in seen:
+                    continue
+                seen.add((ns, name))
+                if (key is None or key not in by_key) and scheme != self.labels:
+                    continue  # not one of our task instances, and under the other labels: not ours
+                if key is None or key not in by_key:
+                    # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
+                    # already recorded): nobody else will ever clean it up.
+                    finished = classify_pod(pod) if key is not None else None
+                    # (Another live scheduler may be adopting its task instance right now: wait as above.)
+                    if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
+                        failed = finished.phase == "failed"
+                        kc = self.kube_config
+                        delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+                        self._cleanup.append((ns, name, delete))
+                    continue
+                candidates.setdefault(key, []).append((str(job_id), pod))
+        for key, pods_of_key in candidates.items():
+            self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
+        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
+        self._cleanup_completed_pods()
+        self._retry_cleanup()
+        # Already adopted by a previous (retried) call: do not hand them back for reset.
+        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
+        return not_adopted
+
+    def _adopt_pods_of_key(
+        self,
+        key: TaskInstanceKey,
+        pods: list[tuple[str, dict[str, Any]]],
+        relabel: dict[str, str | None],
+        by_key: dict[TaskInstanceKey, TaskInstance],
+    ) -> None:
+        """Adopt a dead scheduler's pods of one orphaned task instance key: relabel, track, report ends.
+
+        A key may have several pods: the dead scheduler launched it again (resumed after deferral, same
+        try) while the pod of the earlier launch was still ending. Which one is current is what Airflow's
+        database says: the task instance's ``external_executor_id`` names its current launch, and each pod
+        carries its launch's id. The newest pod with that id is current; any other is an earlier launch's,
+        adopted only to be cleaned up when it ends, and never reported. No pod with that id (the scheduler
+        stopped before creating it): nothing is adopted as current, and the task instance is handed back
+        to be reset. Without an id in the database (older Airflow, or a task queued before it was
+        recorded), the newest pod is current. If this executor holds the key's current launch itself,
+        every adopted pod is an earlier one. A pod that has already ended is handed to :meth:`_on_result`.
+        """
+        from airflow_jobwatch.kube.states import classify_pod
+
+        assert self.supervisor is not None
+
+        def created(item: tuple[str, dict[str, Any]]) -> tuple[str, str]:
+            meta = item[1].get("metadata") or {}
+            return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+        def launch_of(pod: dict[str, Any]) -> str:
+            meta = pod.get("metadata") or {}
+            return launch_id_of(meta.get("annotations") or {}, meta["namespace"], meta["name"])
+
+        pods = sorted(pods, key=created)  # RFC 3339 UTC timestamps sort as strings; newest last
+        expected = getattr(by_key[key], "external_executor_id", None) or None
+        mine = self.records.get(key)
+        if mine is not None and (expected is None or mine.launch_id == expected):
+            current_name = None  # this executor holds the current launch itself
+        else:
+            if mine is not None:
+                # This executor's launch is not the one the database names (the task was queued again
+                # elsewhere): it is an earlier launch here; its pod is cleaned up when it ends.
+                self.records.end(key)
+                self._settle(key)
+            # Pods launched by upstream's executor carry no launch id (and upstream stores its scheduler's
+            # job id as external_executor_id): without any annotated pod, the newest pod is current.
+            annotated = any(
+                LAUNCH_ANNOTATION in ((p.get("metadata") or {}).get("annotations") or {}) for _, p in pods
+            )
+            matching = [
+                p
+                for _, p in pods
+                if expected is None
+                or not annotated
+                or launch_of(p) == expected
+                # a pod whose running event stored "namespace/name" (launched by an earlier version)
+                or f"{p['metadata']['namespace']}/{p['metadata']['name']}" == expected
+            ]
+            current_name = (matching[-1].get("metadata") or {}).get("name") if matching else None
+            if current_name is None:
+                self.log.warning(
+                    "No pod of %s belongs to its current launch %s (the scheduler that queued it stopped "
+                    "before creating it); its earlier launches' pods are cleaned up when they end and the "
+                    "task instance is left to be reset",
+                    key,
+                    expected,
+                )
+        for job_id, pod in pods:
+            meta = pod.get("metadata") or {}
+            ns, name = meta["namespace"], meta["name"]
+            annotations = meta.get("annotations") or {}
+            try:
+                self.core_v1.patch_namespaced_pod(
+                    name,
+                    ns,
+                    {"metadata": {"labels": relabel}},
+                    _request_timeout=self._request_timeout,
+                )
+            except Exception as err:
+                self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
+                continue
+            launch_id = launch_of(pod)
+            current = name == current_name
+            self.records.adopt(key, (ns, name), launch_id, current=current)
+            self.supervisor.track(ns, name, key)
+            if current:
+                by_key.pop(key, None)
+                self._settle(key)
+                self._counters["adopted"] += 1
+                self.log.info("Adopted pod %s/%s of %s from scheduler job %s", ns, name, key, job_id)
+            else:
+                self.log.info(
+                    "Adopted pod %s/%s of an earlier launch of %s from scheduler job %s: it is cleaned up "
+                    "when it ends, and its end is not reported",
+                    ns,
+                    name,
+                    key,
+                    job_id,
+                )
+            state = classify_pod(pod, fatal_waiting_reasons=self.fatal_waiting_reasons)
+            if state.terminal:
+                self.supervisor.untrack(ns, name)
+                self._on_result(
+                    PodResult(
+                        key=key,
+                        namespace=ns,
+                        name=name,
+                        phase=state.phase,
+                        terminal=True,
+                        reason=state.reason,
+                        message=state.message,
+                        exit_code=state.exit_code,
+                        annotations=annotations,
+                        observed_at=time.time(),
+                    )
+                )
+
+    def _alive_other_scheduler_job_ids(self) -> set[str]:
+        """Ids of the other scheduler jobs that are running and heartbeating (none if the DB can't say)."""
+        try:
+            from datetime import UTC, datetime, timedelta
+
+            from airflow.jobs.job import Job
+            from airflow.utils.session import create_session
+            from airflow.utils.state import JobState
+            from sqlalchemy import select
+
+            threshold = conf.getint("scheduler", "scheduler_health_check_threshold", fallback=30)
+            cutoff = datetime.now(UTC) - timedelta(seconds=threshold)
+            # Not the scheduler's scoped session: this may run inside its adoption transaction.
+            with create_session(scoped=False) as session:
+                return {
+                    str(jid)
+                    for jid in session.scalars(
+                        select(Job.id).where(
+                            Job.job_type == "SchedulerJob",
+                            Job.state == JobState.RUNNING,
+                            Job.latest_heartbeat >= cutoff,
+                        )
+                    )
+                    if str(jid) != self.scheduler_job_id
+                }
+        except Exception as err:
+            self.log.debug("Could not read the alive scheduler jobs (%s); excluding only this one", err)
+            return set()
+
+    def _cleanup_completed_pods(self) -> None:
+        """Find and clean up at once (adoption calls this); ``sync()`` does the search in a thread."""
+        try:
+            pods = self._find_completed_pods()
+        except Exception as err:
+            self.log.warning("Could not list finished worker pods of gone schedulers: %s", err)
+            return
+        self._queue_completed_cleanup(pods)
+
+    def _find_completed_pods(self) -> list[dict[str, Any]]:
+        """Clean up the Succeeded worker pods that schedulers which are gone left behind.
+
+        Upstream's ``_adopt_completed_pods``, with the same selection: ``Succeeded`` pods with
+        ``kubernetes_executor=True``, not marked done, whose ``airflow-worker`` is neither this
+        scheduler nor a live one (so HA schedulers do not fight over each other's pods). Upstream
+        relabels them so that its watcher deletes them; here they are deleted (or, with
+        ``delete_worker_pods = False``, labelled done) directly. Their task instances need no event:
+        a Succeeded worker pod means the task already recorded its own end through the execution API
+        (an orphaned one is handed to :meth:`try_adopt_task_instances` by the scheduler).
+        Failed pods are kept for inspection, as upstream keeps them.
+        """
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+        assert self.scheduler_job_id is not None
+        excluded = sorted(
+            {
+                make_safe_label_value(j)
+                for j in {self.scheduler_job_id, *self._alive_other_scheduler_job_ids()}
+            }
+        )
+        scheme = self.labels
+        selector = f"{scheme.executor}=True,{scheme.worker} notin ({','.join(excluded)}),{DONE_LABEL}!=True"
+        return self._list_pods(selector, field_selector="status.phase=Succeeded")
+
+    def _adoption_may_still_need(self, pod: dict[str, Any]) -> bool:
+        """Whether a gone scheduler's finished pod may still be needed by a live scheduler's adoption.
+
+        Its task instance may still be queued/running in the database (the worker exited without
+        recording an end, or the scheduler died before reading it): then some live scheduler adopts it
+        within ``scheduler_health_check_threshold`` + ``orphaned_tasks_check_interval`` of the dead
+        scheduler's last heartbeat, which was no later than shortly after the pod finished. Until that
+        has passed (plus ``COMPLETED_POD_GRACE_MARGIN_SECONDS``), the pod is left where the adopter
+        looks for it. A pod with no completion time is not held back.
+        """
+        from datetime import UTC, datetime
+
+        from airflow_jobwatch.cli.cleanup import completion_time
+
+        finished = completion_time(pod)
+        if finished is None:
+            return False
+        if finished.tzinfo is None:
+            finished = finished.replace(tzinfo=UTC)
+        grace = (
+            _getfloat("scheduler", "scheduler_health_check_threshold", 30.0)
+            + _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            + COMPLETED_POD_GRACE_MARGIN_SECONDS
+        )
+        return (datetime.now(UTC) - finished).total_seconds() < grace
+
+    def _queue_completed_cleanup(self, pods: list[dict[str, Any]]) -> None:
+        tracked = self.supervisor.tracked() if self.supervisor is not None else {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            ref = (meta.get("namespace", ""), meta.get("name", ""))
+            if ref in tracked:
+                continue  # adopted by us meanwhile: its report cleans it up
+            if self._adoption_may_still_need(pod):
+                continue  # a later round cleans it up, if no adopter has taken it by then
+            self.log.info(
+                "Cleaning up finished pod %s/%s of scheduler job %s, which is gone",
+                *ref,
+                (meta.get("labels") or {}).get(self.labels.worker),
+            )
+            self._counters["completed_pods_cleaned"] += 1
+            self._cleanup.append((ref[0], ref[1], self.kube_config.delete_worker_pods))

@@ -1,0 +1,432 @@
+"""The state and helpers shared by the parts of JobWatchExecutor: records, client, reports, cleanup."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.configuration import conf
+from airflow.executors.base_executor import BaseExecutor
+
+from airflow_jobwatch import config as jobwatch_config
+from airflow_jobwatch import metrics
+from airflow_jobwatch.compat import executor_conf, kube_config
+from airflow_jobwatch.executors.pods import (
+    DONE_LABEL,
+    label_scheme,
+)
+from airflow_jobwatch.executors.record import PendingCreate, TaskRecords
+from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+    from kubernetes.client import CoreV1Api
+
+    from airflow_jobwatch.kube.client import ClusterConfig
+    from airflow_jobwatch.kube.informer import InformerConfig
+
+SECTION = "jobwatch"
+
+K8S_SECTION = "kubernetes_executor"
+
+# Timeout of each synchronous API call the scheduler loop makes (create, delete, patch, get): the
+# loop must never hang on a black-holed connection. (connect, read) seconds.
+API_REQUEST_TIMEOUT = (10.0, 30.0)
+
+# Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
+# takes one API round trip (~10-50 ms on a healthy server); 8 in parallel keep up with a scheduler that
+# queues hundreds of tasks per second, without looking like a burst to API priority and fairness.
+DEFAULT_CREATE_CONCURRENCY = 8
+
+# Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
+RUNNING_POD_LOG_LINES = 100
+
+# Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
+STATUS_REPORTS_KEPT = 500
+
+
+def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
+    """A float option; ``source`` is a team's ``ExecutorConf`` (Airflow 3.2+ multi-team) or the global conf.
+
+    ``ExecutorConf`` has no ``getfloat``, hence ``get`` and a conversion with a clear error.
+    """
+    value = (source or conf).get(section, key, fallback=None)
+    if value is None or str(value).strip() == "":
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"[{section}] {key} must be a number of seconds, got {value!r}") from None
+
+
+def informer_config_from_conf(source: Any = None) -> InformerConfig:
+    """Build the watch engine's configuration from the ``[jobwatch]`` section (of a team, if given)."""
+    return jobwatch_config.informer_config(source=source)
+
+
+def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
+    """The ``[kubernetes_executor]`` client options (in_cluster, config_file, cluster_context, verify_ssl,
+    ssl_ca_cert, TCP keepalive, retries, request timeout), as :mod:`airflow_jobwatch.connections` reads
+    them for every process that builds a client (the scheduler's and the watcher's)."""
+    from airflow_jobwatch.connections import cluster_config_from_executor_conf
+
+    return cluster_config_from_executor_conf(source)
+
+
+def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
+    """An API error for a log line or a task's failure: the explained 401/403 (what to grant), else
+    status, reason and the server's message. Never the response headers the exception would print."""
+    from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+    denied = access_denied_from_exception(err, verb=verb, resource=resource, namespace=namespace)
+    if denied is not None:
+        return denied.message()
+    status = getattr(err, "status", None)
+    if status is None:
+        return f"{type(err).__name__}: {err}"
+    return f"{status} {getattr(err, 'reason', '')}: {_api_message(err)}"
+
+
+def _api_message(err: Any) -> str:
+    try:
+        body = json.loads(err.body) if err.body else {}
+        return str(body.get("message") or err.reason or "")
+    except (ValueError, TypeError, AttributeError):
+        return str(err.body or err.reason or "")
+
+
+class ExecutorBase(BaseExecutor):
+    """What every part of :class:`~airflow_jobwatch.executors.JobWatchExecutor` shares: its state (the
+    per-key records, the cleanup queue, the API threads), the Kubernetes client, and the helpers that
+    report an outcome and clean a pod up. The parts: :mod:`.launching` (creates), :mod:`.results`
+    (watcher results, relaunch), :mod:`.adoption` (adoption and the cleanup of gone schedulers' pods).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+
+        # Airflow 3.2+ multi-team: BaseExecutor sets self.conf to an ExecutorConf of this executor's
+        # team, which reads AIRFLOW__<TEAM>___KUBERNETES_EXECUTOR__... / [<team>=kubernetes_executor]
+        # before the global options. Every option is read through it, as upstream's executor does.
+        # (Airflow 3.1: the global conf; see airflow_jobwatch.compat.)
+        self.conf = executor_conf(self)
+        self.kube_config: KubeConfig = kube_config(self.conf)
+        if getattr(self, "team_name", None):
+            # A team's [core] parallelism (upstream does the same; without a team the constructor's wins).
+            self.parallelism = self.kube_config.parallelism
+        # Exactly upstream's list (its KubeConfig reads the option): unset -> the provider's default
+        # (CreateContainerConfigError, ErrImagePull, CreateContainerError, ImageInspectError,
+        # InvalidImageName); set to an empty value -> no fail-fast at all.
+        self.fatal_waiting_reasons: frozenset[str] = frozenset(
+            r for r in self.kube_config.worker_pod_pending_fatal_container_state_reasons if r
+        )
+        self.scheduler_job_id: str | None = None
+        self.supervisor: WatcherSupervisor | None = None
+        self._core_v1: CoreV1Api | None = None
+        # Everything known about each key's current launch, and the index of the pods still watched: every
+        # path below is a transition of these records, and ``running`` follows from them (_settle).
+        self.records = TaskRecords()
+        self._create_paused_until = 0.0  # after a 429 Retry-After
+        self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
+        self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
+        self._completed_search: Future[list[dict[str, Any]]] | None = None
+        # Creates in flight in the creator threads: key -> (create, namespace, name, future).
+        self._inflight: dict[TaskInstanceKey, tuple[PendingCreate, str, str, Future[Any]]] = {}
+        self._create_pool: ThreadPoolExecutor | None = None
+        # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
+        self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
+        self._create_concurrency = max(
+            1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
+        )
+        self._counters: dict[str, int] = {
+            "pods_launched": 0,
+            "create_retries": 0,
+            "create_failures": 0,
+            "success": 0,
+            "failed": 0,
+            "adopted": 0,
+            "completed_pods_cleaned": 0,
+            "stale_pods_cleaned": 0,  # pods of an earlier launch of a relaunched key: cleaned, not reported
+            "left_for_adoption": 0,  # pods that ended while end() ran: left as they are for the next scheduler
+            "disruption_relaunches": 0,  # pods disrupted before they started, launched again for the same try
+        }
+        self._disruption_relaunches = int(
+            jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
+        )
+        self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
+        self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
+        # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
+        # beside the upstream KubernetesExecutor in one scheduler). See docs/executor.md, "Hybrid".
+        self.labels = label_scheme(jobwatch_config.get_str("worker_pod_labels", source=self.conf))
+        self._status_written_at = 0.0
+        self._restarts_reported = 0  # watcher restarts already sent as a metric
+        self._last_result_at: float | None = None  # when the watcher last reported a pod change
+        self._quota_waiting = 0  # tasks whose create waits for ResourceQuota room (the gauge's last value)
+
+    # ------------------------------------------------------------------------------------------
+    # Kubernetes client (lazy: the API server builds executors only to call get_task_log)
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def _request_timeout(self) -> Any:
+        """``kube_client_request_args["_request_timeout"]`` if configured, else API_REQUEST_TIMEOUT."""
+        configured = self.kube_config.kube_client_request_args.get("_request_timeout")
+        return configured if configured is not None else API_REQUEST_TIMEOUT
+
+    @property
+    def _create_args(self) -> dict[str, Any]:
+        """What upstream passes to create_namespaced_pod: kube_client_request_args, with our timeout."""
+        return {**self.kube_config.kube_client_request_args, "_request_timeout": self._request_timeout}
+
+    @property
+    def core_v1(self) -> CoreV1Api:
+        if self._core_v1 is None:
+            factory = self._client_factory("client_factory")
+            if factory is not None:  # upstream's meaning: it replaces the client construction entirely
+                self._core_v1 = factory()
+                return self._core_v1
+            from kubernetes.client import CoreV1Api
+
+            from airflow_jobwatch.kube.client import sync_api_client
+
+            self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf(self.conf)))
+        return self._core_v1
+
+    def _client_factory(self, option: str) -> Any:
+        """The callable named by ``[kubernetes_executor] <option>`` (an import path), or None."""
+        path = (self.conf.get(K8S_SECTION, option, fallback=None) or "").strip()
+        if not path:
+            return None
+        from airflow.exceptions import AirflowConfigException
+
+        from airflow_jobwatch.executors.watcher.messages import import_callable
+
+        try:
+            return import_callable(path)
+        except ImportError as err:
+            raise AirflowConfigException(
+                f"[{K8S_SECTION}] {option} = {path!r} cannot be imported ({err}); it must be the import "
+                f"path of a zero-argument callable returning a Kubernetes CoreV1Api client"
+            ) from None
+
+    @property
+    def running_pod_log_lines(self) -> int:
+        """``[kubernetes_executor] running_pod_log_lines``: the tail of a running pod's log shown in the UI."""
+        value = self.conf.get(K8S_SECTION, "running_pod_log_lines", fallback=None)
+        try:
+            lines = int(value) if value not in (None, "") else RUNNING_POD_LOG_LINES
+        except ValueError:
+            lines = 0
+        if lines <= 0:
+            raise ValueError(
+                f"[{K8S_SECTION}] running_pod_log_lines must be a whole number greater than 0, got {value!r}"
+            )
+        return lines
+
+    def _read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core_v1.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self._request_timeout
+            )
+        except ApiException as err:
+            if err.status == HTTPStatus.NOT_FOUND:
+                return None
+            raise
+        pod: dict[str, Any] = json.loads(resp.data)
+        return pod
+
+    def _namespaces(self) -> list[str | None]:
+        kc = self.kube_config
+        if kc.multi_namespace_mode:
+            if kc.multi_namespace_mode_namespace_list:
+                return [ns.strip() for ns in kc.multi_namespace_mode_namespace_list if ns.strip()]
+            return [None]
+        return [kc.kube_namespace or "default"]
+
+    def _list_pods(self, label_selector: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = []
+        extra: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
+        # Configured namespaces, plus those a pod_override added while running.
+        namespaces = self.supervisor.namespaces() if self.supervisor is not None else self._namespaces()
+        for ns in namespaces:
+            if ns is None:
+                resp = self.core_v1.list_pod_for_all_namespaces(
+                    label_selector=label_selector,
+                    **extra,
+                    _preload_content=False,
+                    _request_timeout=self._request_timeout,
+                )
+            else:
+                resp = self.core_v1.list_namespaced_pod(
+                    ns,
+                    label_selector=label_selector,
+                    **extra,
+                    _preload_content=False,
+                    _request_timeout=self._request_timeout,
+                )
+            pods.extend(json.loads(resp.data).get("items") or [])
+        return pods
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The API threads (pod creates and cleanups), started on first use."""
+        if self._create_pool is None:
+            self._create_pool = ThreadPoolExecutor(
+                max_workers=self._create_concurrency, thread_name_prefix="jobwatch-pod-api"
+            )
+        return self._create_pool
+
+    # ------------------------------------------------------------------------------------------
+    # Records and outcomes
+    # ------------------------------------------------------------------------------------------
+
+    def _settle(self, key: TaskInstanceKey) -> None:
+        """``running`` follows from the records: the one place where a key takes or frees its slot."""
+        if key in self.records:
+            self.running.add(key)
+        else:
+            self.running.discard(key)
+
+    def _launched(self, key: TaskInstanceKey, namespace: str, name: str) -> None:
+        assert self.supervisor is not None
+        record = self.records.get(key)
+        launch = record.create if record is not None else None
+        metrics.pod_created(launch_seconds=time.monotonic() - launch.accepted_at if launch else 0.0)
+        self.records.created(key, (namespace, name))
+        self.supervisor.track(namespace, name, key)
+        self._counters["pods_launched"] += 1
+        self.log.info("Created worker pod %s/%s for %s", namespace, name, key)
+
+    def _report(
+        self, key: TaskInstanceKey, *, pod: str | None, state: str, reason: str | None, gap: bool
+    ) -> None:
+        """Record a task's outcome for the status file's ``reports`` (task -> pod -> state/reason)."""
+        self._reports.append(
+            {
+                "dag_id": key.dag_id,
+                "task_id": key.task_id,
+                "run_id": key.run_id,
+                "map_index": key.map_index,
+                "try_number": key.try_number,
+                "pod": pod,
+                "state": state,
+                "reason": reason,
+                "found_after_watcher_gap": gap,
+            }
+        )
+
+    def _append_task_log(
+        self,
+        workload: workloads.ExecuteTask | None,
+        key: TaskInstanceKey,
+        message: str,
+        *,
+        level: str = "error",
+    ) -> None:
+        """Write the executor's reason into the task's log file, where the user looks first.
+
+        The worker process could not write it (it was evicted, never started, or its pod vanished).
+        Only possible when ``[logging] base_log_folder`` is shared with the workers (a local or shared
+        volume, as in the sandbox); with remote logging the reason is in the scheduler log and in the
+        "state mismatch" audit-log event the scheduler records with our message.
+        """
+        if workload is None or not workload.log_path:
+            return
+        try:
+            base = Path(conf.get("logging", "base_log_folder"))
+            path = base / workload.log_path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            line = {
+                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z",
+                "level": level,
+                "event": f"JobWatchExecutor: {message}",
+                "logger": "airflow_jobwatch.executors",
+            }
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
+        except OSError as err:
+            self.log.debug("Could not append the failure reason to the task log of %s: %s", key, err)
+
+    # ------------------------------------------------------------------------------------------
+    # Cleanup of finished pods
+    # ------------------------------------------------------------------------------------------
+
+    def _clean_up_finished(self, result: PodResult, *, delete: bool = False) -> None:
+        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does).
+        ``delete``: deleted whatever those say (a pod a relaunch leaves behind)."""
+        if result.gap or result.reason == "Deleted":
+            return  # nothing left to clean up
+        if delete:
+            self._cleanup.append((result.namespace, result.name, True))
+            return
+        failed = result.phase != "succeeded"
+        kc = self.kube_config
+        # A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...) is deleted in
+        # any case: left alone it could still start, and run a try Airflow already gave up on.
+        pending_failure = failed and result.reason in self.fatal_waiting_reasons
+        delete = pending_failure or (
+            kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+        )
+        self._cleanup.append((result.namespace, result.name, delete))
+
+    def _retry_cleanup(self, *, submit: bool = True) -> None:
+        """Delete (or label done) the pods whose report is out, from the API threads; retry what failed.
+
+        Like the creates, these calls run in the thread pool: hundreds of pods ending at once would
+        otherwise cost the scheduler loop one API round trip each. 404 means done already.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        for ref, (op, future) in list(self._cleanup_inflight.items()):
+            if not future.done():
+                continue
+            del self._cleanup_inflight[ref]
+            if future.cancelled():
+                # Never sent (end() shut the API threads down): left to the next scheduler.
+                self._cleanup.append(op)
+                continue
+            err = future.exception()
+            if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
+                continue
+            self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
+            self._cleanup.append(op)
+        if not self._cleanup or not submit:
+            return
+        pool = self._pool()
+        remaining: list[tuple[str, str, bool]] = []
+        for op in self._cleanup:
+            namespace, name, delete = op
+            if (namespace, name) in self._cleanup_inflight:
+                remaining.append(op)
+                continue
+            self._cleanup_inflight[(namespace, name)] = (
+                op,
+                pool.submit(self._cleanup_call, namespace, name, delete),
+            )
+        self._cleanup = remaining
+
+    def _cleanup_call(self, namespace: str, name: str, delete: bool) -> None:
+        from kubernetes.client import V1DeleteOptions
+
+        if delete:
+            self.core_v1.delete_namespaced_pod(
+                name,
+                namespace,
+                body=V1DeleteOptions(**self.kube_config.delete_option_kwargs),
+                **self._create_args,
+            )
+        else:
+            self.core_v1.patch_namespaced_pod(
+                name,
+                namespace,
+                {"metadata": {"labels": {DONE_LABEL: "True"}}},
+                _request_timeout=self._request_timeout,
+            )

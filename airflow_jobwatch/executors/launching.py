@@ -1,0 +1,340 @@
+"""Creating worker pods: the launch queue of JobWatchExecutor."""
+
+from __future__ import annotations
+
+import re
+import time
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from airflow_jobwatch import metrics
+from airflow_jobwatch.executors.base import ExecutorBase, _api_message, _explain
+from airflow_jobwatch.executors.pods import (
+    build_worker_pod,
+    key_from_annotations,
+    new_pod_name,
+)
+from airflow_jobwatch.executors.record import PendingCreate, TaskRecord
+from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
+
+if TYPE_CHECKING:
+    from airflow.executors import workloads
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from kubernetes.client import models as k8s
+
+# Pod creation retries (403 quota, 409 conflict, 429, 5xx, connection errors): first delay, and
+# the bound of the exponential backoff. A task waiting here stays queued; the scheduler's
+# [scheduler] task_queued_timeout (600 s by default) is the final bound: it revokes the task.
+CREATE_BACKOFF_INITIAL_SECONDS = 1.0
+CREATE_BACKOFF_MAX_SECONDS = 60.0
+
+
+class _Conflict(Exception):
+    """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be:
+    ``ours`` (an earlier attempt's), ``someone_else`` or ``retry`` (could not tell)."""
+
+    def __init__(self, verdict: str, error: str) -> None:
+        super().__init__(f"{verdict}: {error}")
+        self.verdict = verdict
+        self.error = error
+
+
+class LaunchQueue(ExecutorBase):
+    """The launch queue: builds each pending launch's pod and creates it from the API threads, retrying
+    quota, 409, 429, 5xx and connection errors with backoff while the task stays queued."""
+
+    def _launch_pending(self) -> None:
+        """Hand pending workloads' creates to the creator threads; handle the answers that came back.
+
+        The creates themselves run in a small thread pool (``[jobwatch] pod_creation_concurrency``), so a
+        slow API server (or a create that takes its whole 30 s timeout) never holds the scheduler loop:
+        ``sync()`` only builds pods, submits them and reads finished answers.
+        """
+        keep_going = self._collect_creates()
+        now = time.monotonic()
+        pending = self.records.pending()
+        if not keep_going or now < self._create_paused_until or not pending:
+            return
+        cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
+        in_flight = len(self._inflight) + sum(1 for r in pending if r.create is not None and r.create.build)
+        for record in pending:
+            launch = record.create
+            if launch is None or record.key in self._inflight or launch.not_before > now:
+                continue
+            building = launch.build is not None
+            if in_flight >= cap and not building:
+                continue
+            if self._start_create(record, launch) and not building:
+                in_flight += 1
+
+    def _start_create(self, record: TaskRecord, launch: PendingCreate) -> bool:
+        """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
+        assert self.scheduler_job_id is not None and self.supervisor is not None
+        key = record.key
+        if launch.pod is None or launch.body is None:
+            # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) costs
+            # tens of milliseconds: done in the API threads too, so that a burst of open slots does not
+            # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
+            if launch.build is None:
+                launch.build = self._pool().submit(self._build, key, record.workload, record.launch_id)
+                return True
+            if not launch.build.done():
+                return True
+            build, launch.build = launch.build, None
+            err = build.exception()
+            if err is not None:
+                self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
+                return False
+            launch.pod, launch.body = build.result()
+        pod = launch.pod
+        namespace, name = pod.metadata.namespace, pod.metadata.name
+        if not self._ensure_watched(key, namespace):
+            return False
+        body = launch.body
+        # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
+        # (a timeout on a create the server carried out), the pod's events are still reported, and a
+        # short task that ends before the retry is not dropped as "not ours".
+        self.supervisor.track(namespace, name, key, confirmed=False)
+        self.records.create_sent(key, (namespace, name))
+        future = self._pool().submit(self._create_call, key, namespace, name, body)
+        self._inflight[key] = (launch, namespace, name, future)
+        return True
+
+    def _create_call(self, key: TaskInstanceKey, namespace: str, name: str, body: dict[str, Any]) -> Any:
+        """One create, in an API thread. A 409 is looked into here too (a GET, maybe a PATCH), so that
+        neither ever runs on the scheduler loop; what it found is raised as a :class:`_Conflict`."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core_v1.create_namespaced_pod(namespace, body, **self._create_args)
+        except ApiException as err:
+            if err.status != HTTPStatus.CONFLICT:
+                raise
+            error = f"{err.status} {err.reason}: {_api_message(err)}"
+        raise self._resolve_conflict(key, namespace, name, error)
+
+    def _build(
+        self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str
+    ) -> tuple[k8s.V1Pod, dict[str, Any]]:
+        assert self.scheduler_job_id is not None
+        pod = build_worker_pod(
+            workload,
+            kube_config=self.kube_config,
+            scheduler_job_id=self.scheduler_job_id,
+            pod_name=new_pod_name(key),
+            labels=self.labels,
+            launch_id=launch_id,
+        )
+        return pod, self.core_v1.api_client.sanitize_for_serialization(pod)
+
+    def _collect_creates(self) -> bool:
+        """Handle the creates that were answered. Returns False if creation must pause this loop."""
+        keep_going = True
+        for key, (launch, namespace, name, future) in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[key]
+            if future.cancelled():
+                # Never sent (the API threads were shut down by end()): the task instance stays queued in
+                # the database and the next scheduler finds no pod for it (reset, launched again).
+                assert self.supervisor is not None
+                self.supervisor.untrack(namespace, name)
+                self.records.create_not_sent((namespace, name))
+                continue
+            record = self.records.get(key)
+            if record is None or record.create is not launch:
+                # Revoked, or already seen by the watch (launched, maybe even reported) meanwhile.
+                if launch.revoked and future.exception() is None:
+                    self._cleanup.append((namespace, name, True))
+                continue
+            keep_going = self._finish_create(key, launch, namespace, name, future.exception()) and keep_going
+        return keep_going
+
+    def _finish_create(
+        self,
+        key: TaskInstanceKey,
+        launch: PendingCreate,
+        namespace: str,
+        name: str,
+        error: BaseException | None,
+    ) -> bool:
+        """The answer to one create. Returns False if pod creation must pause (429, API unreachable)."""
+        from kubernetes.client.exceptions import ApiException
+
+        assert self.supervisor is not None
+        if error is None:
+            self._launched(key, namespace, name)
+            return True
+        err = error
+        if isinstance(err, _Conflict):
+            metrics.pod_create_error(HTTPStatus.CONFLICT)
+            return self._on_conflict(key, launch, namespace, name, err)
+        if isinstance(err, ApiException):
+            status = err.status or 0
+            metrics.pod_create_error(status)
+            message = _api_message(err)
+            retry_after = _retry_after(err)
+            transient = (
+                (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
+                or status == HTTPStatus.TOO_MANY_REQUESTS
+                or status >= 500
+                or status == 0
+            )
+            if not transient:
+                self.supervisor.untrack(namespace, name)
+                self.records.create_not_sent((namespace, name))
+                self._fail_launch(
+                    key,
+                    f"the API server rejected the worker pod {namespace}/{name}: "
+                    + _explain(err, verb="create", resource="pods", namespace=namespace),
+                )
+                return True
+            self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)
+            if status == HTTPStatus.TOO_MANY_REQUESTS or retry_after is not None:
+                self._create_paused_until = max(self._create_paused_until, launch.not_before)
+                return False
+            return True
+        # connection refused/reset, timeouts, TLS: the API is unreachable
+        metrics.pod_create_error(0)
+        self._retry_launch(key, launch, f"{type(err).__name__}: {err}", None)
+        return False  # the next create would fail the same way; wait for the backoff
+
+    def _resolve_conflict(self, key: TaskInstanceKey, namespace: str, name: str, error: str) -> _Conflict:
+        """What a 409 AlreadyExists is (runs in an API thread): an earlier attempt of ours, or someone else's pod.
+
+        Ours (its annotations name this very try) -> created, relabelled here if another scheduler's label
+        is on it. Someone else's -> the next attempt takes a new name. Unknown (the GET or the PATCH
+        failed, or the pod has just gone) -> retried later with backoff.
+        """
+        assert self.scheduler_job_id is not None
+        try:
+            pod = self._read_pod(namespace, name)
+        except Exception as err:
+            return _Conflict("retry", f"{error}; reading the existing pod failed: {err}")
+        if pod is None:
+            return _Conflict("retry", f"{error}; the existing pod is gone now")
+        meta = pod.get("metadata") or {}
+        if key_from_annotations(meta.get("annotations") or {}) != key:
+            return _Conflict("someone_else", error)
+        from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
+
+        mine = make_safe_label_value(self.scheduler_job_id)
+        if (meta.get("labels") or {}).get(self.labels.worker) != mine:
+            try:
+                self.core_v1.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    {"metadata": {"labels": {self.labels.worker: mine}}},
+                    _request_timeout=self._request_timeout,
+                )
+            except Exception as err:
+                return _Conflict("retry", f"{error}; relabelling our pod failed: {err}")
+        return _Conflict("ours", error)
+
+    def _on_conflict(
+        self, key: TaskInstanceKey, launch: PendingCreate, namespace: str, name: str, conflict: _Conflict
+    ) -> bool:
+        """Act on what :meth:`_resolve_conflict` found (on the scheduler loop, without an API call)."""
+        assert self.supervisor is not None
+        if conflict.verdict == "ours":
+            # An earlier attempt did create it (its answer was lost): that is a success.
+            self._launched(key, namespace, name)
+            return True
+        if conflict.verdict == "retry":
+            self._retry_launch(key, launch, conflict.error, None)
+            return True
+        self.supervisor.untrack(namespace, name)
+        self.records.create_not_sent((namespace, name))
+        launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
+        launch.not_before = 0.0
+        self._counters["create_retries"] += 1
+        self.log.warning(
+            "Pod %s/%s already exists and is not the pod of %s (%s); creating it under a new name",
+            namespace,
+            name,
+            key,
+            conflict.error,
+        )
+        return True
+
+    def _ensure_watched(self, key: TaskInstanceKey, namespace: str) -> bool:
+        """Make sure a pod in ``namespace`` will be watched, or fail the task at once saying why.
+
+        A ``pod_override`` may put a pod outside the configured namespaces. With an explicit
+        ``multi_namespace_mode_namespace_list`` that namespace is forbidden (the deployment declared
+        where workers may run, and RBAC is usually granted there only); otherwise the namespace gets
+        its own watcher, so the pod's end is never missed.
+        """
+        assert self.supervisor is not None
+        if self.supervisor.watches(namespace):
+            return True
+        kc = self.kube_config
+        if kc.multi_namespace_mode and kc.multi_namespace_mode_namespace_list:
+            listed = ", ".join(str(n) for n in self._namespaces())
+            self._fail_launch(
+                key,
+                f"the task's pod_override puts its pod in namespace {namespace!r}, which is not in "
+                f"[kubernetes_executor] multi_namespace_mode_namespace_list ({listed}); the executor "
+                "watches only those. Add the namespace to the list, or remove it from pod_override.",
+            )
+            return False
+        self.supervisor.add_namespace(namespace)
+        return True
+
+    def _retry_launch(
+        self, key: TaskInstanceKey, launch: PendingCreate, error: str, retry_after: float | None
+    ) -> None:
+        if launch.backoff is None:
+            # No reset: a task's create keeps backing off until it succeeds or the scheduler's
+            # task_queued_timeout revokes it. Retry-After is honoured up to the Backoff's cap (5 min).
+            launch.backoff = Backoff(
+                initial_seconds=CREATE_BACKOFF_INITIAL_SECONDS,
+                max_seconds=CREATE_BACKOFF_MAX_SECONDS,
+                reset_after_seconds=float("inf"),
+            )
+        now = time.monotonic()
+        delay = launch.backoff.failure(now, retry_after=retry_after)
+        launch.attempts += 1
+        launch.not_before = now + delay
+        launch.last_error = error
+        self._counters["create_retries"] += 1
+        why = _retry_reason(error)
+        launch.waiting_for_quota = why.startswith("exceeded quota")
+        # One line per task and per change of reason (issue 21): a quota that stays full for ten minutes
+        # would otherwise log every attempt of every waiting task. Each attempt is still logged at DEBUG.
+        changed = why != launch.retry_reason
+        launch.retry_reason = why
+        (self.log.warning if changed else self.log.debug)(
+            "Could not create the worker pod of %s (attempt %d): %s. The task stays queued; retrying in %.1f s%s",
+            key,
+            launch.attempts,
+            error,
+            delay,
+            " (further attempts failing the same way are logged at DEBUG)" if changed else "",
+        )
+
+    def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
+        record = self.records.end(key)
+        self._counters["create_failures"] += 1
+        self.log.error("Failing %s: %s", key, reason)
+        self._append_task_log(record.workload if record else None, key, reason)
+        self.fail(key, reason)
+        self._settle(key)
+        self._report(key, pod=None, state="failed", reason="PodCreationFailed", gap=False)
+
+
+_QUOTA = re.compile(r"exceeded quota: ([^,]+)")
+
+
+def _retry_reason(error: str) -> str:
+    """A retried create's reason without the details that change from attempt to attempt (pod name, usage):
+    ``exceeded quota: <quota>`` for a ResourceQuota refusal, else the status or exception part."""
+    quota = _QUOTA.search(error)
+    if quota:
+        return f"exceeded quota: {quota.group(1).strip()}"
+    return error.split(":", 1)[0]
+
+
+def _retry_after(err: Any) -> float | None:
+    value = (err.headers or {}).get("Retry-After") if getattr(err, "headers", None) else None
+    return parse_retry_after(value)

@@ -1,0 +1,223 @@
+"""One record per task instance key: what the executor knows about the key's current launch.
+
+A key (dag, task, run, try, map index) can be handed to the executor several times for the same try:
+after deferral, for reschedule-mode sensors, after some clears. Each hand-over is a *launch*, named by a
+launch id that the pod carries as an annotation. The record holds the key's current launch: its id, the
+workload, the create still pending or in flight, the pod once created, whether that pod was seen
+running, the disruptions before start and their backoff, and where the task came from (launched here or
+adopted from another scheduler).
+
+Every path of the executor is one of the transitions below; none edits part of the state by hand. The
+executor's ``running`` set is exactly the keys that have a record (:meth:`TaskRecords.keys`), and a
+record is removed by exactly one transition (ended, create failed, revoked, adopted away), which is
+where the key's slot is freed.
+
+At the scheduler's ``end()`` the records are simply dropped with the process: every pod is left as it is,
+and the next scheduler's adoption rebuilds the records from the pods and from the launch id Airflow's
+database holds for each task instance.
+
+Pods are indexed separately (:meth:`TaskRecords.owner`): a pod of an earlier launch stays known until its
+end is seen, so that it is cleaned up, but only the pod of the current launch counts for the key.
+
+Pure Python (no Kubernetes or Airflow calls), so that its rules can be checked by a model-based test.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_jobwatch.kube.backoff import Backoff
+
+PodRef = tuple[str, str]  # (namespace, name)
+
+LAUNCHED = "launched"  # the workload was queued to this executor
+ADOPTED = "adopted"  # the pod was adopted from a scheduler that is gone
+
+
+@dataclass
+class PendingCreate:
+    """The pod of the record's launch is to be created (or its create must be retried)."""
+
+    pod: Any = None  # the V1Pod, built once, so a retry reuses the name (409 AlreadyExists = done)
+    body: dict[str, Any] | None = None  # the serialized pod, sent as is on every attempt
+    build: Any = None  # Future of (pod, body) while it is built in the API threads
+    attempts: int = 0
+    backoff: Backoff | None = None  # created at the first failure
+    not_before: float = 0.0
+    last_error: str | None = None
+    retry_reason: str | None = None  # the last failure's reason, without details (logged when it changes)
+    waiting_for_quota: bool = False  # the last create was refused for a ResourceQuota
+    accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
+    ref: PodRef | None = None  # the pod a create was sent for (its answer may be lost)
+    revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
+
+
+@dataclass
+class TaskRecord:
+    """The current launch of one key. See the module docstring."""
+
+    key: Any
+    launch_id: str
+    origin: str = LAUNCHED
+    workload: Any = None  # the ExecuteTask; None for an adopted task (it cannot be launched again here)
+    create: PendingCreate | None = None
+    pod: PodRef | None = None
+    seen_running: bool = False
+    disruptions: list[str] = field(default_factory=list)
+    relaunch_backoff: Backoff | None = None
+
+    @property
+    def priority(self) -> int:
+        return int(getattr(getattr(self.workload, "ti", None), "priority_weight", 0) or 0)
+
+
+class TransitionError(RuntimeError):
+    """A transition that the record's state does not allow (a bug in the caller)."""
+
+
+class TaskRecords:
+    """The records of every key this executor holds, and the index of every pod it still watches."""
+
+    def __init__(self) -> None:
+        self._records: dict[Any, TaskRecord] = {}
+        # (namespace, name) -> (key, launch id) of every pod created or adopted and not yet seen to end.
+        self._pods: dict[PodRef, tuple[Any, str]] = {}
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def get(self, key: Any) -> TaskRecord | None:
+        return self._records.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[TaskRecord]:
+        return iter(list(self._records.values()))
+
+    def keys(self) -> set[Any]:
+        """The keys that hold a slot: exactly the executor's ``running`` set."""
+        return set(self._records)
+
+    def pending(self) -> list[TaskRecord]:
+        """Records whose pod is still to be created, highest priority first."""
+        return sorted((r for r in self._records.values() if r.create is not None), key=lambda r: -r.priority)
+
+    def owner(self, ref: PodRef) -> tuple[Any, str] | None:
+        """The (key, launch id) a watched pod was created or adopted for."""
+        return self._pods.get(ref)
+
+    def pod_refs(self) -> set[PodRef]:
+        return set(self._pods)
+
+    def is_current(self, key: Any, ref: PodRef) -> bool:
+        """Whether pod ``ref`` is the pod of ``key``'s current launch: the one rule for what counts.
+
+        A pod of an earlier launch of the key, of a revoked launch, or of a launch whose end was already
+        reported, is not: its end is cleaned up and never reported.
+        """
+        record = self._records.get(key)
+        if record is None or self._pods.get(ref) != (key, record.launch_id):
+            return False
+        return ref == record.pod or (
+            record.pod is None and record.create is not None and ref == record.create.ref
+        )
+
+    # ---- transitions --------------------------------------------------------------------------
+
+    def queue(self, key: Any, workload: Any, launch_id: str) -> str | None:
+        """The scheduler hands over ``key`` (again): a new current launch whose pod is to be created.
+
+        Returns the previous launch's id if the key already had one: its pod, if any, stays indexed as a
+        pod of an earlier launch (cleaned up when it ends, never reported).
+        """
+        previous = self._records.get(key)
+        self._records[key] = TaskRecord(
+            key=key, launch_id=launch_id, workload=workload, create=PendingCreate()
+        )
+        return previous.launch_id if previous is not None else None
+
+    def create_sent(self, key: Any, ref: PodRef) -> None:
+        """A create of the current launch's pod was sent (tracked before its answer: it may be lost)."""
+        record = self._require(key)
+        if record.create is not None:
+            record.create.ref = ref
+        self._pods[ref] = (key, record.launch_id)
+
+    def create_not_sent(self, ref: PodRef) -> None:
+        """A create that never reached the server, or found someone else's pod under the name."""
+        owner = self._pods.pop(ref, None)
+        record = self._records.get(owner[0]) if owner is not None else None
+        if record is not None and record.create is not None and record.create.ref == ref:
+            record.create.ref = None
+
+    def created(self, key: Any, ref: PodRef) -> TaskRecord:
+        """The current launch's pod exists (the create's answer, a 409 of ours, or the watch saw it)."""
+        record = self._require(key)
+        record.create = None
+        record.pod = ref
+        self._pods[ref] = (key, record.launch_id)
+        return record
+
+    def seen_running(self, key: Any, ref: PodRef) -> None:
+        """The current launch's pod was reported running: from now on it counts as having started."""
+        record = self._require(key)
+        if record.pod == ref:
+            record.seen_running = True
+
+    def relaunch(
+        self, key: Any, ref: PodRef, disruption: str, backoff: Backoff, not_before: float
+    ) -> TaskRecord:
+        """The current pod ended before the task ran; the same launch gets a new pod after ``not_before``.
+
+        The launch id is kept: it is what the scheduler's database names for this hand-over, and the new
+        pod replaces the old one within it.
+        """
+        record = self._require(key)
+        self._pods.pop(ref, None)
+        record.disruptions.append(disruption)
+        record.relaunch_backoff = backoff
+        record.pod = None
+        record.seen_running = False
+        record.create = PendingCreate(not_before=not_before)
+        return record
+
+    def end(self, key: Any, ref: PodRef | None = None) -> TaskRecord | None:
+        """The key leaves this executor: its end is reported (ended, create failed), it was revoked, or
+        another scheduler adopted it. Its slot is freed here, once; a pod given is no longer indexed."""
+        if ref is not None:
+            self._pods.pop(ref, None)
+        record = self._records.pop(key, None)
+        if record is not None:
+            # Revoked while its pod runs or is being created: the caller deletes that pod, and its end is
+            # not reported.
+            for other in (record.pod, record.create.ref if record.create is not None else None):
+                if other is not None and other != ref:
+                    self._pods.pop(other, None)
+        return record
+
+    def stale_ended(self, ref: PodRef) -> tuple[Any, str] | None:
+        """A pod of an earlier launch ended: forgotten (the caller cleans it up, reports nothing)."""
+        return self._pods.pop(ref, None)
+
+    def adopt(self, key: Any, ref: PodRef, launch_id: str, *, current: bool) -> None:
+        """A gone scheduler's pod is taken over. ``current``: it is the key's current launch (the key gets
+        a record and a slot); otherwise it is an earlier launch's pod, only cleaned up when it ends."""
+        self._pods[ref] = (key, launch_id)
+        if current:
+            self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
+
+    def _require(self, key: Any) -> TaskRecord:
+        record = self._records.get(key)
+        if record is None:
+            raise TransitionError(f"no record for {key}")
+        return record
+
+
+__all__ = ["ADOPTED", "LAUNCHED", "PendingCreate", "PodRef", "TaskRecord", "TaskRecords", "TransitionError"]

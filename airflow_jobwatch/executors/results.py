@@ -1,0 +1,194 @@
+"""Watcher results of JobWatchExecutor: events for the scheduler, relaunches, stale pods."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from airflow_jobwatch import metrics
+from airflow_jobwatch.executors.base import ExecutorBase
+from airflow_jobwatch.executors.record import TaskRecord
+from airflow_jobwatch.executors.watcher import PodResult
+from airflow_jobwatch.kube.backoff import Backoff
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+# Issue 21: a worker pod disrupted before any of its containers started cannot have run the task; it is
+# launched again for the same try (up to [jobwatch] disruption_relaunches times). The reasons that name a
+# disruption, as classify_pod reports them: the pod's status.reason (kubelet eviction, preemption, node
+# shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/states.py's
+# disruption rules (written in parallel) are merged. A pod deleted by someone is not among them: that may
+# be a user stopping the task.
+DISRUPTION_REASONS = frozenset(
+    {
+        "Evicted",
+        "Preempting",
+        "NodeShutdown",
+        "NodeLost",
+        "PreemptionByScheduler",
+        "PreemptionByKubeScheduler",
+        "EvictionByEvictionAPI",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+        "DisruptionTarget",
+    }
+)
+
+# Backoff between such relaunches: a preempting scheduler or a node under pressure needs a moment; the
+# delay doubles (with jitter) up to the maximum.
+RELAUNCH_BACKOFF_INITIAL_SECONDS = 2.0
+RELAUNCH_BACKOFF_MAX_SECONDS = 60.0
+
+
+class Results(ExecutorBase):
+    """What the watcher reports about each pod, turned into the scheduler's events: running, success,
+    failure; a relaunch for the same try when a pod was disrupted before it started; nothing for a pod
+    of an earlier launch (cleaned up only)."""
+
+    def _on_result(self, result: PodResult) -> None:
+        key = cast("TaskInstanceKey", result.key)
+        ref = (result.namespace, result.name)
+        if not self.records.is_current(key, ref):
+            if result.terminal:
+                self._stale_pod_ended(key, result)
+            return
+        record = self.records.get(key)
+        assert record is not None
+        if record.create is not None:
+            # The create's answer was lost (or has not come yet), but the pod exists: it is launched.
+            self._launched(key, result.namespace, result.name)
+        if result.adopted:
+            # Another scheduler adopted the pod (it took this one for dead): the task is that scheduler's
+            # now. As upstream's ADOPTED state: free the slot, report nothing. The record goes with it, so
+            # that the task can be adopted back if that scheduler dies.
+            self.records.end(key, ref)
+            self._settle(key)
+            self.log.warning("Task %s: pod %s/%s was %s", key, result.namespace, result.name, result.message)
+            return
+        if not result.terminal:
+            if result.phase == "running":
+                self.records.seen_running(key, ref)
+                # The launch id as the event's info: the scheduler stores it as the task instance's
+                # external_executor_id, which is how an adopter tells the current launch's pod.
+                self.running_state(key, record.launch_id)
+            return
+        where = f"pod {result.namespace}/{result.name}"
+        # (An adopted pod has no workload here to launch again: it fails as before.)
+        disrupted = self._disrupted_before_start(record, result) if record.workload is not None else None
+        if disrupted is not None and self._relaunch_after_disruption(record, result, disrupted):
+            return
+        self.records.end(key, ref)
+        history = record.disruptions
+        if result.phase == "succeeded":
+            # execute_workload exits 0 whatever the task did; the task recorded its own state through
+            # the execution API. SUCCESS here means "the worker finished"; if the task instance is
+            # still queued/running the scheduler treats it as killed externally (docs/executor.md).
+            self._counters["success"] += 1
+            self.success(key, f"{where} succeeded")
+            failed = False
+        else:
+            self._counters["failed"] += 1
+            reason = result.reason or "Failed"
+            info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            if disrupted is not None:
+                info = (
+                    f"the worker pod was disrupted before any of its containers started {len(history)} "
+                    f"times, more than [jobwatch] disruption_relaunches = {self._disruption_relaunches} "
+                    f"allows: " + "; ".join(history)
+                )
+            elif result.disruption:
+                # The cluster ended it: say so first, in the task's words, then the details.
+                info = f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
+                metrics.pod_disrupted(reason)
+            self.log.warning("Task %s: %s", key, info)
+            self._append_task_log(record.workload, key, info)
+            self.fail(key, info)
+            failed = True
+        self._settle(key)
+        metrics.terminal_report("failed" if failed else "success", after_watcher_gap=result.gap)
+        self._report(
+            key,
+            pod=f"{result.namespace}/{result.name}",
+            state="failed" if failed else "success",
+            reason=result.reason,
+            gap=result.gap,
+        )
+        self._clean_up_finished(result)
+
+    def _disrupted_before_start(self, record: TaskRecord, result: PodResult) -> str | None:
+        """What disrupted a failed pod none of whose containers ever started, or None.
+
+        A pod this executor saw running has started, whatever its final status says (a final status can
+        lack every start mark: ContainerStatusUnknown with no ``startedAt``, or a pod GC write after the
+        kubelet's last updates were lost).
+        """
+        if record.seen_running:
+            return None
+        if result.phase != "failed" or result.started is not False or result.gap:
+            return None
+        if result.reason not in DISRUPTION_REASONS:
+            return None
+        return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": .")
+
+    def _relaunch_after_disruption(self, record: TaskRecord, result: PodResult, disruption: str) -> bool:
+        """Launch the record's task again for the same try after its pod was disrupted before it started.
+
+        Such a pod cannot have run the task (its worker never started, so it never told Airflow's
+        execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
+        a new pod is created after a backoff; the disrupted pod is deleted. Returns False past
+        ``[jobwatch] disruption_relaunches``: the task then fails with a message naming every disruption.
+        """
+        key = record.key
+        if len(record.disruptions) + 1 > self._disruption_relaunches:
+            record.disruptions.append(disruption)
+            return False
+        backoff = record.relaunch_backoff or Backoff(
+            initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
+            max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
+            reset_after_seconds=float("inf"),
+        )
+        now = time.monotonic()
+        delay = backoff.failure(now)
+        self.records.relaunch(key, (result.namespace, result.name), disruption, backoff, now + delay)
+        count = len(record.disruptions)
+        self._counters["disruption_relaunches"] += 1
+        metrics.disruption_relaunch(result.reason or "Disrupted")
+        message = (
+            f"{disruption}. No container of the pod had started, so the task never ran: launching it again "
+            f"for the same try in {delay:.1f} s (relaunch {count} of at most "
+            f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
+        )
+        self.log.warning("Task %s: %s", key, message)
+        self._append_task_log(record.workload, key, message, level="warning")
+        self._report(
+            key, pod=f"{result.namespace}/{result.name}", state="relaunched", reason=result.reason, gap=False
+        )
+        self._clean_up_finished(result, delete=True)
+        return True
+
+    def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
+        """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
+
+        Reporting it would hand the scheduler an end that belongs to no launch it waits for: with the
+        task instance queued again (same try), Airflow's ``process_executor_events`` would fail it as
+        "finished although the task says it's queued", and the key would leave ``running`` while its
+        current pod still launches.
+        """
+        ref = (result.namespace, result.name)
+        owner = self.records.stale_ended(ref)
+        current = self.records.get(key)
+        self._counters["stale_pods_cleaned"] += 1
+        metrics.stale_launch_pod()
+        self.log.info(
+            "Pod %s/%s of an earlier launch (%s) of %s ended (%s%s); not reported, as the current launch "
+            "of that key is %s. Cleaning it up.",
+            *ref,
+            owner[1] if owner else "unknown",
+            key,
+            result.phase,
+            f", {result.reason}" if result.reason else "",
+            current.launch_id if current is not None else "none here (revoked, finished or not adopted)",
+        )
+        self._clean_up_finished(result)
