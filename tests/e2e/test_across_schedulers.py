@@ -127,9 +127,22 @@ def _pods(stack: AirflowStack, run_id: str) -> list[dict[str, Any]]:
                 "try": ann.get("try_number"),
                 "phase": p["status"].get("phase"),
                 "worker": (p["metadata"].get("labels") or {}).get("airflow-worker"),
+                "ended": [
+                    f"{cs['name']}: exit {t.get('exitCode')}: {(t.get('message') or '')[-500:]}"
+                    for cs in p["status"].get("containerStatuses") or []
+                    if (t := (cs.get("state") or {}).get("terminated"))
+                ],
             }
         )
     return out
+
+
+def _all_running(stack: AirflowStack, run_id: str, count: int) -> list[dict[str, Any]] | None:
+    """The run's ``count`` pods once all run; fails at once (with their last words) if one failed."""
+    pods = _pods(stack, run_id)
+    failed = [p for p in pods if p["phase"] == "Failed"]
+    assert not failed, f"a worker pod failed before the test released it: {failed}"
+    return pods if len(pods) == count and all(p["phase"] == "Running" for p in pods) else None
 
 
 def _heartbeat(stack: AirflowStack, job_id: int) -> datetime.datetime | None:
@@ -170,9 +183,7 @@ def test_tasks_adopted_away_in_an_ha_flap_are_adopted_back_and_succeed_on_try_1(
     b = _new_scheduler_job(stack, "scheduler#2", after=a)
     pods = wait_until(
         lambda: (
-            (pods := _pods(stack, run_id))
-            and len(pods) == 4
-            and all(p["phase"] == "Running" for p in pods)
+            (pods := _all_running(stack, run_id, 4))
             and all(t["state"] == "running" for t in _tis(stack, dag_id, run_id).values())
             and pods
         ),
@@ -254,7 +265,7 @@ def test_a_task_resumed_while_a_quota_blocks_its_pod_survives_a_scheduler_restar
         old = _new_scheduler_job(stack, "scheduler")
         run_id = stack.trigger_dag(dag_id)
         first = wait_until(
-            lambda: [p for p in _pods(stack, run_id) if p["phase"] == "Running"],
+            lambda: _all_running(stack, run_id, 1),
             timeout=180,
             what="the first pod to run",
         )[0]
