@@ -141,11 +141,13 @@ def trigger_failure_respects_retries(version: str | None = None) -> bool:
     Airflow 3.1, 3.2 and 3.3.0 set FAILED whatever the retries (and run ``on_failure_callback``);
     3.3.1 and later route it through the task's retry eligibility, as a failure on a worker.
     """
-    if version is None:
-        from airflow import __version__ as version
     from packaging.version import Version
 
-    return Version(version).release >= (3, 3, 1)
+    if version is None:
+        from airflow import __version__
+
+        version = __version__
+    return Version(str(version)).release >= (3, 3, 1)
 
 
 def job_finished(job: dict[str, Any] | None) -> bool:

@@ -707,9 +707,9 @@ class JobTrigger(BaseTrigger):
         from kubernetes_asyncio.client import BatchV1Api
 
         try:
-            response = await BatchV1Api(client).read_namespaced_job(
+            response: Any = await BatchV1Api(client).read_namespaced_job(
                 self.job_name, self.namespace, _preload_content=False
-            )
+            )  # the raw response: the API's JSON, which classify_job reads
             job = await response.json()
         except Exception as e:
             self.log.debug(
