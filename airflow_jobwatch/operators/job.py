@@ -680,14 +680,14 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     def _end_plan(self, context: Context) -> dict[str, Any] | None:
         """What the trigger needs to end the task itself, or None when the task must resume on a worker.
 
-        The trigger can do all of ``execute_complete``'s work but reading pod logs: the ``job`` and
-        return-value XComs, the log lines, ``on_finish_action`` and the failure message. The task resumes
-        on a worker when something else must run there: pod logs (``get_logs``), a subclass's own
+        The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
+        log lines and the pods' logs (``get_logs``), ``on_finish_action`` and the failure message. The
+        task resumes on a worker when something else must run there: a subclass's own
         ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
         or a mapped task downstream that maps over the result. A failure ends from the triggerer only
         where Airflow then respects ``retries`` (3.3.1 and later), or when this try is the last one.
         """
-        if type(self).execute_complete is not KubernetesJobOperator.execute_complete or self.get_logs:
+        if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
             return None
         callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
         if any(getattr(self, name, None) for name in callbacks):
@@ -710,6 +710,14 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             "xcom_path": self.xcom_path,
             "unwrap_single": bool(self.unwrap_single),
             "fail": last_try or trigger_failure_respects_retries(),
+            "logs": (
+                {
+                    "container_logs": _json_names(self.container_logs),
+                    "init_container_logs": _json_names(self.init_container_logs),
+                }
+                if self.get_logs
+                else None
+            ),
         }
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
@@ -1391,6 +1399,13 @@ def _decoded_lines(chunks: Iterable[bytes]) -> Iterable[str]:
             partial = partial[_MAX_LINE_BYTES:]
     if partial:
         yield partial.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
+
+
+def _json_names(names: Any) -> Any:
+    """``container_logs`` / ``init_container_logs`` as JSON: True, None, a name, or a list of names."""
+    if names is None or isinstance(names, (bool, str)):
+        return names
+    return [str(n) for n in names]
 
 
 def _template_labels(job: k8s.V1Job) -> dict[str, str]:

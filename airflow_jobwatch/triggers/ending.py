@@ -224,6 +224,9 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     else:
         error = failure_text(payload, disruption_retries=trigger.disruption_retries)
     log_ending(log, payload, list(payload.get("pods") or []))
+    logs = plan.get("logs")
+    if logs is not None:
+        await write_pod_logs(trigger, payload, logs)
     if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
         xcom_results(
             list(payload.get("xcom_result") or []),
@@ -239,6 +242,113 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     if value is not None:
         xcoms["return_value"] = xcom_json(value)
     return TaskSuccessEvent(xcoms=xcoms)
+
+
+#: Bytes read from a log stream at a time, and the longest line kept whole (a longer one is cut into
+#: pieces), so that memory stays bounded whatever a container writes.
+_LOG_CHUNK_BYTES = 64 * 1024
+_MAX_LINE_BYTES = 1024 * 1024
+
+
+def requested_containers(
+    log: Any, pod_name: str, init_names: list[str], names: list[str], logs: dict[str, Any]
+) -> list[str]:
+    """Init containers named by ``init_container_logs``, then containers named by ``container_logs``
+    (``True``: all), in the pod's order; a requested container the pod lacks is a warning."""
+    chosen: list[str] = []
+    for requested, present in (
+        (logs.get("init_container_logs"), init_names),
+        (logs.get("container_logs"), names),
+    ):
+        if not requested:
+            continue
+        if requested is True:
+            chosen.extend(present)
+            continue
+        for name in [requested] if isinstance(requested, str) else list(requested):
+            if name in present:
+                chosen.append(name)
+            else:
+                log.warning("Container %s whose logs were requested is not in pod %s", name, pod_name)
+    return chosen
+
+
+async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, Any]) -> None:
+    """Every requested container's log of every pod of the Job into the task log, as the operator
+    writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, never held whole. A log
+    that cannot be read is a warning."""
+    uid = payload.get("uid")
+    if not uid:
+        return
+    from kubernetes_asyncio.client import CoreV1Api
+
+    from airflow_jobwatch.kube import client as kube_client
+
+    log = trigger.log
+    try:
+        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+    except Exception as e:
+        log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
+        return
+    try:
+        core = CoreV1Api(api)
+        try:
+            listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
+        except Exception as e:
+            log.warning("Could not read the Job's pods: %s", e)
+            return
+        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        for pod in pods:
+            spec = pod.spec
+            containers = requested_containers(
+                log,
+                pod.metadata.name,
+                [c.name for c in (spec.init_containers or [])] if spec else [],
+                [c.name for c in (spec.containers or [])] if spec else [],
+                logs,
+            )
+            for container in containers:
+                await _write_container_log(log, core, pod.metadata.name, trigger.namespace, container)
+    finally:
+        await api.close()
+
+
+async def _write_container_log(log: Any, core: Any, pod: str, namespace: str, container: str) -> None:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        response = await core.read_namespaced_pod_log(
+            pod, namespace, container=container, _preload_content=False
+        )
+    except ApiException as e:
+        log.warning(
+            "Could not read the log of container %s of pod %s: HTTP %s %s", container, pod, e.status, e.reason
+        )
+        return
+    except Exception as e:
+        log.warning("Could not read the log of container %s of pod %s: %s", container, pod, e)
+        return
+    partial = b""
+    try:
+        async for chunk in response.content.iter_chunked(_LOG_CHUNK_BYTES):
+            partial += chunk
+            *complete, partial = partial.split(b"\n")
+            for line in complete:
+                log.info("[%s] [%s] %s", pod, container, _decoded(line.rstrip(b"\r")))
+            while len(partial) > _MAX_LINE_BYTES:
+                log.info("[%s] [%s] %s", pod, container, _decoded(partial[:_MAX_LINE_BYTES]))
+                partial = partial[_MAX_LINE_BYTES:]
+        if partial:
+            log.info("[%s] [%s] %s", pod, container, _decoded(partial.rstrip(b"\r")))
+    except Exception as e:  # a log is a nice-to-have; never fail the task for it
+        log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod, e)
+    finally:
+        response.release()
+
+
+def _decoded(line: bytes) -> str:
+    """UTF-8, undecodable bytes escaped (as upstream's operator decodes log lines)."""
+    return line.decode("utf-8", errors="backslashreplace")
 
 
 class _Quiet:

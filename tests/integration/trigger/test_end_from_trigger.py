@@ -12,12 +12,11 @@ import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 from airflow.utils.json import XComDecoder
-from kubernetes_asyncio.client import CoreV1Api
 
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 from airflow_jobwatch.triggers.ending import end_from_triggerer
 
-from .conftest import NS, wait_until
+from .conftest import NS
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,12 +34,7 @@ def _decoded(value: Any) -> Any:
 
 def _ending_lines(entries: list[dict[str, Any]]) -> list[str]:
     text = _rendered([e for e in entries if e.get("log_level") in ("info", "error")])
-    return [line for line in text.splitlines() if line.startswith(("Job ", "  pod ", "xcom result"))]
-
-
-async def _no_pods(api: Any, uid: str) -> bool:
-    pods = await CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"controller-uid={uid}")
-    return not pods.items
+    return [line for line in text.splitlines() if line.startswith(("Job ", "  pod ", "xcom result", "["))]
 
 
 async def test_success_ends_from_the_triggerer_with_the_resumes_xcoms_and_lines(
@@ -49,10 +43,15 @@ async def test_success_ends_from_the_triggerer_with_the_resumes_xcoms_and_lines(
     path = tmp_path / "return.json"
     op = make_operator(
         kubeconfig,
-        cmds=["sh", "-c", f"echo '{{\"answer\": [4, 2]}}' > {path}"],
+        cmds=[
+            "sh",
+            "-c",
+            f"echo 'line one'; printf 'caf\\303\\251 \\377\\n'; echo '{{\"answer\": [4, 2]}}' > {path}",
+        ],
         deferrable=True,
         wait_until_job_complete=True,
-        get_logs=False,
+        get_logs=True,
+        on_finish_action="keep_pod",  # both paths read the pods' logs here, one after the other
         do_xcom_push=True,
         xcom_path=str(path),
     )
@@ -69,8 +68,10 @@ async def test_success_ends_from_the_triggerer_with_the_resumes_xcoms_and_lines(
     assert isinstance(event, TaskSuccessEvent), event
     assert _decoded(event.xcoms["return_value"]) == returned == {"answer": [4, 2]}
     assert _decoded(event.xcoms["job"]) == resumed.xcoms["job"]
-    assert _ending_lines(trigger_entries) == _ending_lines(worker_entries)
-    await wait_until(lambda: _no_pods(k8s_async_client, payload["uid"]), what="on_finish_action's deletion")
+    lines = _ending_lines(trigger_entries)
+    assert lines == _ending_lines(worker_entries)
+    assert any(line.endswith("] [base] line one") for line in lines), lines
+    assert any(line.endswith("] [base] café \\xff") for line in lines), lines
 
 
 async def test_failure_ends_from_the_triggerer_with_the_operators_message(sandbox, kubeconfig) -> None:
@@ -100,12 +101,11 @@ async def test_failure_ends_from_the_triggerer_with_the_operators_message(sandbo
 @pytest.mark.parametrize(
     "change",
     [
-        {"get_logs": True},
         {"on_failure_callback": lambda context: None},
         {"on_success_callback": lambda context: None},
         {"multiple_outputs": True},
     ],
-    ids=["get_logs", "on_failure_callback", "on_success_callback", "multiple_outputs"],
+    ids=["on_failure_callback", "on_success_callback", "multiple_outputs"],
 )
 def test_what_must_run_on_a_worker_resumes(sandbox, kubeconfig, change: dict[str, Any]) -> None:
     op = make_operator(kubeconfig, cmds=["true"], deferrable=True, wait_until_job_complete=True, **change)
