@@ -22,7 +22,7 @@ from typing import Any
 #: deferral, so that the scheduler has drained the executor's SUCCESS for the worker that deferred
 #: while the task instance is still DEFERRED or SCHEDULED with ``next_method`` set (which its guard
 #: ignores), before the resume makes it QUEUED on the same try. A Job that ends later is not held.
-RESUME_HOLD_SECONDS = 3.0
+RESUME_HOLD_SECONDS = 5.0
 
 #: What a succeeded pod's empty termination message reads as (the base container wrote no result).
 EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
