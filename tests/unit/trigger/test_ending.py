@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
+from types import SimpleNamespace
 
 import pytest
 from airflow.utils.json import XComDecoder
 
 from airflow_jobwatch.triggers.ending import (
+    RESUME_HOLD_SECONDS,
     failure_text,
+    hold_resume,
     job_finished,
     trigger_failure_respects_retries,
     xcom_json,
@@ -88,3 +92,33 @@ def test_xcom_json_reads_back_as_the_worker_would_write_it() -> None:
 )
 def test_job_finished_reads_the_jobs_own_conditions(conditions: list[dict[str, str]], expected: bool) -> None:
     assert job_finished({"status": {"conditions": conditions}}) is expected
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+def _trigger(deferred_at: float | None) -> SimpleNamespace:
+    return SimpleNamespace(deferred_at=deferred_at, log=_Log(), namespace="ns", job_name="x")
+
+
+async def test_an_early_resume_is_held_until_the_hold_has_passed_since_the_deferral() -> None:
+    trigger = _trigger(time.time() - RESUME_HOLD_SECONDS + 0.3)
+    started = time.time()
+    await hold_resume(trigger)
+    assert time.time() >= trigger.deferred_at + RESUME_HOLD_SECONDS - 0.01
+    assert time.time() - started < RESUME_HOLD_SECONDS  # only what was left of it
+    assert len(trigger.log.lines) == 1 and "resuming the task in" in trigger.log.lines[0]
+
+
+@pytest.mark.parametrize("deferred_at", [None, "long ago"])
+async def test_a_late_resume_is_not_held(deferred_at: str | None) -> None:
+    trigger = _trigger(None if deferred_at is None else time.time() - RESUME_HOLD_SECONDS - 1)
+    started = time.monotonic()
+    await hold_resume(trigger)
+    assert time.monotonic() - started < 0.2
+    assert trigger.log.lines == []
