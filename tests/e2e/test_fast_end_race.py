@@ -10,6 +10,7 @@ the failing ones fail with the operator's own message, and the scheduler fails n
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,7 @@ def stack(postgres: Any) -> Iterator[AirflowStack]:
         dag_ids=[DAG_ID],
         parallelism=8,
         start_timeout=180,
+        keep=bool(os.environ.get("JOBWATCH_E2E_KEEP")),  # keep AIRFLOW_HOME (logs) for debugging
         # 50 operators in one file: parsing it in each task process takes longer on a loaded machine
         config={("core", "dagbag_import_timeout"): "120"},
         sandbox_args=["--bookmark-interval", "1"],
