@@ -56,6 +56,13 @@ from kubernetes.client.rest import ApiException
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
 from airflow_jobwatch.operators.disruption import add_disruption_rule
+from airflow_jobwatch.triggers.ending import (
+    XComResultError,
+    failure_text,
+    log_ending,
+    trigger_failure_respects_retries,
+    xcom_results,
+)
 from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
     OUTCOME_FAILED,
@@ -506,6 +513,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 "log_formatter": log_formatter,
             }
         )
+        self._warn_unhonoured()  # when the DAG is parsed, where its author looks first
         self.fatal_waiting_reasons = list(fatal_waiting_reasons) if fatal_waiting_reasons else None
         self.api_failure_tolerance = api_failure_tolerance
         if not xcom_path.startswith("/"):
@@ -640,6 +648,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         uid: str | None,
         *,
         deadline: datetime.datetime | None = None,
+        end_task: dict[str, Any] | None = None,
+        deferred_at: float | None = None,
     ) -> JobTrigger:
         """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
         ``execution_timeout`` (SIGALRM) is the one deadline (see ``_wait_in_worker``)."""
@@ -663,7 +673,52 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             termination_grace_period=self.termination_grace_period,
             delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
             disruption_retries=self.disruption_retries,
+            end_task=end_task,
+            deferred_at=deferred_at,
         )
+
+    def _end_plan(self, context: Context) -> dict[str, Any] | None:
+        """What the trigger needs to end the task itself, or None when the task must resume on a worker.
+
+        The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
+        log lines and the pods' logs (``get_logs``), ``on_finish_action`` and the failure message. The
+        task resumes on a worker when something else must run there: a subclass's own
+        ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
+        or a mapped task downstream that maps over the result. A failure ends from the triggerer only
+        where Airflow then respects ``retries`` (3.3.1 and later), or when this try is the last one.
+        """
+        if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
+            return None
+        callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
+        if any(getattr(self, name, None) for name in callbacks):
+            return None
+        if getattr(self, "_post_execute_hook", None) or self.outlets or self.multiple_outputs:
+            return None
+        try:
+            if next(iter(self.iter_mapped_dependants()), None) is not None:
+                return None
+        except Exception:  # no DAG to ask (a bare operator): nothing maps over it
+            pass
+        ti = context["ti"]
+        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+        last_try = not self.retries or (
+            isinstance(try_number, int) and isinstance(max_tries, int) and try_number > max_tries
+        )
+        return {
+            "on_finish_action": str(getattr(self.on_finish_action, "value", self.on_finish_action)),
+            "push_return": bool(self.do_xcom_push),
+            "xcom_path": self.xcom_path,
+            "unwrap_single": bool(self.unwrap_single),
+            "fail": last_try or trigger_failure_respects_retries(),
+            "logs": (
+                {
+                    "container_logs": _json_names(self.container_logs),
+                    "init_container_logs": _json_names(self.init_container_logs),
+                }
+                if self.get_logs
+                else None
+            ),
+        }
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
         """Adopt this try's Job if a previous run of the try created one, else create it."""
@@ -740,8 +795,29 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         runner = _LoopThread(
             lambda: self._create_and_wait(job_request, context), name=f"jobwatch-wait-{self.task_id}"
         )
-        event: dict[str, Any] = runner.run(self.log)
+        try:
+            event: dict[str, Any] = runner.run(self.log)
+        except AirflowTaskTimeout as e:
+            raise AirflowTaskTimeout(f"{e} ({self._doing_now()})") from e
         return event
+
+    def _doing_now(self) -> str:
+        """What the Job is doing now, for the in-worker timeout's message (the deferred timeout's words:
+        "it was running: ..."); best effort, never raises."""
+        job = getattr(self, "job", None)
+        if job is None:
+            return "the Job was not created yet"
+        ns, name = job.metadata.namespace, job.metadata.name
+        try:
+            now = self._read_job_now(ns, name, job.metadata.uid)
+            if now is None:
+                return f"Job {ns}/{name} could not be read"
+            pods = self._read_pods(ns, now.metadata.uid, {})
+            fatal = JobTrigger(name, ns, fatal_waiting_reasons=self.fatal_waiting_reasons)._fatal_reasons
+            state = classify_job(now, pods, fatal_waiting_reasons=fatal)
+        except Exception as e:
+            return f"Job {ns}/{name} could not be read: {e}"
+        return f"Job {ns}/{name} was {state.phase} when execution_timeout passed: {state.message}"
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -767,12 +843,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             raise AirflowException("parallelism cannot be less than 1 with `wait_until_job_complete=True`.")
 
     def _warn_unhonoured(self) -> None:
-        """One warning naming every upstream argument that is set but has no effect here, and why."""
+        """One warning naming every upstream argument that is set but has no effect here, and why;
+        written when the DAG is parsed (the operator is built) and again when the task starts."""
         unhonoured = getattr(self, "_unhonoured", None)
         if unhonoured:
             self.log.warning(
                 "These KubernetesJobOperator arguments are set but have no effect with airflow-jobwatch "
-                "(docs/migration.md): %s",
+                "(see the migration guide): %s",
                 "; ".join(f"{name} ({why})" for name, why in sorted(unhonoured.items())),
             )
 
@@ -794,6 +871,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     job.metadata.namespace,
                     job.metadata.uid,
                     deadline=self._deadline(context),
+                    end_task=self._end_plan(context),
+                    deferred_at=time.time(),
                 ),
                 method_name="execute_complete",
             )
@@ -834,21 +913,27 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
                     unfinished = job_now
         summaries = [pod_summary(p) for p in pods] if pods else list(event.get("pods") or [])
-        self.log.info("Job %s/%s ended: %s (%s) %s", ns, name, outcome, reason, message)
-        for pod in summaries:
-            self.log.info(
-                "  pod %s: %s, exit code %s, reason %s",
-                pod.get("name"),
-                pod.get("phase"),
-                pod.get("exit_code"),
-                pod.get("reason"),
-            )
+        log_ending(
+            self.log,
+            {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
+            summaries,
+        )
         try:
             if self.get_logs:
                 for pod in pods:
                     self._write_pod_logs(pod)
             if status != STATUS_SUCCESS:
-                text = f"Kubernetes Job {ns}/{name} {outcome}: {reason}: {message}"
+                text = failure_text(
+                    {
+                        **event,
+                        "namespace": ns,
+                        "name": name,
+                        "outcome": outcome,
+                        "reason": reason,
+                        "message": message,
+                    },
+                    disruption_retries=self.disruption_retries,
+                )
                 if outcome == OUTCOME_TIMEOUT:
                     raise AirflowTaskTimeout(text)
                 raise AirflowException(text)
@@ -1056,36 +1141,17 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         fresh = [m for m in (self._termination_message(p) for p in pods) if m is not None]
         if len(fresh) >= len(raw):
             raw = fresh
-        results: list[Any] = []
-        for index, text in enumerate(raw):
-            if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
-                self.log.info("xcom result file is empty.")
-                results.append(None)
-                continue
-            if not isinstance(text, str) or not text.strip():
-                results.append(None)
-                continue
-            self.log.info("xcom result: \n%s", text)
-            try:
-                results.append(json.loads(text))
-            except ValueError:
-                pod_names = event.get("pod_names") or [p.metadata.name for p in pods]
-                pod = pod_names[index] if index < len(pod_names) else "?"
-                size = len(text.encode())
-                if size >= TERMINATION_MESSAGE_LIMIT_BYTES:
-                    raise AirflowException(
-                        f"The XCom result of pod {pod} does not fit: it travels as the base container's "
-                        f"termination message ({self.xcom_path}), which the kubelet cuts to "
-                        f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
-                        f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
-                        f"write the data elsewhere (object storage, a volume) and return its location."
-                    ) from None
-                raise AirflowException(
-                    f"Pod {pod} wrote {self.xcom_path} but it is not JSON: {text[:200]!r}"
-                ) from None
-        if self.unwrap_single and len(results) == 1:
-            return results[0]
-        return results
+        pod_names = event.get("pod_names") or [p.metadata.name for p in pods]
+        try:
+            return xcom_results(
+                list(raw),
+                list(pod_names),
+                xcom_path=self.xcom_path,
+                unwrap_single=self.unwrap_single,
+                log=self.log,
+            )
+        except XComResultError as e:
+            raise AirflowException(str(e)) from None
 
     def _termination_message(self, pod: k8s.V1Pod) -> str | None:
         if (pod.status and pod.status.phase) != "Succeeded":
@@ -1333,6 +1399,13 @@ def _decoded_lines(chunks: Iterable[bytes]) -> Iterable[str]:
             partial = partial[_MAX_LINE_BYTES:]
     if partial:
         yield partial.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
+
+
+def _json_names(names: Any) -> Any:
+    """``container_logs`` / ``init_container_logs`` as JSON: True, None, a name, or a list of names."""
+    if names is None or isinstance(names, (bool, str)):
+        return names
+    return [str(n) for n in names]
 
 
 def _template_labels(job: k8s.V1Job) -> dict[str, str]:

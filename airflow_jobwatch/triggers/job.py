@@ -55,6 +55,7 @@ from airflow_jobwatch.kube.states import (
     classify_pod,
     pod_summary,
 )
+from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
 from airflow_jobwatch.triggers.registry import (
     GET_MISSING,
@@ -236,6 +237,13 @@ class JobTrigger(BaseTrigger):
         ``podFailurePolicy`` keeps them from counting against ``backoffLimit``); one more ends the wait
         ``failed`` with reason ``DisruptionRetriesExceeded``, naming each, and deletes the Job with
         ``on_kill_propagation_policy`` and ``termination_grace_period``. None: no bound.
+    :param end_task: set by the operator when everything it does after the wait can be done here: the
+        trigger then ends the task itself (``TaskSuccessEvent`` / ``TaskFailedEvent``, with the ``job``
+        and return-value XComs, the same log lines and ``on_finish_action`` on the pods) instead of
+        resuming it on a worker. Keys: ``on_finish_action``, ``push_return``, ``xcom_path``,
+        ``unwrap_single``, ``fail`` (a failure may end the task from here). None: always resume.
+    :param deferred_at: when the task deferred (seconds since the epoch). A resume that fires sooner
+        than ``airflow_jobwatch.triggers.ending.RESUME_HOLD_SECONDS`` after it is held until then.
     """
 
     def __init__(
@@ -259,6 +267,8 @@ class JobTrigger(BaseTrigger):
         termination_grace_period: int | None = None,
         delete_pods_on_kill: bool = False,
         disruption_retries: int | None = None,
+        end_task: dict[str, Any] | None = None,
+        deferred_at: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if disruption_retries is not None and (
@@ -305,6 +315,8 @@ class JobTrigger(BaseTrigger):
         self.termination_grace_period = termination_grace_period
         self.delete_pods_on_kill = delete_pods_on_kill
         self.disruption_retries = disruption_retries
+        self.end_task = dict(end_task) if end_task is not None else None
+        self.deferred_at = float(deferred_at) if deferred_at is not None else None
         self._notes: WaitNotes | None = None
 
     @property
@@ -341,6 +353,8 @@ class JobTrigger(BaseTrigger):
                 "termination_grace_period": self.termination_grace_period,
                 "delete_pods_on_kill": self.delete_pods_on_kill,
                 "disruption_retries": self.disruption_retries,
+                "end_task": self.end_task,
+                "deferred_at": self.deferred_at,
             },
         )
 
@@ -573,7 +587,19 @@ class JobTrigger(BaseTrigger):
 
     # -- running ---------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        """One event: the task ended from here (see ``end_task``), or the payload to resume with.
+
+        Only in a triggerer (``task_instance`` set): a caller that runs the trigger itself (``dag.test()``)
+        resumes the task with the payload, as without ``end_task``.
+        """
         payload = await self.wait()
+        if self.task_instance is not None:
+            if self.end_task is not None:
+                ended = await end_from_triggerer(self, payload)
+                if ended is not None:
+                    yield ended
+                    return
+            await hold_resume(self)
         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
 
     async def wait(self) -> dict[str, Any]:
@@ -674,6 +700,29 @@ class JobTrigger(BaseTrigger):
                     raise
                 current.uncancel()  # absorbed: a repeat of the cancel that started this kill
 
+    async def _terminal_condition(self, client: Any) -> str | None:
+        """The Job's terminal condition (Complete, Failed, SuccessCriteriaMet, FailureTarget) as the
+        API server has it now, or None when it has none, is another Job, is gone or cannot be read (a
+        cancellation never deletes a Job that has ended; one it cannot see is deleted as before)."""
+        from kubernetes_asyncio.client import BatchV1Api
+
+        try:
+            response: Any = await BatchV1Api(client).read_namespaced_job(
+                self.job_name, self.namespace, _preload_content=False
+            )  # the raw response: the API's JSON, which classify_job reads
+            job = await response.json()
+        except Exception as e:
+            self.log.debug(
+                "Could not read Job %s/%s before deleting it: %s", self.namespace, self.job_name, e
+            )
+            return None
+        if self.job_uid and _uid(job) != self.job_uid:
+            return None
+        state = classify_job(job)
+        if not state.terminal:
+            return None
+        return str(state.reason or state.phase)
+
     def _log_detached_kill(self, work: asyncio.Future[None]) -> None:
         if not work.cancelled() and (error := work.exception()) is not None:
             self.log.warning(
@@ -694,6 +743,17 @@ class JobTrigger(BaseTrigger):
         from kubernetes_asyncio.client.exceptions import ApiException
 
         client = await kube_client.async_api_client(await self._resolved_cluster_config())
+        ended = await self._terminal_condition(client)
+        if ended is not None:
+            await client.close()
+            self.log.warning(
+                "Not deleting Job %s/%s on kill: it has already ended (%s), so it and its pods are kept "
+                "for the task's logs and result",
+                self.namespace,
+                self.job_name,
+                ended,
+            )
+            return
         try:
             await BatchV1Api(client).delete_namespaced_job(
                 self.job_name,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import structlog.testing
-from airflow.providers.common.compat.sdk import TaskDeferred
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from kubernetes.client import models as k8s
 
 from airflow_jobwatch.operators.disruption import add_disruption_rule
@@ -264,3 +264,44 @@ async def _first_event(trigger: Any) -> dict[str, Any]:
     async for event in trigger.run():
         return event.payload
     raise AssertionError("the trigger ended without an event")
+
+
+@pytest.mark.parametrize("mode", ["worker", "deferred"])
+def test_a_job_failed_by_an_eviction_names_it_in_the_tasks_error(sandbox, kubeconfig, mode):
+    """No ``disruption_retries``: the eviction counts against ``backoff_limit=0`` and the Job fails; the
+    task's exception says so, in both modes, and names the option that would have absorbed it."""
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "sleep 60"],
+        wait_until_job_complete=True,
+        deferrable=mode == "deferred",
+        get_logs=False,
+    )
+    context = make_context()
+    victims: list[str] = []
+
+    def evict_when_running(trigger: Any = None) -> None:
+        if trigger is not None:
+            wait_until_sync(lambda: trigger.notes.observations > 0, "the trigger watching", limit=60)
+        wait_until_sync(lambda: _running_pod(sandbox) is not None, "the pod running", limit=60)
+        victims.append(_running_pod(sandbox))
+        sandbox.api_evict_pod(NS, victims[-1], grace_seconds=1)
+
+    evictor = threading.Thread(target=evict_when_running)
+    with pytest.raises(AirflowException) as raised:
+        try:
+            if mode == "worker":
+                evictor.start()
+            op.execute(context)
+        except TaskDeferred as deferred:
+            evictor = threading.Thread(target=evict_when_running, args=(deferred.trigger,))
+            evictor.start()
+            event = asyncio.run(asyncio.wait_for(_first_event(deferred.trigger), 120))
+            op.execute_complete(context, event)
+    evictor.join(60)
+    text = str(raised.value)
+    assert "failed: BackoffLimitExceeded" in text, text
+    assert f"It failed after 1 disruption: pod {victims[0]} was evicted through the Eviction API" in text, (
+        text
+    )
+    assert text.endswith("; `disruption_retries` absorbs disruptions."), text

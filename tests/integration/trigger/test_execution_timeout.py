@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import re
 import signal
 import threading
 import time
@@ -163,6 +164,8 @@ def test_timeout_in_the_worker_is_upstreams(sandbox, kubeconfig, monkeypatch):
             lambda name=name: not _live_pods_of(sandbox, name), f"{variant}'s pods to go", limit=60
         )
         seen[variant] = (type(error).__name__, len(kills) >= 1, "Job deleted, no pod left")
+        if variant == OURS:  # and the message says what the Job was doing, as the deferred one does
+            assert re.search(rf"Job {NS}/{name} was running when execution_timeout passed", str(error)), error
     assert seen[OURS] == seen[UPSTREAM] == ("AirflowTaskTimeout", True, "Job deleted, no pod left"), seen
     _wait_threads_gone("jobwatch-wait-")  # our loop was stopped, not left running
 

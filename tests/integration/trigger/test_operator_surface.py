@@ -1,6 +1,7 @@
 """KubernetesJobOperator's surface is upstream's: every upstream argument is named in our ``__init__``
 with upstream's default (so IDEs and ``help()`` show them, and a new upstream argument fails here), and
-an upstream argument that is set but has no effect here is named in one warning when the task runs."""
+an upstream argument that is set but has no effect here is named in one warning when the DAG is parsed
+and again when the task runs."""
 
 from __future__ import annotations
 
@@ -124,3 +125,17 @@ def test_no_warning_when_nothing_unhonoured_is_set(sandbox, kubeconfig) -> None:
     with structlog.testing.capture_logs() as entries:
         op.execute(make_context())
     assert not [e for e in entries if "have no effect" in str(e.get("event"))]
+
+
+def test_unhonoured_arguments_warn_when_the_dag_is_parsed(sandbox, kubeconfig) -> None:
+    """The operator is built when the DAG file is parsed: the DAG author sees the warning there, before
+    any task runs, and it points at the docs, not at a file of this repository."""
+    with structlog.testing.capture_logs() as entries:
+        make_operator(kubeconfig, cmds=["true"], startup_timeout_seconds=5)
+    named = [
+        e for e in entries if e.get("log_level") == "warning" and "have no effect" in str(e.get("event"))
+    ]
+    assert len(named) == 1, _rendered(entries)
+    text = _rendered(named)
+    assert "startup_timeout_seconds" in text and "migration guide" in text
+    assert ".md" not in text and "docs/" not in text

@@ -252,3 +252,37 @@ async def test_on_kill_stops_absorbing_cancels_at_on_kill_timeout_and_the_kill_s
     assert not await _job_deleted(k8s_async_client, "killed-late")
     gate.set()  # the supervisor answers "failed" at last
     await wait_until(lambda: _job_deleted(k8s_async_client, "killed-late"), what="the detached kill")
+
+
+async def _job_ended(api: Any, name: str) -> bool:
+    job = await BatchV1Api(api).read_namespaced_job(name, NS)
+    return any(c.type in ("Complete", "Failed") and c.status == "True" for c in job.status.conditions or [])
+
+
+@pytest.mark.parametrize("command", ["true", "exit 3"], ids=["complete", "failed"])
+async def test_a_kill_never_deletes_a_job_that_has_ended(
+    sandbox: Any, k8s_async_client: Any, kubeconfig: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """A cancellation that comes after the Job ended (a lagging triggerer's instance, cancelled after
+    the new owner fired and the task left DEFERRED) keeps the Job and its pods: the resumed task reads
+    its logs and result from them."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    name = f"ended-{'ok' if command == 'true' else 'fail'}"
+    job = await create_job(k8s_async_client, job_manifest(name, ["sh", "-c", command], backoff_limit=0))
+    await wait_until(lambda: _job_ended(k8s_async_client, name), what="the Job to end")
+    uid = job["metadata"]["uid"]
+    pods_before = await CoreV1Api(k8s_async_client).list_namespaced_pod(
+        NS, label_selector=f"controller-uid={uid}"
+    )
+    assert pods_before.items
+    trigger = JobTrigger(
+        name, NS, config_file=str(kubeconfig), job_uid=uid, delete_on_kill=True, delete_pods_on_kill=True
+    )
+    await trigger.on_kill()  # no task instance: the caller's own request, which deletes a running Job
+    kept = await BatchV1Api(k8s_async_client).read_namespaced_job(name, NS)
+    assert kept.metadata.deletion_timestamp is None
+    pods = await CoreV1Api(k8s_async_client).list_namespaced_pod(NS, label_selector=f"controller-uid={uid}")
+    assert [p.metadata.name for p in pods.items] == [p.metadata.name for p in pods_before.items]
+    assert all(p.metadata.deletion_timestamp is None for p in pods.items)
+    assert f"Not deleting Job {NS}/{name} on kill: it has already ended" in capsys.readouterr().out

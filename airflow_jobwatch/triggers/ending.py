@@ -1,0 +1,421 @@
+"""Ending a deferred task from the triggerer, and the words a failed Job's task fails with.
+
+Airflow 3 lets a trigger end its task itself (``TaskSuccessEvent`` / ``TaskFailedEvent``, with XComs):
+no worker resumes, so the task instance never goes back through SCHEDULED and QUEUED on the same try.
+That closes Airflow core's stale defer-exit race: when a trigger fires before the scheduler has drained
+the executor's SUCCESS for the worker that deferred, the scheduler finds a QUEUED task instance on the
+same try and fails it as killed externally. A task instance the trigger already ended is in a finished
+state, and the scheduler ignores the stale event for it.
+
+The operator decides at defer time whether everything it does after the wait can run in the triggerer
+(see :func:`end_plan_allowed`); the trigger then does exactly that here: the ``job`` and return-value
+XComs, the same log lines, ``on_finish_action`` on the pods, and the same failure message. Anything
+else resumes on a worker, held for at most :data:`RESUME_HOLD_SECONDS` after the deferral.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: A resume that fires this soon after the task deferred is held until this many seconds after the
+#: deferral, so that the scheduler has drained the executor's SUCCESS for the worker that deferred
+#: while the task instance is still DEFERRED or SCHEDULED with ``next_method`` set (which its guard
+#: ignores), before the resume makes it QUEUED on the same try. A Job that ends later is not held.
+RESUME_HOLD_SECONDS = 5.0
+
+#: What a succeeded pod's empty termination message reads as (the base container wrote no result).
+EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
+
+#: The kubelet keeps at most this many bytes of a container's termination message.
+TERMINATION_MESSAGE_LIMIT_BYTES = 4096
+
+
+class XComResultError(ValueError):
+    """A pod's XCom result cannot be read as JSON; the message says which pod and why."""
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def disruption_clause(disruptions: list[dict[str, Any]] | None, disruption_retries: int | None) -> str:
+    """What the cluster did to the Job's pods, for a failure message: '' when nothing."""
+    if not disruptions:
+        return ""
+    listed = "; ".join(f"pod {d.get('pod')} was {d.get('message') or d.get('reason')}" for d in disruptions)
+    text = f" after {plural(len(disruptions), 'disruption')}: {listed}"
+    if not disruption_retries:
+        text += "; `disruption_retries` absorbs disruptions"
+    return text + "."
+
+
+def failure_text(event: dict[str, Any], *, disruption_retries: int | None = None) -> str:
+    """The task's failure message for a trigger event that is not a success: the same words whether
+    the task fails in the worker, on resume, or from the triggerer."""
+    outcome = event.get("outcome") or event.get("status")
+    text = (
+        f"Kubernetes Job {event.get('namespace')}/{event.get('name')} {outcome}: "
+        f"{event.get('reason')}: {event.get('message')}"
+    )
+    if event.get("reason") != "DisruptionRetriesExceeded":  # that message names each one already
+        clause = disruption_clause(event.get("disruptions"), disruption_retries)
+        if clause:
+            text = f"{text.rstrip()}{'' if text.rstrip().endswith('.') else '.'} It failed{clause}"
+    return text
+
+
+def xcom_results(
+    raw: list[Any],
+    pod_names: list[str],
+    *,
+    xcom_path: str,
+    unwrap_single: bool,
+    log: Any,
+) -> Any:
+    """The return value from the pods' termination messages (one per succeeded pod), as the operator
+    returns it; logs what it reads.
+
+    :raises XComResultError: a message that is not JSON, naming the pod and the 4 KiB limit when hit.
+    """
+    results: list[Any] = []
+    for index, text in enumerate(raw):
+        if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
+            log.info("xcom result file is empty.")
+            results.append(None)
+            continue
+        if not isinstance(text, str) or not text.strip():
+            results.append(None)
+            continue
+        log.info("xcom result: \n%s", text)
+        try:
+            results.append(json.loads(text))
+        except ValueError:
+            pod = pod_names[index] if index < len(pod_names) else "?"
+            size = len(text.encode())
+            if size >= TERMINATION_MESSAGE_LIMIT_BYTES:
+                raise XComResultError(
+                    f"The XCom result of pod {pod} does not fit: it travels as the base container's "
+                    f"termination message ({xcom_path}), which the kubelet cuts to "
+                    f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
+                    f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
+                    f"write the data elsewhere (object storage, a volume) and return its location."
+                ) from None
+            raise XComResultError(f"Pod {pod} wrote {xcom_path} but it is not JSON: {text[:200]!r}") from None
+    if unwrap_single and len(results) == 1:
+        return results[0]
+    return results
+
+
+def log_ending(log: Any, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+    """The lines the task log gets when a Job's wait ends, before its result or error."""
+    log.info(
+        "Job %s/%s ended: %s (%s) %s",
+        event.get("namespace"),
+        event.get("name"),
+        event.get("outcome") or event.get("status"),
+        event.get("reason"),
+        event.get("message"),
+    )
+    for pod in pods:
+        log.info(
+            "  pod %s: %s, exit code %s, reason %s",
+            pod.get("name"),
+            pod.get("phase"),
+            pod.get("exit_code"),
+            pod.get("reason"),
+        )
+
+
+def xcom_json(value: Any) -> Any:
+    """``value`` as Airflow's XCom encoder writes it (datetimes and tuples as tagged objects), so that
+    an XCom the triggerer stores reads back exactly as the worker's would."""
+    from airflow.utils.json import XComEncoder
+
+    return json.loads(json.dumps(value, cls=XComEncoder))
+
+
+def trigger_failure_respects_retries(version: str | None = None) -> bool:
+    """Whether this Airflow's ``TaskFailedEvent`` sends a task that has retries left to UP_FOR_RETRY.
+
+    Airflow 3.1, 3.2 and 3.3.0 set FAILED whatever the retries (and run ``on_failure_callback``);
+    3.3.1 and later route it through the task's retry eligibility, as a failure on a worker.
+    """
+    from packaging.version import Version
+
+    if version is None:
+        from airflow import __version__
+
+        version = __version__
+    return Version(str(version)).release >= (3, 3, 1)
+
+
+def job_finished(job: dict[str, Any] | None) -> bool:
+    """The Job's own conditions say it has ended (Complete, Failed, SuccessCriteriaMet, FailureTarget),
+    in the ``V1Job.to_dict()`` shape or the API's."""
+    if not job:
+        return False
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget") and (
+            str(condition.get("status")) == "True"
+        ):
+            return True
+    return False
+
+
+async def hold_resume(trigger: Any) -> None:
+    """Hold a resume that fires within :data:`RESUME_HOLD_SECONDS` of the deferral until that much time
+    has passed since it; a resume that comes later is not held at all."""
+    if trigger.deferred_at is None:
+        return
+    import asyncio
+    import time
+
+    wait = min(RESUME_HOLD_SECONDS, trigger.deferred_at + RESUME_HOLD_SECONDS - time.time())
+    if wait > 0:
+        trigger.log.info(
+            "Job %s/%s ended %.1f s after the task deferred; resuming the task in %.1f s, once the "
+            "scheduler has seen the deferring worker exit",
+            trigger.namespace,
+            trigger.job_name,
+            RESUME_HOLD_SECONDS - wait,
+            wait,
+        )
+        await asyncio.sleep(wait)
+
+
+async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
+    """End the task here with what ``execute_complete`` would do on a worker, or return None to resume.
+
+    Ends it for a Job that succeeded, and for one whose own conditions say it failed when the operator
+    allowed a failure from here (``end_task["fail"]``); every other ending (a timeout, an unreachable
+    API, a Job deleted, a fail-fast end of a Job that still runs) resumes, since the worker must raise
+    the timeout or stop the Job.
+    """
+    from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
+
+    plan = trigger.end_task or {}
+    outcome = payload.get("outcome")
+    may_fail = bool(plan.get("fail"))
+    if outcome == "failed":
+        if not may_fail or not job_finished(payload.get("job")):
+            return None
+    elif outcome != "success":
+        return None
+    log = trigger.log
+    xcoms: dict[str, Any] = {"job": xcom_json(payload.get("job"))}
+    error: str | None = None
+    value: Any = None
+    if outcome == "success":
+        if plan.get("push_return"):
+            try:
+                value = xcom_results(
+                    list(payload.get("xcom_result") or []),
+                    list(payload.get("pod_names") or []),
+                    xcom_path=str(plan.get("xcom_path")),
+                    unwrap_single=bool(plan.get("unwrap_single", True)),
+                    log=_Quiet(),
+                )
+            except XComResultError as e:
+                if not may_fail:
+                    return None
+                error = str(e)
+    else:
+        error = failure_text(payload, disruption_retries=trigger.disruption_retries)
+    log_ending(log, payload, list(payload.get("pods") or []))
+    logs = plan.get("logs")
+    if logs is not None:
+        await write_pod_logs(trigger, payload, logs)
+    if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
+        xcom_results(
+            list(payload.get("xcom_result") or []),
+            list(payload.get("pod_names") or []),
+            xcom_path=str(plan.get("xcom_path")),
+            unwrap_single=bool(plan.get("unwrap_single", True)),
+            log=log,
+        )
+    await cleanup_pods(trigger, payload, str(plan.get("on_finish_action") or "delete_pod"))
+    if error is not None:
+        log.error("Task failed with exception: %s", error)
+        return TaskFailedEvent(xcoms=xcoms)
+    if value is not None:
+        xcoms["return_value"] = xcom_json(value)
+    return TaskSuccessEvent(xcoms=xcoms)
+
+
+#: Bytes read from a log stream at a time, and the longest line kept whole (a longer one is cut into
+#: pieces), so that memory stays bounded whatever a container writes.
+_LOG_CHUNK_BYTES = 64 * 1024
+_MAX_LINE_BYTES = 1024 * 1024
+
+
+def requested_containers(
+    log: Any, pod_name: str, init_names: list[str], names: list[str], logs: dict[str, Any]
+) -> list[str]:
+    """Init containers named by ``init_container_logs``, then containers named by ``container_logs``
+    (``True``: all), in the pod's order; a requested container the pod lacks is a warning."""
+    chosen: list[str] = []
+    for requested, present in (
+        (logs.get("init_container_logs"), init_names),
+        (logs.get("container_logs"), names),
+    ):
+        if not requested:
+            continue
+        if requested is True:
+            chosen.extend(present)
+            continue
+        for name in [requested] if isinstance(requested, str) else list(requested):
+            if name in present:
+                chosen.append(name)
+            else:
+                log.warning("Container %s whose logs were requested is not in pod %s", name, pod_name)
+    return chosen
+
+
+async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, Any]) -> None:
+    """Every requested container's log of every pod of the Job into the task log, as the operator
+    writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, never held whole. A log
+    that cannot be read is a warning."""
+    uid = payload.get("uid")
+    if not uid:
+        return
+    from kubernetes_asyncio.client import CoreV1Api
+
+    from airflow_jobwatch.kube import client as kube_client
+
+    log = trigger.log
+    try:
+        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+    except Exception as e:
+        log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
+        return
+    try:
+        core = CoreV1Api(api)
+        try:
+            listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
+        except Exception as e:
+            log.warning("Could not read the Job's pods: %s", e)
+            return
+        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        for pod in pods:
+            spec = pod.spec
+            containers = requested_containers(
+                log,
+                pod.metadata.name,
+                [c.name for c in (spec.init_containers or [])] if spec else [],
+                [c.name for c in (spec.containers or [])] if spec else [],
+                logs,
+            )
+            for container in containers:
+                await _write_container_log(log, core, pod.metadata.name, trigger.namespace, container)
+    finally:
+        await api.close()
+
+
+async def _write_container_log(log: Any, core: Any, pod: str, namespace: str, container: str) -> None:
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    try:
+        response = await core.read_namespaced_pod_log(
+            pod, namespace, container=container, _preload_content=False
+        )
+    except ApiException as e:
+        log.warning(
+            "Could not read the log of container %s of pod %s: HTTP %s %s", container, pod, e.status, e.reason
+        )
+        return
+    except Exception as e:
+        log.warning("Could not read the log of container %s of pod %s: %s", container, pod, e)
+        return
+    partial = b""
+    try:
+        async for chunk in response.content.iter_chunked(_LOG_CHUNK_BYTES):
+            partial += chunk
+            *complete, partial = partial.split(b"\n")
+            for line in complete:
+                log.info("[%s] [%s] %s", pod, container, _decoded(line.rstrip(b"\r")))
+            while len(partial) > _MAX_LINE_BYTES:
+                log.info("[%s] [%s] %s", pod, container, _decoded(partial[:_MAX_LINE_BYTES]))
+                partial = partial[_MAX_LINE_BYTES:]
+        if partial:
+            log.info("[%s] [%s] %s", pod, container, _decoded(partial.rstrip(b"\r")))
+    except Exception as e:  # a log is a nice-to-have; never fail the task for it
+        log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod, e)
+    finally:
+        response.release()
+
+
+def _decoded(line: bytes) -> str:
+    """UTF-8, undecodable bytes escaped (as upstream's operator decodes log lines)."""
+    return line.decode("utf-8", errors="backslashreplace")
+
+
+class _Quiet:
+    """A logger that says nothing (a dry run of :func:`xcom_results`)."""
+
+    def info(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _base_succeeded(pod: Any, base: str) -> bool:
+    for cs in (pod.status.container_statuses or []) if pod.status else []:
+        if cs.name == base and cs.state and cs.state.terminated and cs.state.terminated.exit_code == 0:
+            return True
+    return False
+
+
+async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: str) -> None:
+    """``on_finish_action`` on the Job's pods, as the operator does it after a resume: a pod kept or not
+    succeeded gets upstream's ``already_checked`` label, then it is deleted or not by upstream's rule.
+    Best effort: a failure here is logged and never changes the task's outcome."""
+    uid = payload.get("uid")
+    if not uid:
+        return
+    from kubernetes_asyncio.client import CoreV1Api, V1DeleteOptions
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from airflow_jobwatch.kube import client as kube_client
+
+    keep = on_finish_action in ("keep_pod", "delete_active_pod")
+    base = trigger.base_container_name
+    try:
+        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+    except Exception as e:
+        trigger.log.warning(
+            "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
+        )
+        return
+    try:
+        core = CoreV1Api(api)
+        listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
+        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        for pod in pods:
+            name, phase = pod.metadata.name, pod.status.phase if pod.status else None
+            try:
+                if phase != "Succeeded" or keep:
+                    await core.patch_namespaced_pod(
+                        name, trigger.namespace, body={"metadata": {"labels": {"already_checked": "True"}}}
+                    )
+                delete = (
+                    on_finish_action == "delete_pod"
+                    or (
+                        on_finish_action == "delete_succeeded_pod"
+                        and (phase == "Succeeded" or _base_succeeded(pod, base))
+                    )
+                    or (on_finish_action == "delete_active_pod" and phase in ("Running", "Pending"))
+                )
+                if delete:
+                    trigger.log.info("Deleting pod: %s", name)
+                    await core.delete_namespaced_pod(name, trigger.namespace, body=V1DeleteOptions())
+                else:
+                    trigger.log.info("Skipping deleting pod: %s", name)
+            except ApiException as e:
+                if e.status != 404:
+                    trigger.log.warning("Error while cleaning up pod %s: HTTP %s", name, e.status)
+    except Exception as e:
+        trigger.log.warning(
+            "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
+        )
+    finally:
+        await api.close()
