@@ -104,7 +104,9 @@ class Sandbox:
             raise ValueError(f"token_ttl must be > 0 seconds or None, got {token_ttl}")
         parse_service_account(service_account)  # fail early on a malformed one
         if simulated_default_seconds < 0:
-            raise ValueError(f"simulated_default_seconds must be >= 0 seconds, got {simulated_default_seconds}")
+            raise ValueError(
+                f"simulated_default_seconds must be >= 0 seconds, got {simulated_default_seconds}"
+            )
         self.simulate_pods = simulate_pods
         self.simulated_namespaces = frozenset(simulated_namespaces)
         self.simulated_default_seconds = simulated_default_seconds
