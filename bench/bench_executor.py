@@ -479,7 +479,8 @@ def run_throughput(
                 peak_manager = max(
                     peak_manager, _rss_kib(getattr(getattr(manager, "_process", None), "pid", None))
                 )
-            if time.monotonic() - last_progress > SETTLE_SECONDS:
+            # No event for longer than a pod lasts (plus the settle time): what is not terminal is stuck.
+            if time.monotonic() - last_progress > SETTLE_SECONDS + (max_seconds or 0.0):
                 break
             time.sleep(HEARTBEAT_SECONDS)
         elapsed = time.monotonic() - started
