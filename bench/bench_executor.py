@@ -670,7 +670,7 @@ def render_scale(results: list[tuple[int, list[dict[str, Any]]]], *, low: float,
         [
             "## Executor at scale: simulated pods, cost per task as the count grows",
             "",
-            f"`bench/bench_executor.py --scale --tasks N` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). "
+            f"`bench/bench_executor.py --scale --scale-tasks N` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). "
             f"N tasks at [core] parallelism N/2 on simulated sandbox pods (no host process) of {low:g}-{high:g} s "
             "(the same durations for each executor), both executors in turn on the same sandbox subprocess with "
             "the same client settings. Requests per task are the sandbox's counters over the run, by verb; "
