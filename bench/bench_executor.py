@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -395,7 +396,14 @@ def _rss_kib(pid: int | None) -> int:
 
 
 def run_throughput(
-    variant: str, *, tasks: int, parallelism: int, admin: Any, job_id: str, seconds: float
+    variant: str,
+    *,
+    tasks: int,
+    parallelism: int,
+    admin: Any,
+    job_id: str,
+    seconds: float,
+    max_seconds: float | None = None,
 ) -> dict[str, Any]:
     """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs."""
     from unittest import mock
@@ -443,9 +451,13 @@ def run_throughput(
 
         ex.sync = timed_sync
         keys = {}
+        rng = random.Random(11)  # the same durations for every executor
+        own_rss_before = _rss_kib(os.getpid())
+        peak_own = own_rss_before
         for i in range(tasks):
+            duration = seconds if max_seconds is None else round(rng.uniform(seconds, max_seconds), 1)
             w = make_workload(
-                dag_id="bench_tp", task_id=f"t{i:04d}", run_id=f"tp_{variant}", command=f"sleep {seconds}"
+                dag_id="bench_tp", task_id=f"t{i:05d}", run_id=f"tp_{variant}", command=f"sleep {duration}"
             )
             keys[w.ti.key] = w.ti.task_id
             ex.queue_workload(w, session=mock.sentinel.no_session)
@@ -461,12 +473,14 @@ def run_throughput(
                     done.add(keys[key])
                     last_progress = time.monotonic()
             if len(sync_durations) % 10 == 0:
+                peak_own = max(peak_own, _rss_kib(os.getpid()))
                 peak_watcher = max(peak_watcher, _rss_kib(watcher_pid()))
                 manager = getattr(ex, "_manager", None)
                 peak_manager = max(
                     peak_manager, _rss_kib(getattr(getattr(manager, "_process", None), "pid", None))
                 )
-            if time.monotonic() - last_progress > SETTLE_SECONDS:
+            # No event for longer than a pod lasts (plus the settle time): what is not terminal is stuck.
+            if time.monotonic() - last_progress > SETTLE_SECONDS + (max_seconds or 0.0):
                 break
             time.sleep(HEARTBEAT_SECONDS)
         elapsed = time.monotonic() - started
@@ -484,7 +498,15 @@ def run_throughput(
         else None
     )
     ms = [d * 1000 for d in sync_durations]
+    counters = admin.counters()
+    by_verb: dict[str, int] = {}
+    for name, count in counters.items():
+        verb = name.split(" ", 1)[0]
+        by_verb[verb] = by_verb.get(verb, 0) + count
+    per_task = {v: round(by_verb.get(v, 0) / max(tasks, 1), 2) for v in VERBS}
     return {
+        **{f"req_{v}": n for v, n in per_task.items()},
+        "scheduler_rss_growth_kib_per_running": round((peak_own - own_rss_before) / max(parallelism, 1), 1),
         "executor": {
             "jobwatch": "JobWatchExecutor (batch 16)",
             "upstream-default": "upstream, worker_pods_creation_batch_size=1 (default)",
@@ -505,6 +527,8 @@ def run_throughput(
     }
 
 
+VERBS = ("list", "watch", "get", "create", "patch", "delete")
+
 TP_COLUMNS = [
     ("executor", "executor"),
     ("terminal", "tasks ended"),
@@ -517,6 +541,13 @@ TP_COLUMNS = [
     ("pods_per_s", "pods created / s"),
     ("watcher_rss_mib", "watcher peak RSS (MiB)"),
     ("manager_rss_mib", "upstream Manager RSS (MiB)"),
+]
+SCALE_COLUMNS = [
+    *TP_COLUMNS[:6],
+    ("pods_per_s", "pods created / s"),
+    ("watcher_rss_mib", "watcher peak RSS (MiB)"),
+    ("scheduler_rss_growth_kib_per_running", "scheduler RSS growth / running task (KiB)"),
+    *((f"req_{v}", f"{v} / task") for v in VERBS),
 ]
 
 
@@ -623,18 +654,104 @@ def main_throughput(tasks: int, parallelism: int, seconds: float, out: Path) -> 
         shutil.rmtree(home, ignore_errors=True)
 
 
+SCALE_MARKER = "## Executor at scale"
+DEFAULT_OUT = str(REPO / "docs" / "benchmarks" / "executor.md")
+
+
+def render_scale(results: list[tuple[int, list[dict[str, Any]]]], *, low: float, high: float) -> str:
+    cols = SCALE_COLUMNS
+    head = "| tasks | " + " | ".join(title for _, title in cols) + " |"
+    lines = [head, "|" + "---|" * (len(cols) + 1)]
+    for tasks, rows in results:
+        for row in rows:
+            cells = ["—" if row.get(k) is None else str(row[k]) for k, _ in cols]
+            lines.append(f"| {tasks} | " + " | ".join(cells) + " |")
+    return "\n".join(
+        [
+            "## Executor at scale: simulated pods, cost per task as the count grows",
+            "",
+            f"`bench/bench_executor.py --scale --scale-tasks N` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). "
+            f"N tasks at [core] parallelism N/2 on simulated sandbox pods (no host process) of {low:g}-{high:g} s "
+            "(the same durations for each executor), both executors in turn on the same sandbox subprocess with "
+            "the same client settings. Requests per task are the sandbox's counters over the run, by verb; "
+            "scheduler RSS growth is this process's peak RSS minus its RSS before the run, over the "
+            "parallelism. The machine (2 cores) was shared with other jobs while this ran.",
+            "",
+            *lines,
+            "",
+        ]
+    )
+
+
+def main_scale(counts: list[int], low: float, high: float, out: Path, variants: list[str]) -> None:
+    home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-scale-"))
+    sandbox = SandboxProcess(
+        home / "kubeconfig", log=home / "sandbox.log", args=["--simulate-pods", "--history-window", "100000"]
+    )
+    results: list[tuple[int, list[dict[str, Any]]]] = []
+    try:
+        os.environ["AIRFLOW_HOME"] = str(home)
+        sandbox.start()
+        admin, kubeconfig = sandbox.admin, sandbox.kubeconfig
+        _setup_env(home, kubeconfig, max(counts))
+        for n, tasks in enumerate(counts):
+            rows = []
+            for i, variant in enumerate(variants):
+                print(f"scale: {variant} with {tasks} tasks at parallelism {tasks // 2} ...", flush=True)
+                rows.append(
+                    run_throughput(
+                        variant,
+                        tasks=tasks,
+                        parallelism=max(1, tasks // 2),
+                        admin=admin,
+                        job_id=str(301 + 10 * n + i),
+                        seconds=low,
+                        max_seconds=high,
+                    )
+                )
+                print(rows[-1], flush=True)
+            results.append((tasks, rows))
+            text = render_scale(results, low=low, high=high)
+            print(text)
+            write_section(out, text, SCALE_MARKER)
+    finally:
+        try:
+            sandbox.stop(timeout=15)
+        except Exception:
+            pass
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="40 tasks per executor instead of 200")
     parser.add_argument("--tasks", type=int, default=None)
-    parser.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "executor.md"))
+    parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--only", choices=["jobwatch", "upstream"], default=None)
     parser.add_argument("--throughput", action="store_true", help="the sync()/launch-rate benchmark")
     parser.add_argument("--parallelism", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=5.0, help="throughput: how long each pod sleeps")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="simulated pods, parallelism N/2, at each --scale-tasks count; writes docs/benchmarks/scale.md",
+    )
+    parser.add_argument(
+        "--scale-tasks", default="200,600", help="scale: comma-separated task counts (10x: 20000)"
+    )
+    parser.add_argument("--min-seconds", type=float, default=30.0, help="scale: shortest pod")
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="scale: longest pod")
+    parser.add_argument(
+        "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, upstream-default, upstream-16"
+    )
     args = parser.parse_args()
+    if args.scale:
+        counts = [int(c) for c in args.scale_tasks.split(",") if c.strip()]
+        out = Path(args.out) if args.out != DEFAULT_OUT else REPO / "docs" / "benchmarks" / "scale.md"
+        main_scale(counts, args.min_seconds, args.max_seconds, out, args.variants.split(","))
+        return
     if args.throughput:
         main_throughput(args.tasks or 2000, args.parallelism, args.seconds, Path(args.out))
         return

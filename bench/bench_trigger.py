@@ -1155,6 +1155,14 @@ def main() -> int:
         "(the sandbox's kubelet runs every container as a host process, too many for 10,000 Jobs)",
     )
     parser.add_argument(
+        "--simulated-pods",
+        action="store_true",
+        help="the sandbox's kubelet and Job controller run normally, on simulated pods (no host process; "
+        "each `sleep N` is read as N seconds), so that 10,000 live Jobs fit on one machine",
+    )
+    parser.add_argument("--min-seconds", type=int, default=None, help="shortest Job (default 10, quick 5)")
+    parser.add_argument("--max-seconds", type=int, default=None, help="longest Job (default 120, quick 20)")
+    parser.add_argument(
         "--live",
         action="store_true",
         help="detection under live load: sandbox with Job controller and kubelet in this process, "
@@ -1192,9 +1200,13 @@ def main() -> int:
 
     n, lo, hi = (50, 5, 20) if args.quick else (500, 10, 120)
     n = args.jobs or n
+    lo = args.min_seconds if args.min_seconds is not None else lo
+    hi = args.max_seconds if args.max_seconds is not None else hi
     workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-"))
     token = secrets.token_urlsafe(24)
     sandbox_args = ["--token", token] + (["--no-kubelet", "--no-job-controller"] if args.simulate else [])
+    if args.simulated_pods:
+        sandbox_args.append("--simulate-pods")
     sandbox = SandboxProcess(
         workdir / "kubeconfig", args=sandbox_args, log=workdir / "sandbox.log", admin_timeout=300
     )
@@ -1235,6 +1247,12 @@ def main() -> int:
             "`Complete` conditions (as the Job controller would). The sandbox's kubelet runs each container "
             "as a host process, and 10,000 concurrent `sleep`s would exhaust the shared machine's process "
             "and file limits. The triggers see the same objects and watch events either way. " + note
+        ).strip()
+    if args.simulated_pods:
+        note = (
+            "Run with `--simulated-pods`: the sandbox's kubelet and Job controller run as usual, but every "
+            "pod is simulated (no host process; its `sleep N` is read as N seconds), so the triggers see "
+            "the Job controller's own pods and conditions. " + note
         ).strip()
     if args.only:  # a profiling run: no side-by-side report
         print(json.dumps(rows, indent=1, default=str))

@@ -99,6 +99,21 @@ def _parser() -> argparse.ArgumentParser:
         help="answer resourceVersion=0 lists from the watch cache, whole (limit ignored), as a real server; "
         "default: every list is a consistent read that pages",
     )
+    s = p.add_argument_group("simulated pods (no host process)")
+    s.add_argument("--simulate-pods", action="store_true", help="run every pod simulated")
+    s.add_argument(
+        "--simulated-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="run this namespace's pods simulated (repeatable)",
+    )
+    s.add_argument(
+        "--simulated-default-seconds",
+        type=float,
+        default=60.0,
+        help="how long a simulated container whose command cannot be read runs",
+    )
     return p
 
 
@@ -119,6 +134,9 @@ async def _main(args: argparse.Namespace) -> None:
         rbac=args.rbac,
         watch_cache=args.watch_cache,
         watch_cache_lag=args.watch_cache_lag,
+        simulate_pods=args.simulate_pods,
+        simulated_namespaces=args.simulated_namespace,
+        simulated_default_seconds=args.simulated_default_seconds,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -35,7 +35,7 @@ from typing import Any
 
 from aiohttp import web
 
-from . import events
+from . import events, simulated
 from .errors import ApiError
 from .store import Event, clone, now_rfc3339
 
@@ -715,7 +715,7 @@ class Kubelet:
         if rt.stopping.is_set():
             c.final = True
             return 137
-        if not argv:
+        if not argv and not simulated.is_simulated(self.sb, self._current(rt) or {}):
             return self._start_error(
                 rt,
                 c,
@@ -723,7 +723,8 @@ class Kubelet:
                 'the sandbox runs container commands on the host and cannot use image entrypoints: set "command"',
             )
         try:
-            proc = await asyncio.create_subprocess_exec(
+            # A simulated container (no host process) or the container's process: same status path.
+            proc = simulated.start(self.sb, self._current(rt), argv) or await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -760,8 +761,7 @@ class Kubelet:
         except asyncio.CancelledError:
             # Pod gone from the API (force delete, node loss) or sandbox stopping: kill and reap the
             # process so that no child outlives the sandbox and its transport is closed in this loop.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            simulated.signal_group(proc, signal.SIGKILL)
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(proc.wait()), REAP_TIMEOUT_SECONDS)
             c.proc = None
@@ -850,8 +850,7 @@ class Kubelet:
         for c in rt.all_containers():
             proc = c.proc
             if proc is not None and proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+                simulated.signal_group(proc, sig)
 
     def _deadline_exceeded(self, rt: PodRuntime) -> None:
         if rt.stopping.is_set() or rt.task is None or rt.task.done():

@@ -61,6 +61,11 @@ class Sandbox:
         pageable read. A lag or a freeze turns it on.
     :param watch_cache_lag: revisions the watch cache lags behind (see :meth:`set_watch_cache_lag`);
         > 0 turns the watch cache on.
+    :param simulate_pods: run every pod simulated (no host process; see ``sandbox/simulated.py``),
+        unless its annotation ``sandbox.jobwatch.io/simulate`` is ``"false"``.
+    :param simulated_namespaces: namespaces whose pods run simulated.
+    :param simulated_default_seconds: how long a simulated container whose command cannot be read
+        (and has no duration annotation) runs.
     """
 
     def __init__(
@@ -85,6 +90,9 @@ class Sandbox:
         rbac: bool = False,
         watch_cache: bool = False,
         watch_cache_lag: int = 0,
+        simulate_pods: bool = False,
+        simulated_namespaces: Iterable[str] = (),
+        simulated_default_seconds: float = 60.0,
     ) -> None:
         if history_window < 0:
             raise ValueError(f"history_window must be >= 0, got {history_window}")
@@ -95,6 +103,13 @@ class Sandbox:
         if token_ttl is not None and token_ttl <= 0:
             raise ValueError(f"token_ttl must be > 0 seconds or None, got {token_ttl}")
         parse_service_account(service_account)  # fail early on a malformed one
+        if simulated_default_seconds < 0:
+            raise ValueError(
+                f"simulated_default_seconds must be >= 0 seconds, got {simulated_default_seconds}"
+            )
+        self.simulate_pods = simulate_pods
+        self.simulated_namespaces = frozenset(simulated_namespaces)
+        self.simulated_default_seconds = simulated_default_seconds
         self.host = host
         self.port = port
         self.tls = tls or in_cluster_dir is not None
