@@ -5,6 +5,8 @@ VENV   ?= .venv
 # CONSTRAINTS: the pins to install. constraints.txt pins Airflow 3.3 (the default venv runs the full suite on
 # it); constraints/airflow-3.1.txt and constraints/airflow-3.2.txt pin the older supported minors.
 CONSTRAINTS ?= constraints.txt
+# The tests `make test-compat` runs.
+COMPAT_TESTS ?= tests/unit tests/integration
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
@@ -12,7 +14,11 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# (Re)install when the pins or the project metadata change. $(CONSTRAINTS) pins every
+# (Re)install when the pins or the project metadata change. The editable install serves the whole
+# airflow_jobwatch folder, the sandbox and the pytest plugin included (the testing distribution's two
+# subpackages); tests/conftest.py loads the plugin. The testing distribution itself is built only as a
+# wheel: installed editable beside this one it would declare airflow_jobwatch a namespace package and
+# shadow the provider's __init__ under pytest. $(CONSTRAINTS) pins every
 # distribution, so a fresh machine gets exactly what CI tested.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,7 +44,7 @@ test: lint typecheck docs
 test-compat: $(STAMP)
 	$(BIN)/python --version
 	$(BIN)/python -c 'import airflow, airflow.providers.cncf.kubernetes as k; print("Airflow", airflow.__version__, "cncf.kubernetes", k.__version__)'
-	$(BIN)/pytest -q -ra tests/unit tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra $(COMPAT_TESTS) $(PYTEST_ARGS)
 
 # The documentation site, warnings as errors (docs/_build/html/index.html).
 docs: $(STAMP)
@@ -48,7 +54,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m airflow_jobwatch.devtools.demo
+	PYTHONPATH=tests $(BIN)/python -m support.demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
@@ -57,4 +63,4 @@ provider-info: $(STAMP)
 	$(BIN)/python .ci/gen_provider_info.py
 
 clean:
-	rm -rf .venv .venv-3.* .venv-af* .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build dist build
+	rm -rf .venv .venv-3.* .venv-af* .venv-airflow-* .pytest_cache .mypy_cache .ruff_cache .hypothesis docs/_build dist build

@@ -48,8 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.sandbox.process import SandboxProcess
+from airflow_jobwatch.testing.pod_template import pod_template_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)

@@ -44,6 +44,9 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 html_theme = "furo"
+# Our few style rules (docs/_static/jobwatch.css): wide tables scroll inside the text column.
+html_static_path = ["_static"]
+html_css_files = ["jobwatch.css"]
 html_title = f"airflow-jobwatch {release}"
 
 autodoc_default_options = {"members": True, "show-inheritance": True}

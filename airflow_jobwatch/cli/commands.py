@@ -9,6 +9,14 @@ import sys
 
 def sandbox(args: argparse.Namespace) -> None:
     """Replace this process with ``python -m airflow_jobwatch.sandbox`` so signals reach the sandbox directly."""
+    import importlib.util
+
+    # The sandbox ships in the testing distribution, not in the provider that schedulers and workers run.
+    if importlib.util.find_spec("airflow_jobwatch.sandbox") is None:
+        raise SystemExit(
+            "airflow jobwatch sandbox: the sandbox is not installed here; "
+            'install it with: pip install "airflow-jobwatch[testing]"'
+        )
     argv = [
         sys.executable,
         "-m",

@@ -10,8 +10,8 @@ the caller), and on failure raises :class:`SandboxStartError` naming what went w
 the sandbox's stderr log. The sandbox runs in its own process group, so :meth:`SandboxProcess.stop`
 also takes the processes of its pods, even if the sandbox itself has to be SIGKILLed.
 
-Stdlib only, like the rest of this package's client side: benchmarks, the Airflow stack in
-``airflow_jobwatch.devtools`` and tests all start the sandbox through this one class.
+Stdlib only, like the rest of this package's client side: the benchmarks, the repository's test harness
+that runs whole Airflow installations, and the tests all start the sandbox through this one class.
 """
 
 from __future__ import annotations

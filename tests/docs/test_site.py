@@ -7,8 +7,8 @@ page by page in headless Chromium.
 * Every internal link of every page resolves: the file exists, and so does the anchor it points to
   (checked on the built HTML with the standard library's parser, so this runs without a browser).
 * Every page renders in the browser, in a desktop window and at a phone's width: it has its title and a body, the end of its text is on the page
-  (nothing is cut off at the bottom), nothing is wider than the window or clipped at the sides, and
-  no script fails.
+  (nothing is cut off at the bottom), nothing is wider than the window or clipped at the sides, no
+  table or code block runs out of the text column without a scrollbar of its own, and no script fails.
 
 Chromium is driven through its DevTools protocol (a WebSocket, with aiohttp), one browser for all
 pages. Set ``JOBWATCH_DOCS_SCREENSHOTS=DIR`` to keep a screenshot of each page.
@@ -386,6 +386,25 @@ _MEASURE = """
       clipped.push(el.tagName.toLowerCase() + (el.className ? '.' + el.className : ''));
     }
   }
+  // A table or code block wider than the text column must scroll on its own (a scrollbar), not run
+  // out of the column under the table of contents or off the window.
+  const overflowing = [];
+  const scrolls = (v) => v === 'auto' || v === 'scroll';
+  const column = article ? article.getBoundingClientRect() : null;
+  for (const el of article ? article.querySelectorAll('table, pre') : []) {
+    let box = el, scroller_ = null;
+    for (; box && box !== article; box = box.parentElement) {
+      if (scrolls(getComputedStyle(box).overflowX)) { scroller_ = box; break; }
+    }
+    // A scrolling wrapper may reach into the column's margin by its own padding (the theme's
+    // table wrapper is 100 % wide plus padding); what it holds scrolls inside it.
+    const box_ = scroller_ || el;
+    const style_ = getComputedStyle(box_);
+    const slack = scroller_ ? parseFloat(style_.paddingLeft) + parseFloat(style_.paddingRight) : 0;
+    if (box_.getBoundingClientRect().right > column.right + slack + 1) {
+      overflowing.push(el.tagName.toLowerCase() + ': ' + (el.innerText || '').trim().slice(0, 40));
+    }
+  }
   const articleRect = article ? article.getBoundingClientRect() : null;
   return JSON.stringify({
     title: document.title,
@@ -398,6 +417,7 @@ _MEASURE = """
     scrollWidth: scroller.scrollWidth,
     innerWidth: window.innerWidth,
     clipped: clipped,
+    overflowing: overflowing,
   });
 })()
 """
@@ -457,6 +477,8 @@ async def test_every_page_renders_whole_in_chromium(
             problem(f"the page ends at {seen['scrollHeight']} px, its text at {seen['articleBottom']} px")
         if seen["scrollWidth"] > seen["innerWidth"] + 1:
             problem(f"{seen['scrollWidth']} px wide in a {seen['innerWidth']} px window: cut off at the side")
+        if seen["overflowing"]:
+            problem(f"wider than the text column with no scrollbar: {seen['overflowing'][:5]}")
         if seen["clipped"]:
             problem(f"content clipped (cut off) in {seen['clipped'][:5]}")
         if errors:

@@ -10,8 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
+from support.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

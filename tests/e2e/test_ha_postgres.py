@@ -1,6 +1,6 @@
 """HA on PostgreSQL: two schedulers and two triggerers share one metadata database, as in production.
 
-A PostgreSQL server is started from Debian's ``postgresql`` package (``devtools/postgres.py``;
+A PostgreSQL server is started from Debian's ``postgresql`` package (``tests/support/postgres.py``;
 ``.ci/run`` installs it). One stack runs api-server, dag-processor, two schedulers and two triggerers,
 all on JobWatchExecutor, against the sandbox. Worker pods are kept (``delete_worker_pods = False``) so
 the test can count them afterwards.
@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
+from support.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -37,7 +36,7 @@ DAGS = Path(__file__).parent / "dags_ha"
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
-    from airflow_jobwatch.devtools.postgres import PostgresServer, PostgresUnavailable
+    from support.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer()

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
+from support.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -35,7 +34,7 @@ DAG = "handover_deferred"
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
-    from airflow_jobwatch.devtools.postgres import PostgresServer, PostgresUnavailable
+    from support.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer()

@@ -1,5 +1,7 @@
-"""What users download: build the sdist and, from it, the wheel; install the wheel into a fresh venv and
-use it the way an Airflow deployment would (``airflow providers get``, the executor import)."""
+"""What users download: build each distribution's sdist and, from it, its wheel (the provider,
+airflow-jobwatch, and the testing distribution, airflow-jobwatch-testing); install the provider's wheel
+into a fresh venv and use it the way an Airflow deployment would (``airflow providers get``, the executor
+import, no sandbox), then add the testing wheel as ``pip install "airflow-jobwatch[testing]"`` does."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import tarfile
 import venv
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,21 +38,23 @@ def _run(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 
 def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
     # Without --sdist/--wheel, build makes the sdist and then the wheel *from the sdist*, so this also
-    # proves that the sdist holds everything the build needs.
+    # proves that each sdist holds everything its build needs.
     _run(sys.executable, "-m", "build", "--outdir", out, ROOT)
-    (sdist,) = out.glob("*.tar.gz")
-    (wheel,) = out.glob("*.whl")
-    return {"sdist": sdist, "wheel": wheel}
+    _run(sys.executable, "-m", "build", "--outdir", out, ROOT / "airflow-jobwatch-testing")
+    (sdist,) = out.glob("airflow_jobwatch-*.tar.gz")
+    (wheel,) = out.glob("airflow_jobwatch-*.whl")
+    (testing_wheel,) = out.glob("airflow_jobwatch_testing-*.whl")
+    return {"sdist": sdist, "wheel": wheel, "testing_wheel": testing_wheel, "dir": out}
 
 
 def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     names = zipfile.ZipFile(dists["wheel"]).namelist()
     code = {n for n in names if not n.startswith("airflow_jobwatch-")}
     assert "airflow_jobwatch/get_provider_info.py" in code
-    assert "airflow_jobwatch/testing/__init__.py" in code
-    assert "airflow_jobwatch/testing/_child.py" in code
+    assert "airflow_jobwatch/executors/__init__.py" in code
     assert "airflow_jobwatch/py.typed" in code
-    assert not [n for n in code if n.startswith("airflow_jobwatch/devtools/")]
+    # The emulator and the pytest plugin are the testing distribution's, not in scheduler/worker images.
+    assert not [n for n in code if n.startswith(("airflow_jobwatch/sandbox/", "airflow_jobwatch/testing/"))]
     assert not [n for n in code if not n.startswith("airflow_jobwatch/")], "only the package is installed"
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     metadata = zipfile.ZipFile(dists["wheel"]).read(meta).decode()
@@ -63,13 +68,32 @@ def test_wheel_holds_runtime_code_only(dists: dict[str, Path]) -> None:
     assert long_description.startswith("# airflow-jobwatch\n")
     assert "from airflow_jobwatch.operators.job import KubernetesJobOperator" in long_description
     assert "make demo" not in long_description
+    assert 'Requires-Dist: airflow-jobwatch-testing==0.1.0; extra == "testing"' in metadata
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    # the pytest plugin of docs/testing.md, loaded by pytest from the installed wheel
-    assert "[pytest11]\nairflow_jobwatch.testing = airflow_jobwatch.testing" in (
-        zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
-    )
+    assert "pytest11" not in zipfile.ZipFile(dists["wheel"]).read(entry_points).decode()
     licenses = [n for n in names if "/licenses/" in n]
     assert {Path(n).name for n in licenses} == {"LICENSE", "NOTICE"}
+
+
+def test_testing_wheel_holds_the_sandbox_and_the_plugin_only(dists: dict[str, Path]) -> None:
+    archive = zipfile.ZipFile(dists["testing_wheel"])
+    names = archive.namelist()
+    code = {n for n in names if not n.startswith("airflow_jobwatch_testing-")}
+    assert "airflow_jobwatch/sandbox/__main__.py" in code
+    assert "airflow_jobwatch/testing/__init__.py" in code
+    assert "airflow_jobwatch/testing/_child.py" in code
+    # It installs into the provider's import package and owns none of the provider's files.
+    assert not [
+        n for n in code if not n.startswith(("airflow_jobwatch/sandbox/", "airflow_jobwatch/testing/"))
+    ]
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    assert "Requires-Dist: airflow-jobwatch==0.1.0" in archive.read(meta).decode()
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    # the pytest plugin of docs/testing.md, loaded by pytest from the installed wheel
+    assert (
+        "[pytest11]\nairflow_jobwatch.testing = airflow_jobwatch.testing"
+        in archive.read(entry_points).decode()
+    )
 
 
 def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
@@ -78,7 +102,9 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
     for expected in (
         "tests/packaging/test_distributions.py",
         "tests/unit/test_provider_info.py",
-        "airflow_jobwatch/devtools/stack.py",
+        "tests/support/stack.py",
+        "airflow-jobwatch-testing/pyproject.toml",
+        "airflow_jobwatch/sandbox/__main__.py",
         "dags_example/executor_basics.py",
         "docs/architecture.md",
         "docs/index.md",
@@ -98,9 +124,10 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
 
 
 @pytest.fixture(scope="module")
-def installed(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel and its ``test`` extra (pytest and friends) installed, as a distribution
-    packager would test it. Returns the venv's directory."""
+def installed(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A fresh venv with the provider's wheel and its ``test`` extra (pytest and friends) installed, as a
+    distribution packager would test it; what the provider alone does is probed, then the testing wheel is
+    added as the ``testing`` extra adds it. Returns the venv's directory and the provider-only probes."""
     env_dir = tmp_path_factory.mktemp("wheel-venv") / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
@@ -123,7 +150,26 @@ def installed(dists: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
         cwd=env_dir.parent,
         timeout=900,
     )
-    return env_dir
+    probe = "import importlib.util as u; print(u.find_spec('airflow_jobwatch.sandbox'))"
+    without_testing = _run(env_dir / "bin" / "python", "-c", probe, env=env, cwd=env_dir.parent).strip()
+    cli = subprocess.run(
+        [str(env_dir / "bin" / "airflow"), "jobwatch", "sandbox", "--kubeconfig", str(env_dir.parent / "kc")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=env_dir.parent,
+    )  # fmt: skip
+    # The testing extra, resolved from the folder the two wheels were built into
+    _run(
+        env_dir / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "--find-links", dists["dir"],
+        "airflow-jobwatch-testing==0.1.0", env=env, cwd=env_dir.parent, timeout=300,
+    )  # fmt: skip
+    return {"dir": env_dir, "sandbox_spec_without_testing": without_testing, "cli_without_testing": cli}
+
+
+def test_provider_alone_has_no_sandbox_and_says_how_to_get_it(installed: dict[str, Any]) -> None:
+    assert installed["sandbox_spec_without_testing"] == "None"
+    cli = installed["cli_without_testing"]
+    assert cli.returncode != 0
+    assert 'pip install "airflow-jobwatch[testing]"' in cli.stderr, cli.stderr[-2000:]
+    assert "Traceback" not in cli.stderr, cli.stderr[-2000:]
 
 
 def _clean_env(tmp_path: Path) -> dict[str, str]:
@@ -133,8 +179,8 @@ def _clean_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_wheel_installs_and_airflow_finds_the_provider(installed: Path, tmp_path: Path) -> None:
-    env_dir = installed
+def test_wheel_installs_and_airflow_finds_the_provider(installed: dict[str, Any], tmp_path: Path) -> None:
+    env_dir = installed["dir"]
     py = env_dir / "bin" / "python"
     env = _clean_env(tmp_path)
     out = _run(
@@ -150,7 +196,7 @@ def test_wheel_installs_and_airflow_finds_the_provider(installed: Path, tmp_path
         "import airflow_jobwatch, airflow_jobwatch.executors as e, airflow_jobwatch.testing as t;"
         "print(airflow_jobwatch.__file__); print(e.JobWatchExecutor.__name__);"
         "import importlib.util as u; print(u.find_spec('airflow_jobwatch.devtools'))"
-    )
+    )  # the repository's own test harness is in no distribution
     proc = subprocess.run(
         [str(py), "-c", probe], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
     )
@@ -161,7 +207,7 @@ def test_wheel_installs_and_airflow_finds_the_provider(installed: Path, tmp_path
     assert devtools == "None"
 
 
-def test_unit_tests_pass_against_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+def test_unit_tests_pass_against_the_installed_wheel(installed: dict[str, Any], tmp_path: Path) -> None:
     """``tests/unit`` run against the wheel, as a distribution packager runs them: a copy of the tests
     (with the files they read: provider.yaml, docs/metrics.md, and pyproject.toml for pytest's settings)
     and no ``airflow_jobwatch`` source anywhere on ``sys.path``."""
@@ -171,14 +217,14 @@ def test_unit_tests_pass_against_the_installed_wheel(installed: Path, tmp_path: 
     for name in ("provider.yaml", "pyproject.toml", "docs/metrics.md"):
         shutil.copy(ROOT / name, tree / name)
     assert not (tree / "airflow_jobwatch").exists()
-    py = installed / "bin" / "python"
+    py = installed["dir"] / "bin" / "python"
     env = _clean_env(tmp_path)
     env["HYPOTHESIS_PROFILE"] = os.environ.get("HYPOTHESIS_PROFILE", "ci")
     # -P: the working directory is not put on sys.path either
     where = _run(
         py, "-P", "-c", "import airflow_jobwatch; print(airflow_jobwatch.__file__)", env=env, cwd=tree
     )
-    assert where.strip().startswith(str(installed)), where
+    assert where.strip().startswith(str(installed["dir"])), where
     out = _run(
         py, "-P", "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/unit",
         env=env, cwd=tree, timeout=900,

@@ -3,7 +3,7 @@
 1. Starts the sandbox with a history window of 1 (any watch that resumes from an older
    resourceVersion gets ``410 Gone``), no bookmarks, and an image registry that fails
    (``registry.invalid/...``), plus real Airflow processes (api-server, scheduler with
-   JobWatchExecutor, dag-processor, triggerer) on SQLite: :class:`~airflow_jobwatch.devtools.stack.AirflowStack`.
+   JobWatchExecutor, dag-processor, triggerer) on SQLite: :class:`~support.stack.AirflowStack`.
 2. While the DAGs run, a chaos thread drops every open watch every few seconds, so each watcher
    reconnects, is told 410, relists and reconciles, over and over.
 3. Runs ``executor_basics`` (tasks in worker pods: success, failure, non-zero exit, retry, timeout,
@@ -11,7 +11,7 @@
 4. Prints a table of tasks, their pods, final states and the expected ones, and how many relists,
    watcher restarts and 410s happened. Exits 0 only if every task ended as expected.
 
-``python -m airflow_jobwatch.devtools.demo --help`` for options.
+``PYTHONPATH=tests python -m support.demo --help`` (from the repository's root) for options.
 """
 
 from __future__ import annotations
@@ -128,9 +128,7 @@ def container_lines(task_log: str, limit: int = 4) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m airflow_jobwatch.devtools.demo", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m support.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-chaos", action="store_true", help="do not drop watches during the run")
     parser.add_argument("--timeout", type=float, default=420.0, help="seconds allowed for the DAG runs")
     parser.add_argument("--keep", action="store_true", help="keep the temporary AIRFLOW_HOME for inspection")
@@ -140,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dag_ids = args.dag or list(EXPECTED)
 
-    from airflow_jobwatch.devtools.stack import AirflowStack
+    from support.stack import AirflowStack
 
     print("Starting the sandbox (history window 1, no bookmarks) and Airflow (api-server, scheduler with")
     print("JobWatchExecutor, dag-processor, triggerer) ... this takes about a minute.", flush=True)

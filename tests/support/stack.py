@@ -1,6 +1,6 @@
 """A throwaway Airflow installation running on the embedded Kubernetes sandbox.
 
-    from airflow_jobwatch.devtools.stack import AirflowStack
+    from support.stack import AirflowStack
 
     with AirflowStack(dag_ids=["executor_scenarios"]) as stack:
         run_id = stack.trigger_dag("executor_scenarios")
@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from airflow_jobwatch.devtools.pod_template import pod_template_yaml
 from airflow_jobwatch.sandbox.process import SandboxProcess, SandboxStartError, stop_process_group
+from airflow_jobwatch.testing.pod_template import pod_template_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGS_FOLDER = REPO_ROOT / "dags_example"
@@ -112,7 +112,7 @@ class AirflowStack:
     :param parallelism: ``[core] parallelism``.
     :param base_dir: where to create the temp ``AIRFLOW_HOME`` (default: the system temp dir).
     :param database_url: ``[database] sql_alchemy_conn`` (e.g. :attr:`PostgresServer.url
-        <airflow_jobwatch.devtools.postgres.PostgresServer.url>`); SQLite in ``AIRFLOW_HOME`` by default.
+        <support.postgres.PostgresServer.url>`); SQLite in ``AIRFLOW_HOME`` by default.
         Process names may carry a ``#N`` suffix to run several of one kind (HA):
         ``processes=("api-server", "scheduler", "scheduler#2", ...)``.
     :param keep: keep the temp directory on exit (for debugging).
