@@ -1,6 +1,6 @@
 """A task's launch survives a change of scheduler: an HA flap, and a restart while a resumed task waits.
 
-Real api-server, dag-processor, triggerer and schedulers on PostgreSQL (``devtools/postgres.py``), all
+Real api-server, dag-processor, triggerer and schedulers on PostgreSQL (``tests/support/postgres.py``), all
 on JobWatchExecutor, worker pods run by the sandbox. The tasks' pods run until the test releases them
 (``tests/e2e/dags_flap``), so a task can only succeed through the scheduler that must take it over.
 What is asserted is what a user sees in Airflow's database: task states, try numbers, which
@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_jobwatch.devtools.stack import AirflowStack, wait_until
+from support.stack import AirflowStack, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -39,7 +38,7 @@ HEALTH_CHECK_THRESHOLD = 20
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
-    from airflow_jobwatch.devtools.postgres import PostgresServer, PostgresUnavailable
+    from support.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer()

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from airflow_jobwatch.devtools.stack import AirflowStack
+from support.stack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -30,7 +29,7 @@ STALE = re.compile(r"finished with state success, but the task instance's state 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
     """LocalExecutor runs tasks in parallel: SQLite would lock under them (the triggerer dies of it)."""
-    from airflow_jobwatch.devtools.postgres import PostgresServer, PostgresUnavailable
+    from support.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer()
