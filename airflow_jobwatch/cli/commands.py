@@ -30,6 +30,8 @@ def sandbox(args: argparse.Namespace) -> None:
         argv += ["--history-window", str(args.history_window)]
     if args.bookmark_interval is not None:
         argv += ["--bookmark-interval", str(args.bookmark_interval)]
+    if args.fail_images:
+        argv += ["--fail-images", args.fail_images]
     if args.tls:
         argv.append("--tls")
     os.execv(sys.executable, argv)

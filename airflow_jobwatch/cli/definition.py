@@ -32,6 +32,14 @@ ARG_BOOKMARK_INTERVAL = Arg(
     help="Seconds between BOOKMARK events on watches that ask for them.",
 )
 
+ARG_FAIL_IMAGES = Arg(
+    ("--fail-images",),
+    default=None,
+    metavar="PATTERN",
+    help="Regular expression: pods whose image matches never start (ErrImagePull, then ImagePullBackOff). "
+    "Images from a registry in the reserved .invalid domain (registry.invalid/...) always fail to pull.",
+)
+
 ARG_TLS = Arg(
     ("--tls",),
     action="store_true",
@@ -89,7 +97,7 @@ JOBWATCH_COMMANDS = (
         name="sandbox",
         help="Run the embedded Kubernetes sandbox (an API emulator with a Job controller and a local kubelet)",
         func=lazy_load_command("airflow_jobwatch.cli.commands.sandbox"),
-        args=(ARG_PORT, ARG_KUBECONFIG, ARG_HISTORY_WINDOW, ARG_BOOKMARK_INTERVAL, ARG_TLS),
+        args=(ARG_PORT, ARG_KUBECONFIG, ARG_HISTORY_WINDOW, ARG_BOOKMARK_INTERVAL, ARG_FAIL_IMAGES, ARG_TLS),
     ),
     ActionCommand(
         name="cleanup-pods",

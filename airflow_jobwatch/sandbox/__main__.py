@@ -27,7 +27,12 @@ def _parser() -> argparse.ArgumentParser:
         "--bookmark-interval", type=float, default=5.0, help="seconds between BOOKMARKs (0 = never)"
     )
     p.add_argument("--pod-start-delay", type=float, default=0.0, help="seconds a pod stays Pending")
-    p.add_argument("--fail-images", default=None, help="regex: matching images fail with ErrImagePull")
+    p.add_argument(
+        "--fail-images",
+        default=None,
+        metavar="PATTERN",
+        help="regex: matching images fail with ErrImagePull (registry.invalid/... always does)",
+    )
     p.add_argument("--error-rate", type=float, default=0.0, help="share (0..1) of API requests to fail")
     p.add_argument("--error-status", type=int, default=503, help="HTTP status of injected errors")
     p.add_argument("--no-kubelet", action="store_true", help="do not run pods")

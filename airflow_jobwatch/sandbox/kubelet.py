@@ -37,6 +37,7 @@ from aiohttp import web
 
 from . import events, simulated
 from .errors import ApiError
+from .images import cannot_pull
 from .store import Event, clone, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -494,16 +495,14 @@ class Kubelet:
         spec = pod.get("spec", {})
         delay = self.sb.pod_start_delay
         pattern = self.sb.image_pull_failure
-        failing_image = None
-        if pattern is not None:
-            failing_image = next(
-                (
-                    c.spec.get("image", "")
-                    for c in rt.containers
-                    if pattern.search(str(c.spec.get("image", "")))
-                ),
-                None,
-            )
+        failing_image = next(
+            (
+                str(c.spec.get("image", ""))
+                for c in rt.containers
+                if cannot_pull(str(c.spec.get("image", "")), pattern)
+            ),
+            None,
+        )
         if delay > 0 or failing_image is not None:
             self._publish(rt)  # Pending, containers waiting: ContainerCreating
         if delay > 0 and await self._wait_stopping(rt, delay):

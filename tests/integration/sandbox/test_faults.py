@@ -161,6 +161,30 @@ def test_image_pull_failure(sandbox: SandboxThread, core: client.CoreV1Api) -> N
     assert sandbox.get_object("pods", "default", "pull")["status"]["phase"] == "Pending"  # type: ignore[index]
 
 
+def test_reserved_invalid_registry_fails_to_pull_by_default(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    """With no pattern set, an image from a ``.invalid`` registry still never starts; others do."""
+    sandbox.set_image_pull_failure(None)
+    bad = [{"name": "main", "image": "registry.invalid/jobwatch/nope:1", "command": ["true"]}]
+    good = [{"name": "main", "image": "busybox:1.36", "command": ["true"]}]
+    core.create_namespaced_pod("default", pod_body("pull-default", containers=bad))
+    core.create_namespaced_pod("default", pod_body("pull-ok", containers=good))
+
+    def reason(name: str) -> str | None:
+        pod = core.read_namespaced_pod(name, "default")
+        for cs in pod.status.container_statuses or []:
+            return cs.state.waiting.reason if cs.state.waiting else None
+        return None
+
+    wait_for(lambda: reason("pull-default") == "ImagePullBackOff", what="ImagePullBackOff")
+    assert core.read_namespaced_pod("pull-default", "default").status.phase == "Pending"
+    wait_for(
+        lambda: core.read_namespaced_pod("pull-ok", "default").status.phase == "Succeeded",
+        what="the pullable image's pod to succeed",
+    )
+
+
 def test_evict_pod(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod_body("ev", "sleep 60"))
     wait_for(
