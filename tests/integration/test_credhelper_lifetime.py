@@ -29,7 +29,9 @@ from airflow_jobwatch.kube.client import MIN_RELOAD_INTERVAL_SECONDS, ClusterCon
 from airflow_jobwatch.kube.direct import DirectApiClient, end_helpers, fetch_credentials
 from airflow_jobwatch.sandbox.tls import self_signed_cert
 
+# slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.timeout(120),
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scans /proc"),
 ]

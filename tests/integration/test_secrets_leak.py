@@ -41,7 +41,8 @@ from airflow_jobwatch.sandbox.tls import self_signed_cert
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 
-pytestmark = pytest.mark.timeout(120)
+# slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 class Leaks:

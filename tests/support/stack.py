@@ -489,15 +489,19 @@ class AirflowStack:
         return out
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
-        """The task's log file (JSON lines) as written by the worker and the executor; '' if none."""
+        """The task's log (JSON lines) as a user reads it: the file the worker and the executor write, then
+        the triggerer's files beside it (``attempt=N.log.trigger.<id>.log``), which Airflow's log reader
+        shows with it; '' if none."""
         base = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         if map_index >= 0:
             base = base / f"map_index={map_index}"
-        path = base / f"attempt={try_number}.log"
-        try:
-            return path.read_text(errors="replace")
-        except OSError:
-            return ""
+        texts = []
+        for path in sorted(base.glob(f"attempt={try_number}.log*")):
+            try:
+                texts.append(path.read_text(errors="replace"))
+            except OSError:
+                continue
+        return "\n".join(texts)
 
     def audit_events(self, dag_id: str, run_id: str, event: str = "state mismatch") -> list[str]:
         rows = self.query(

@@ -19,7 +19,8 @@ from support.workloads import make_workload
 from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.testing.pod_template import pod_template_yaml
 
-pytestmark = pytest.mark.timeout(120)
+# slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from support.workloads import make_workload
 
 from airflow_jobwatch.sandbox.simulated import SIMULATE_ANNOTATION
 
-pytestmark = pytest.mark.timeout(180)
+# slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def workload(task_id: str, command: str, *, simulated: bool) -> Any:
