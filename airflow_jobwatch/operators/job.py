@@ -689,6 +689,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         """
         if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
             return None
+        # A task that asks for its pods' logs resumes on a worker, which writes them to the task log: the
+        # triggerer's copy of them did not reach the task log after a triggerer restart.
+        if self.get_logs:
+            return None
         callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
         if any(getattr(self, name, None) for name in callbacks):
             return None
