@@ -37,18 +37,6 @@ HEALTH_CHECK_THRESHOLD = 20
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Any]:
-    from support.postgres import PostgresServer, PostgresUnavailable
-
-    try:
-        server = PostgresServer()
-    except PostgresUnavailable as err:
-        pytest.skip(str(err))
-    with server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def release_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("release")
 

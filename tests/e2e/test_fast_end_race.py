@@ -38,19 +38,6 @@ STALE = re.compile(r"finished with state success, but the task instance's state 
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Any]:
-    """LocalExecutor runs tasks in parallel: SQLite would lock under them (the triggerer dies of it)."""
-    from support.postgres import PostgresServer, PostgresUnavailable
-
-    try:
-        server = PostgresServer()
-    except PostgresUnavailable as err:
-        pytest.skip(str(err))
-    with server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(postgres: Any) -> Iterator[AirflowStack]:
     with AirflowStack(
         database_url=postgres.url,

@@ -35,18 +35,6 @@ DAGS = Path(__file__).parent / "dags_ha"
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Any]:
-    from support.postgres import PostgresServer, PostgresUnavailable
-
-    try:
-        server = PostgresServer()
-    except PostgresUnavailable as err:
-        pytest.skip(str(err))
-    with server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(postgres: Any) -> Iterator[AirflowStack]:
     with AirflowStack(
         processes=("api-server", "dag-processor", "scheduler", "scheduler#2", "triggerer", "triggerer#2"),

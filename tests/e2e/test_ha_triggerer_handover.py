@@ -33,18 +33,6 @@ DAG = "handover_deferred"
 
 
 @pytest.fixture(scope="module")
-def postgres() -> Iterator[Any]:
-    from support.postgres import PostgresServer, PostgresUnavailable
-
-    try:
-        server = PostgresServer()
-    except PostgresUnavailable as err:
-        pytest.skip(str(err))
-    with server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def stack(postgres: Any) -> Iterator[AirflowStack]:
     with AirflowStack(
         # triggerer#2 is started by the test, once triggerer A holds every trigger
