@@ -39,6 +39,7 @@ from . import events, simulated
 from .errors import ApiError
 from .images import cannot_pull
 from .store import Event, clone, now_rfc3339
+from .volumes import VolumeRoot, host_path, rewrite
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class ContainerRuntime:
     launched: bool = False  # the first start attempt happened (spawned or StartError)
     init: bool = False  # an init container: runs to completion before the main containers
     previous_logs: LogBuffer | None = None
+    mounts: dict[str, str] = field(default_factory=dict)  # container path -> host folder (volumes.py)
 
     @property
     def name(self) -> str:
@@ -180,6 +182,7 @@ class Kubelet:
     def __init__(self, sandbox: Any) -> None:
         self.sb = sandbox
         self.pods: dict[str, PodRuntime] = {}  # by uid
+        self.volumes = VolumeRoot()
         self._started = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -202,6 +205,7 @@ class Kubelet:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await rt.task
         self.pods.clear()
+        self.volumes.close()
 
     # ---- events from the store -------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
@@ -216,6 +220,7 @@ class Kubelet:
                 rt.stop_reason = rt.stop_reason or "killed"
                 rt.task.cancel()
             self.pods.pop(uid, None)
+            self.volumes.remove(uid)
             return
         meta = event.obj["metadata"]
         rt = self.pods.get(uid)
@@ -255,6 +260,8 @@ class Kubelet:
             restart_policy=spec.get("restartPolicy", "Always"),
             init_containers=[ContainerRuntime(clone(c), init=True) for c in spec.get("initContainers") or []],
         )
+        for c in rt.all_containers():
+            c.mounts = self.volumes.mounts(uid, spec, c.spec)
         if rt.init_containers:
             rt.initialized = False
             for c in rt.containers:
@@ -707,6 +714,7 @@ class Kubelet:
 
     async def _run_once(self, rt: PodRuntime, c: ContainerRuntime) -> int:
         argv = [str(a) for a in (c.spec.get("command") or [])] + [str(a) for a in (c.spec.get("args") or [])]
+        argv = [rewrite(a, c.mounts) for a in argv]
         if c.restart_count:
             c.previous_logs = c.logs
             c.logs = LogBuffer()
@@ -728,8 +736,8 @@ class Kubelet:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env=self._environment(rt, c),
-                cwd=c.spec.get("workingDir") or None,
+                env={k: rewrite(v, c.mounts) for k, v in self._environment(rt, c).items()},
+                cwd=rewrite(str(c.spec.get("workingDir") or ""), c.mounts) or None,
                 start_new_session=True,  # own process group: signals reach the whole container
             )
         except (OSError, ValueError) as exc:
@@ -833,7 +841,7 @@ class Kubelet:
         path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
         if path != "/dev/termination-log":
             with contextlib.suppress(OSError):
-                with open(path, "rb") as fh:
+                with open(host_path(path, c.mounts), "rb") as fh:
                     fh.seek(0, os.SEEK_END)
                     size = fh.tell()
                     fh.seek(max(0, size - TERMINATION_MESSAGE_MAX_BYTES))

@@ -20,9 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
 
 
-def _dag_file(tmp_path: Path, *, deferrable: bool, command: str, xcom: bool = False) -> Path:
+def _dag_file(
+    tmp_path: Path, *, deferrable: bool, command: str, xcom: bool = False, default_xcom_path: bool = False
+) -> Path:
     """A DAG of two tasks: a Job, then a Python task that reads the Job's XComs."""
     xcom_args = f"do_xcom_push=True, xcom_path={str(tmp_path / 'return.json')!r}," if xcom else ""
+    if default_xcom_path:
+        xcom_args = "do_xcom_push=True,"
     path = tmp_path / "job_dag.py"
     path.write_text(
         textwrap.dedent(
@@ -81,6 +85,21 @@ def test_run_dag_runs_the_job_operator_and_returns_states_xcoms_and_logs(
 
 
 @pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
+def test_a_container_writing_the_documented_xcom_path_passes_with_no_setup(
+    tmp_path: Path, jobwatch_sandbox: RunningSandbox
+) -> None:
+    """The operator's default XCom file /airflow/xcom/return.json maps to a per-pod folder of the
+    sandbox: the value comes back and the host's /airflow is never created or written."""
+    before = os.path.lexists("/airflow") and sorted(os.listdir("/airflow"))
+    command = "echo '{\"answer\": 42}' > /airflow/xcom/return.json"
+    run = run_dag(_dag_file(tmp_path, deferrable=False, command=command, default_xcom_path=True))
+    job = run.task("job")
+    assert job.state == "success", job.log
+    assert job.xcoms["return_value"] == {"answer": 42}
+    after = os.path.lexists("/airflow") and sorted(os.listdir("/airflow"))
+    assert after == before
+
+
 @pytest.mark.parametrize("deferrable", [False, True], ids=["in-worker", "deferred"])
 def test_fault_helpers_during_a_run_dropped_watches_and_410_are_survived(
     tmp_path: Path, jobwatch_sandbox: RunningSandbox, deferrable: bool
