@@ -9,10 +9,10 @@ the test can count them afterwards.
   them (Airflow's orphan detection, then ``try_adopt_task_instances``) and relabels them its own; every
   task ends ``success``, each task whose pod existed at the kill on its first try, and each task got
   one pod, for the try it ran.
-* SIGKILL one triggerer while 50 JobTriggers wait: the other takes them over; every deferred task
+* SIGKILL one triggerer while 30 JobTriggers wait: the other takes them over; every deferred task
   ends ``success`` exactly once, on its first try.
 * Both at once, in a 410 storm (a one-change watch history and every watch dropped every 2 s): SIGKILL a
-  scheduler and a triggerer while 10 worker pods and 10 deferred Jobs run; the survivors adopt and take
+  scheduler and a triggerer while 10 deferred Jobs and then 10 worker pods run; the survivors adopt and take
   over, every task ends ``success`` exactly once, and the watches really met 410 Expired.
 """
 
@@ -153,25 +153,25 @@ def test_scheduler_sigkilled_while_30_tasks_run(stack: AirflowStack) -> None:
     stack.start(victim)  # back to two schedulers for the next test
 
 
-def test_triggerer_sigkilled_while_50_job_triggers_wait(stack: AirflowStack) -> None:
-    # The Jobs outlast the start of all 50 tasks (each a Python worker process) on a loaded machine.
-    run_id = stack.trigger_dag("ha_deferred", conf={"jobs": 50, "seconds": 90})
+def test_triggerer_sigkilled_while_30_job_triggers_wait(stack: AirflowStack) -> None:
+    # The Jobs outlast the start of all 30 tasks (each a Python worker process) on a loaded machine.
+    run_id = stack.trigger_dag("ha_deferred", conf={"jobs": 30, "seconds": 75})
 
     def deferred() -> int | None:
         n = sum(1 for v in stack.task_states("ha_deferred", run_id).values() if v["state"] == "deferred")
-        return n if n >= 25 else None
+        return n if n >= 15 else None
 
-    wait_until(deferred, timeout=300, what="25 of the 50 job tasks deferred")
+    wait_until(deferred, timeout=300, what="15 of the 30 job tasks deferred")
     stack.kill("triggerer", signal.SIGKILL)
     state = stack.wait_for_run("ha_deferred", run_id, timeout=420)
     states = stack.task_states("ha_deferred", run_id)
     jobs = {k: v for k, v in states.items() if k.startswith("job")}
     assert state == "success", states
-    assert len(jobs) == 50
+    assert len(jobs) == 30
     assert all(v["state"] == "success" and v["try_number"] == 1 for v in jobs.values()), jobs
     # Each deferred task resumed exactly once: one Job per task, and the triggers all ended.
     # (the module's stack runs no other Jobs, and a second try would have created a second Job)
-    assert len(stack.admin.objects("jobs", "default")) == 50
+    assert len(stack.admin.objects("jobs", "default")) == 30
     leftover = stack.query("SELECT count(*) FROM trigger")
     assert leftover and leftover[0][0] == 0, f"triggers left in the database: {leftover}"
 
@@ -207,22 +207,31 @@ def test_scheduler_and_triggerer_sigkilled_together_in_a_410_storm(stack: Airflo
     storming = threading.Thread(target=storm, name="410-storm", daemon=True)
     storming.start()
     try:
-        sleepers_run = stack.trigger_dag("ha_sleepers", conf={"tasks": 10, "seconds": 40})
-        deferred_run = stack.trigger_dag("ha_deferred", conf={"jobs": 10, "seconds": 60})
+        # The Jobs start first and outlast the sleepers' start, so that both kinds of work are in flight
+        # at the kill however slowly the machine starts the tasks' worker processes.
+        deferred_run = stack.trigger_dag("ha_deferred", conf={"jobs": 10, "seconds": 150})
 
-        def both_busy() -> bool | None:
-            running = [
-                p
+        def deferred() -> int | None:
+            n = sum(
+                1 for v in stack.task_states("ha_deferred", deferred_run).values() if v["state"] == "deferred"
+            )
+            return n if n >= 5 else None
+
+        wait_until(deferred, timeout=300, what="5 job tasks deferred")
+        sleepers_run = stack.trigger_dag("ha_sleepers", conf={"tasks": 10, "seconds": 60})
+
+        def sleepers_running() -> int | None:
+            n = sum(
+                1
                 for p in _pods(stack, sleepers_run)
                 if p["metadata"]["annotations"].get("task_id") == "sleeper"
                 and p["status"].get("phase") == "Running"
-            ]
-            deferred = sum(
-                1 for v in stack.task_states("ha_deferred", deferred_run).values() if v["state"] == "deferred"
             )
-            return True if len(running) >= 5 and deferred >= 5 else None
+            return n if n >= 5 else None
 
-        wait_until(both_busy, timeout=300, what="5 sleeper pods running and 5 job tasks deferred")
+        wait_until(sleepers_running, timeout=300, what="5 sleeper pods running")
+        still_deferred = deferred()
+        assert still_deferred, "the Jobs ended before the sleepers ran; the kill would test no hand-over"
         stack.kill("scheduler", signal.SIGKILL)
         stack.kill("triggerer", signal.SIGKILL)
         assert stack.wait_for_run("ha_sleepers", sleepers_run, timeout=420) == "success", stack.task_states(
