@@ -66,10 +66,12 @@ class Adoption(Results):
         ]
         candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
+        unlisted: set[Any] = set()  # job ids whose pods could not all be listed
         for scheme, job_id in searches:
             try:
                 pods = self._list_pods(scheme.selector(str(job_id)))
             except Exception as err:
+                unlisted.add(job_id)
                 namespaces = self._namespaces()
                 self.log.error(
                     "Could not list the worker pods of scheduler job %s for adoption: %s",
@@ -105,6 +107,15 @@ class Adoption(Results):
                 candidates.setdefault(key, []).append((str(job_id), pod))
         for key, pods_of_key in candidates.items():
             self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
+        # A task instance whose scheduler's pods could not all be listed may have a pod: never launch it
+        # twice; it is handed back to be reset, as before.
+        for key, ti in list(by_key.items()):
+            if (
+                key not in self.running
+                and ti.queued_by_job_id not in unlisted
+                and self._launch_queued_orphan(ti)
+            ):
+                by_key.pop(key)
         # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
         self._cleanup_completed_pods()
         self._retry_cleanup()
@@ -126,8 +137,8 @@ class Adoption(Results):
         database says: the task instance's ``external_executor_id`` names its current launch, and each pod
         carries its launch's id. The newest pod with that id is current; any other is an earlier launch's,
         adopted only to be cleaned up when it ends, and never reported. No pod with that id (the scheduler
-        stopped before creating it): nothing is adopted as current, and the task instance is handed back
-        to be reset. Without an id in the database (older Airflow, or a task queued before it was
+        stopped before creating it): no pod is adopted as current, and a QUEUED task instance is launched
+        here (:meth:`_launch_queued_orphan`). Without an id in the database (older Airflow, or a task queued before it was
         recorded), the newest pod is current. If this executor holds the key's current launch itself,
         every adopted pod is an earlier one. A pod that has already ended is handed to :meth:`_on_result`.
         """
@@ -172,8 +183,7 @@ class Adoption(Results):
             if current_name is None:
                 self.log.warning(
                     "No pod of %s belongs to its current launch %s (the scheduler that queued it stopped "
-                    "before creating it); its earlier launches' pods are cleaned up when they end and the "
-                    "task instance is left to be reset",
+                    "before creating it); its earlier launches' pods are cleaned up when they end",
                     key,
                     expected,
                 )
@@ -226,6 +236,44 @@ class Adoption(Results):
                         observed_at=time.time(),
                     )
                 )
+
+    def _launch_queued_orphan(self, ti: TaskInstance) -> bool:
+        """Adopt a QUEUED task instance that has no pod of its current launch by launching it here.
+
+        Its scheduler stopped before the pod existed (a create still refused by a quota, a crash, an
+        ``end()`` with creates pending). Handed back, Airflow would reset it: a second try, and a task
+        resuming after deferral would lose its resume and start over. Launched here instead, it runs on
+        the try the database holds, and its pod carries the launch id the database names, so a later
+        adopter tells it from any earlier launch's pod. A RUNNING task instance with no pod has lost its
+        worker and is handed back. False when the workload cannot be rebuilt (the task instance is then
+        reset, as before).
+        """
+        state = getattr(ti, "state", None)
+        if getattr(state, "value", state) != "queued":
+            return False
+        try:
+            from airflow.executors.workloads import ExecuteTask
+
+            workload = ExecuteTask.make(ti, generator=self.jwt_generator)
+        except Exception as err:
+            self.log.warning(
+                "Could not rebuild the workload of %s to launch it here (%s: %s); it is left to be reset",
+                ti.key,
+                type(err).__name__,
+                err,
+            )
+            return False
+        self.queued_tasks[ti.key] = workload
+        self._process_workloads([workload])
+        self._counters["adopted"] += 1
+        self.log.warning(
+            "Adopted %s, queued by scheduler job %s that stopped before creating its pod (launch %s): "
+            "launching it here on the same try",
+            ti.key,
+            ti.queued_by_job_id,
+            getattr(ti, "external_executor_id", None),
+        )
+        return True
 
     def _alive_other_scheduler_job_ids(self) -> set[str]:
         """Ids of the other scheduler jobs that are running and heartbeating (none if the DB can't say)."""

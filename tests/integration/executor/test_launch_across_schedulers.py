@@ -5,6 +5,8 @@ Driven as the scheduler does (queue_workload, heartbeat, try_adopt_task_instance
 - The scheduler moves a task instance to QUEUED with a fresh ``external_executor_id`` (the executor opts in
   to Airflow's pre-assigned id), and the pod carries it. A pod whose id is not the one the database holds
   for the task instance belongs to an earlier launch: an adopter cleans it up and never reports it.
+- A QUEUED task instance with no pod of its current launch (its scheduler stopped before creating it) is
+  launched by the adopter on the same try, with the launch id the database names; a RUNNING one is reset.
 - A task adopted away by another scheduler can be adopted back when that scheduler dies.
 - A pod this executor saw running is never judged "disrupted before start", whatever its final status says.
 """
@@ -72,11 +74,13 @@ def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_
 
     new = executor_factory(job_id="43")
     # What the database holds for the task instance: still QUEUED for the second launch.
+    # What the database holds for the task instance: RUNNING for the second launch, whose pod does not
+    # exist: its worker is lost, so it is handed back to be reset.
     orphan = SimpleNamespace(
-        key=second.ti.key, queued_by_job_id=42, external_executor_id="launch-queued-second"
+        key=second.ti.key, queued_by_job_id=42, external_executor_id="launch-queued-second", state="running"
     )
     not_adopted = new.try_adopt_task_instances([orphan])
-    assert not_adopted == [orphan], "a task instance with no pod of its current launch must be reset"
+    assert not_adopted == [orphan], "a running task instance with no pod of its current launch must be reset"
     all_events: list[tuple[Any, Any]] = []
     # The earlier launch's pod is cleaned up (deleted: it succeeded), and nothing is reported for it.
     poll(
@@ -87,6 +91,68 @@ def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_
         events=all_events,
     )
     assert _terminal_events(all_events) == [], f"an earlier launch's end was reported: {all_events}"
+    assert second.ti.key not in new.running
+
+
+def test_an_adopter_launches_a_queued_task_whose_scheduler_stopped_before_its_pod_existed(
+    executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, but the database holds the task instance QUEUED for its second launch: the adopter launches
+    it itself, on the same try, with the launch id the database names, and reports only that pod's end."""
+    from airflow.executors.workloads import ExecuteTask
+
+    sandbox, _ = kube_sandbox
+    old = executor_factory(job_id="42")
+    first_may_end = tmp_path / "first-may-end"
+    first = make_workload(task_id="requeued", command=f"{_wait_for(first_may_end)}; exit 3")
+    first.ti.external_executor_id = "launch-first"
+    second = make_workload(task_id="requeued", command="exit 0")
+    second.ti.external_executor_id = "launch-second"
+    events: list[tuple[Any, Any]] = []
+    submit(old, first)
+    poll(
+        old, lambda: len(_pods_of(sandbox, "requeued")) == 1, timeout=60, what="the first pod", events=events
+    )
+    sandbox.set_error_rate(1.0, status=503, verbs={"create"})
+    submit(old, second)
+    poll(old, lambda: old.status()["create_retries"] >= 1, timeout=60, what="a refused create", events=events)
+    old.end()
+    sandbox.set_error_rate(0.0)
+
+    # The workload is rebuilt from the database's task instance, as the scheduler builds it; here the
+    # task instance is not an ORM row, so the rebuilt workload is the one the old scheduler had.
+    built: list[Any] = []
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: built.append(ti) or second))
+    new = executor_factory(job_id="43")
+    orphan = SimpleNamespace(
+        key=second.ti.key, queued_by_job_id=42, external_executor_id="launch-second", state="queued"
+    )
+    assert new.try_adopt_task_instances([orphan]) == [], "a queued task instance with no pod must be launched"
+    assert built == [orphan]
+    assert second.ti.key in new.running
+    all_events: list[tuple[Any, Any]] = []
+    poll(
+        new,
+        lambda: len(_pods_of(sandbox, "requeued")) == 2,
+        timeout=60,
+        what="the adopter's pod",
+        events=all_events,
+    )
+    launches = sorted(p["metadata"]["annotations"][LAUNCH_ANNOTATION] for p in _pods_of(sandbox, "requeued"))
+    assert launches == ["launch-first", "launch-second"]
+    first_may_end.touch()  # the earlier launch's pod fails (exit 3): never reported
+    heartbeat_until(new, lambda e: "requeued" in terminal(e), timeout=60, all_events=all_events)
+    poll(
+        new,
+        lambda: all(
+            p["status"].get("phase") in ("Succeeded", "Failed") for p in _pods_of(sandbox, "requeued")
+        ),
+        timeout=60,
+        what="both pods to end",
+        events=all_events,
+    )
+    reported = _terminal_events(all_events)
+    assert [(k, s) for k, s, _ in reported] == [(second.ti.key, "success")], reported
     assert second.ti.key not in new.running
 
 
