@@ -1,4 +1,5 @@
-"""50 deferrable Jobs that end within a second of their task's deferral: 25 succeed, 25 fail.
+"""Deferrable Jobs that end within a second of their task's deferral: half succeed, half fail
+(``JOBWATCH_FAST_END_COUNT`` of each kind, 25 by default).
 
 Half of each kind read no pod logs (``get_logs=False``: the trigger ends the task itself), the other
 half do (the task resumes on a worker).
@@ -14,7 +15,7 @@ from airflow.sdk import DAG
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 
 KUBECONFIG = os.environ.get("AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE") or None
-COUNT = 25
+COUNT = int(os.environ.get("JOBWATCH_FAST_END_COUNT", "25"))
 
 with DAG(
     dag_id="fast_end_jobs",
