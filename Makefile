@@ -35,16 +35,23 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Unit, integration, docs and packaging tests in $(TEST_PROCESSES) processes (pytest-xdist; each test file in
+# one process, so its fixtures are set up once); then the end-to-end tests one at a time, since each starts a
+# whole Airflow (schedulers, triggerers, api-server) whose timings a second one on the same cores would
+# disturb. Exit code 5 (no test selected, e.g. PYTEST_ARGS=tests/unit) is not a failure.
+TEST_PROCESSES ?= 2
+
 test: lint typecheck docs
 	$(BIN)/python --version
-	$(BIN)/pytest -q -ra --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra --durations=25 -n $(TEST_PROCESSES) --dist loadfile -m "not e2e" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -q -ra --durations=25 -m e2e $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The unit and integration tests on another interpreter and/or Airflow minor, in its own venv:
 #   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12 CONSTRAINTS=constraints/airflow-3.2.txt
 test-compat: $(STAMP)
 	$(BIN)/python --version
 	$(BIN)/python -c 'import airflow, airflow.providers.cncf.kubernetes as k; print("Airflow", airflow.__version__, "cncf.kubernetes", k.__version__)'
-	$(BIN)/pytest -q -ra $(COMPAT_TESTS) $(PYTEST_ARGS)
+	$(BIN)/pytest -q -ra -n $(TEST_PROCESSES) --dist loadfile $(COMPAT_TESTS) $(PYTEST_ARGS)
 
 # The documentation site, warnings as errors (docs/_build/html/index.html).
 docs: $(STAMP)
