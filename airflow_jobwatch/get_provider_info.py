@@ -113,6 +113,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "300",
                     },
+                    "resume_hold_seconds": {
+                        "description": "JobTrigger: a Job that ends this soon after its task deferred, for a task that must resume\non a worker, is held until this many seconds after the deferral before the task resumes.\nAirflow's scheduler can fail a task that resumes before it has processed the exit of the\nworker that deferred it (\"finished with state success, but the task instance's state\nattribute is queued\"); under load that took over 6 s. Tasks the trigger ends itself are\nnever held. 0 disables the hold.\n",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "15",
+                    },
                     "watcher_unresponsive_after_seconds": {
                         "description": "JobWatchExecutor: a KubernetesJobWatcher child process whose event loop has not beaten for\nthis long is presumed wedged; it is killed and replaced (with backoff), and the replacement\nstarts with a fresh list so that nothing that happened meanwhile is lost.\n",
                         "version_added": "0.1.0",

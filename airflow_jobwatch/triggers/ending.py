@@ -10,7 +10,7 @@ state, and the scheduler ignores the stale event for it.
 The operator decides at defer time whether everything it does after the wait can run in the triggerer
 (see :func:`end_plan_allowed`); the trigger then does exactly that here: the ``job`` and return-value
 XComs, the same log lines, ``on_finish_action`` on the pods, and the same failure message. Anything
-else resumes on a worker, held for at most :data:`RESUME_HOLD_SECONDS` after the deferral.
+else resumes on a worker, held for at most ``[jobwatch] resume_hold_seconds`` after the deferral.
 """
 
 from __future__ import annotations
@@ -18,11 +18,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-#: A resume that fires this soon after the task deferred is held until this many seconds after the
-#: deferral, so that the scheduler has drained the executor's SUCCESS for the worker that deferred
-#: while the task instance is still DEFERRED or SCHEDULED with ``next_method`` set (which its guard
-#: ignores), before the resume makes it QUEUED on the same try. A Job that ends later is not held.
-RESUME_HOLD_SECONDS = 5.0
+#: ``[jobwatch] resume_hold_seconds``: a resume that fires this soon after the task deferred is held
+#: until this many seconds after the deferral, so that the scheduler has drained the executor's SUCCESS
+#: for the worker that deferred while the task instance is still DEFERRED or SCHEDULED with
+#: ``next_method`` set (which its guard ignores), before the resume makes it QUEUED on the same try. A
+#: Job that ends later is not held. 5 s was not enough on a loaded 2-core machine (the scheduler drained
+#: the worker's exit 6 s after the deferral).
+RESUME_HOLD_OPTION = "resume_hold_seconds"
+
+
+def resume_hold_seconds() -> float:
+    """``[jobwatch] resume_hold_seconds`` (0 or more)."""
+    from airflow_jobwatch import config as jobwatch_config
+
+    return jobwatch_config.get_float(RESUME_HOLD_OPTION, minimum=0)
+
 
 #: What a succeeded pod's empty termination message reads as (the base container wrote no result).
 EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
@@ -164,22 +174,23 @@ def job_finished(job: dict[str, Any] | None) -> bool:
     return False
 
 
-async def hold_resume(trigger: Any) -> None:
-    """Hold a resume that fires within :data:`RESUME_HOLD_SECONDS` of the deferral until that much time
-    has passed since it; a resume that comes later is not held at all."""
+async def hold_resume(trigger: Any, hold_seconds: float | None = None) -> None:
+    """Hold a resume that fires within ``hold_seconds`` (``[jobwatch] resume_hold_seconds``) of the
+    deferral until that much time has passed since it; a resume that comes later is not held at all."""
     if trigger.deferred_at is None:
         return
     import asyncio
     import time
 
-    wait = min(RESUME_HOLD_SECONDS, trigger.deferred_at + RESUME_HOLD_SECONDS - time.time())
+    hold = resume_hold_seconds() if hold_seconds is None else hold_seconds
+    wait = min(hold, trigger.deferred_at + hold - time.time())
     if wait > 0:
         trigger.log.info(
             "Job %s/%s ended %.1f s after the task deferred; resuming the task in %.1f s, once the "
             "scheduler has seen the deferring worker exit",
             trigger.namespace,
             trigger.job_name,
-            RESUME_HOLD_SECONDS - wait,
+            hold - wait,
             wait,
         )
         await asyncio.sleep(wait)

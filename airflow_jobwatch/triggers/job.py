@@ -243,7 +243,7 @@ class JobTrigger(BaseTrigger):
         resuming it on a worker. Keys: ``on_finish_action``, ``push_return``, ``xcom_path``,
         ``unwrap_single``, ``fail`` (a failure may end the task from here). None: always resume.
     :param deferred_at: when the task deferred (seconds since the epoch). A resume that fires sooner
-        than ``airflow_jobwatch.triggers.ending.RESUME_HOLD_SECONDS`` after it is held until then.
+        than ``[jobwatch] resume_hold_seconds`` after it is held until then.
     """
 
     def __init__(

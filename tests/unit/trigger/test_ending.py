@@ -11,10 +11,10 @@ import pytest
 from airflow.utils.json import XComDecoder
 
 from airflow_jobwatch.triggers.ending import (
-    RESUME_HOLD_SECONDS,
     failure_text,
     hold_resume,
     job_finished,
+    resume_hold_seconds,
     trigger_failure_respects_retries,
     xcom_json,
 )
@@ -106,19 +106,31 @@ def _trigger(deferred_at: float | None) -> SimpleNamespace:
     return SimpleNamespace(deferred_at=deferred_at, log=_Log(), namespace="ns", job_name="x")
 
 
+HOLD = 2.0
+
+
 async def test_an_early_resume_is_held_until_the_hold_has_passed_since_the_deferral() -> None:
-    trigger = _trigger(time.time() - RESUME_HOLD_SECONDS + 0.3)
+    trigger = _trigger(time.time() - HOLD + 0.3)
     started = time.time()
-    await hold_resume(trigger)
-    assert time.time() >= trigger.deferred_at + RESUME_HOLD_SECONDS - 0.01
-    assert time.time() - started < RESUME_HOLD_SECONDS  # only what was left of it
+    await hold_resume(trigger, HOLD)
+    assert time.time() >= trigger.deferred_at + HOLD - 0.01
+    assert time.time() - started < HOLD  # only what was left of it
     assert len(trigger.log.lines) == 1 and "resuming the task in" in trigger.log.lines[0]
 
 
 @pytest.mark.parametrize("deferred_at", [None, "long ago"])
 async def test_a_late_resume_is_not_held(deferred_at: str | None) -> None:
-    trigger = _trigger(None if deferred_at is None else time.time() - RESUME_HOLD_SECONDS - 1)
+    trigger = _trigger(None if deferred_at is None else time.time() - HOLD - 1)
     started = time.monotonic()
-    await hold_resume(trigger)
+    await hold_resume(trigger, HOLD)
     assert time.monotonic() - started < 0.2
     assert trigger.log.lines == []
+
+
+def test_the_hold_is_read_from_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resume_hold_seconds() == 15.0
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESUME_HOLD_SECONDS", "0")
+    assert resume_hold_seconds() == 0.0
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__RESUME_HOLD_SECONDS", "-1")
+    with pytest.raises(ValueError, match="resume_hold_seconds"):
+        resume_hold_seconds()
