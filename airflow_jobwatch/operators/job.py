@@ -689,8 +689,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         """
         if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
             return None
-        # A task that asks for its pods' logs resumes on a worker, which writes them to the task log: the
-        # triggerer's copy of them did not reach the task log after a triggerer restart.
+        # A task that asks for its pods' logs resumes on a worker, which writes them to the task log:
+        # Airflow's triggerer does not route every line a trigger logs to the task's trigger log (a burst
+        # of pod log lines at the trigger's end partly reached only the triggerer's own log).
         if self.get_logs:
             return None
         callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")

@@ -5,6 +5,7 @@ again; the new one picks the waits up from the database and they end correctly.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ def stack() -> Iterator[AirflowStack]:
         triggerer=True,
         dag_ids=[DAG_ID],
         sandbox_args=["--fail-images", r"^registry\.invalid/", "--bookmark-interval", "1"],
+        keep=bool(os.environ.get("JOBWATCH_E2E_KEEP")),  # keep AIRFLOW_HOME (logs) for debugging
     ) as s:
         yield s
 
