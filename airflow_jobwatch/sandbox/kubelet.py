@@ -90,6 +90,9 @@ KUBELET_PREEMPTION = (
 )
 # How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
 REAP_TIMEOUT_SECONDS = 5.0
+# Kubelet.stop(): rounds of kill + cancel, each followed by a wait of at most this long.
+STOP_ROUNDS = 3
+STOP_ROUND_SECONDS = 6.0
 
 
 class LogBuffer:
@@ -196,14 +199,29 @@ class Kubelet:
         with contextlib.suppress(ValueError):
             self.sb.store.listeners.remove(self._on_event)
         runtimes = list(self.pods.values())
-        for rt in runtimes:
-            self._kill(rt, signal.SIGKILL)
-            if rt.task is not None:
+        # Stopping is bounded: each round kills the pods' processes and cancels their tasks again (a
+        # cancellation can be lost, e.g. by asyncio.wait_for on Python 3.11 when its inner future
+        # finishes at the same moment), then waits a little for them.
+        for _ in range(STOP_ROUNDS):
+            running = [rt for rt in runtimes if rt.task is not None and not rt.task.done()]
+            if not running:
+                break
+            for rt in running:
+                self._kill(rt, signal.SIGKILL)
+                assert rt.task is not None
                 rt.task.cancel()
+            await asyncio.wait([rt.task for rt in running if rt.task is not None], timeout=STOP_ROUND_SECONDS)
+        else:
+            left = [
+                f"{rt.namespace}/{rt.name}" for rt in runtimes if rt.task is not None and not rt.task.done()
+            ]
+            if left:
+                log.warning(
+                    "sandbox kubelet: pods still stopping when the sandbox stopped: %s", ", ".join(left)
+                )
         for rt in runtimes:
-            if rt.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await rt.task
+            if rt.task is not None and rt.task.done() and not rt.task.cancelled():
+                rt.task.exception()  # retrieved, so that asyncio does not log it as never retrieved
         self.pods.clear()
         self.volumes.close()
 

@@ -184,7 +184,9 @@ class Sandbox:
 
             self.job_controller = JobController(self)
         server = web.Server(self.api.handle, access_log=None)
-        self._runner = web.ServerRunner(server, handle_signals=False, access_log=None)
+        # At stop, request handlers still running after their connections were aborted get at most 5 s
+        # (aiohttp's default is 60 s), so that stopping the sandbox stays short.
+        self._runner = web.ServerRunner(server, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         await self._runner.setup()
         await self._open_site()
         if self.kubelet is not None:
