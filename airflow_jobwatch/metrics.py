@@ -127,7 +127,7 @@ def _sender_queue() -> queue.Queue[Any]:
     return _queue
 
 
-# issue 20: where this process's metrics go instead of Airflow's Stats (the executor's watcher child sets it,
+# Where this process's metrics go instead of Airflow's Stats (the executor's watcher child sets it,
 # so that it never imports Airflow: its metrics cross the pipe and the scheduler sends them).
 _sink: Any = None
 
@@ -268,7 +268,7 @@ class InformerMetrics:
             self._gauges.cancel()
             self._gauges = None
         if self.component == "triggerer":
-            # issue 18 item 8: the registry writes the file when a watch closes, but before its informers
+            # The registry writes the file when a watch closes, but before its informers
             # have stopped; and once no watch is open nothing rewrites it. Rewrite it now that this
             # informer is gone, so `airflow jobwatch status` never lists a closed watch.
             write_triggerer_status(force=True)
@@ -303,7 +303,7 @@ def stale_launch_pod() -> None:
 
 def disruption_relaunch(reason: str) -> None:
     """A worker pod disrupted before any container started (``reason``: Evicted, PreemptionByScheduler...)
-    is launched again for the same try (issue 21)."""
+    is launched again for the same try."""
     incr("executor.disruption_relaunches", tags={"reason": reason})
 
 

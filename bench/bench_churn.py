@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_churn.py            # 200 tasks per executor
     .venv/bin/python bench/bench_churn.py --quick    # 40 tasks
 
-Issue 21's measure. N synthetic tasks (``sh -c "sleep S"``, S in 2..4 s) go through each executor, one
+N synthetic tasks (``sh -c "sleep S"``, S in 2..4 s) go through each executor, one
 executor after the other on the same sandbox subprocess, driven the way the scheduler drives them (the
 harness of ``bench_executor.py``: ``queue_workload``, ``heartbeat()`` every 0.2 s, ``get_event_buffer()``).
 The sandbox keeps every pod Pending (containers ``ContainerCreating``) for ``--pod-start-delay`` seconds.
@@ -211,7 +211,7 @@ def render(rows: list[dict[str, Any]], *, tasks: int, retries: int, delay: float
         lines.append("| " + " | ".join("—" if row[k] is None else str(row[k]) for k, _ in COLUMNS) + " |")
     return f"""{SECTION}
 
-`python bench/bench_churn.py` (issue 21). {tasks} tasks (`sleep 2..4`) through each executor, one after
+`python bench/bench_churn.py`. {tasks} tasks (`sleep 2..4`) through each executor, one after
 the other on the same sandbox; every pod stays Pending {delay:g} s before its container starts. A seeded
 RNG picks the same task ids for both: {PENDING_SHARE:.0%} of the tasks have their first worker pod preempted
 while Pending, {RUNNING_SHARE:.0%} while Running, with the sandbox's real scheduler preemption (condition

@@ -251,7 +251,9 @@ def run_one(
         time.sleep(HEARTBEAT_SECONDS)
 
     elapsed = (all_done_at or time.monotonic()) - started
-    never_launched = {keys[k] for k in list(ex.queued_tasks) + list(getattr(ex, "_pending", {})) if k in keys}
+    # Keys still queued to the executor, or (JobWatchExecutor) whose record still waits for its pod create.
+    waiting = [r.key for r in ex.records.pending()] if hasattr(ex, "records") else []
+    never_launched = {keys[k] for k in list(ex.queued_tasks) + waiting if k in keys}
     if kind == "jobwatch":
         restarts = ex.supervisor.counters.restarts
         relists = ex.supervisor.counters.relists

@@ -271,7 +271,7 @@ def main() -> int:
         "List latencies are end to end from a client on the same machine. Fan-out: status changes go "
         "through the server's status-patch path inside the sandbox's event loop; the watchers run in a "
         "separate process and count lines. Issue targets: a full list of 10,000 pods well under a second; "
-        "at least 2,000 pod status changes per second to 50 watchers on 2 cores. Issue 11 asks for the "
+        "at least 2,000 pod status changes per second to 50 watchers on 2 cores. The aim is the "
         "50,000-pod figures, to show the sandbox is not the bottleneck of the trigger and informer "
         "benchmarks (which list at most 50,000 pods once per relist).\n\n" + text + "\n"
     )

@@ -419,7 +419,7 @@ def render_foreign(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     lines += [
         "",
-        f"Projection: {ratio:.1f}x less memory per cached object ({objects:,} objects). Aims (issue 11): at "
+        f"Projection: {ratio:.1f}x less memory per cached object ({objects:,} objects). Aims: at "
         f"least 5x - {'met' if ratio >= 5 else 'NOT met'}; {args.foreign_pods:,} foreign pods under 150 MB "
         f"- {'met' if pods_mb < 150 else 'NOT met'} ({pods_mb:.0f} MB of Python heap for the cached pods "
         f"with projection, {full['pods_heap_mib'] * 2**20 / 1e6:.0f} MB without). Heap = deep `sys.getsizeof` of "
@@ -769,7 +769,7 @@ def render(rows: list[dict[str, Any]], *, lo: int, hi: int, note: str = "") -> s
         f"({per_job_up / max(per_job_ours, 1e-9):.0f}x fewer). Ours are the shared watches' LISTs and "
         "watch requests (two per namespace, plus reconnects), whatever the number of Jobs.",
         "",
-        f"Aims (issue 11): detection p99 below 100 ms - {'met' if p99_ok else 'NOT met'} "
+        f"Aims: detection p99 below 100 ms - {'met' if p99_ok else 'NOT met'} "
         f"({ours['p99'] * 1000:.0f} ms); peak RSS below 600 MiB - {'met' if rss_ok else 'NOT met'} "
         f"({ours['peak_rss_mib']:.0f} MiB); requests independent of the Job count - see the per-Job column.",
         "",
@@ -859,7 +859,7 @@ def write_keeping(target: Path, text: str, heading: str, *, sep: str, end: str) 
     print(f"wrote {target}")
 
 
-LIVE_NOTE = """One process, as issue 20 measured it: the sandbox (API server, Job controller, kubelet running each
+LIVE_NOTE = """One process, as measured: the sandbox (API server, Job controller, kubelet running each
 container as a local process) in a thread, and one triggerer-like event loop running every JobTrigger
 through the shared registry. The ended Jobs and their Succeeded pods are put in the sandbox's store before
 the run, so the triggers' informers list them (the namespace's cache holds all of them). Each live Job runs

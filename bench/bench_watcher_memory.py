@@ -1,6 +1,6 @@
 """Memory of the executor's KubernetesJobWatcher process with N running worker pods: ours vs upstream.
 
-    python bench/bench_watcher_memory.py               # 5,000 running worker pods (issue 11)
+    python bench/bench_watcher_memory.py               # 5,000 running worker pods
     python bench/bench_watcher_memory.py --pods 500    # a quicker run
 
 Measured in the watcher processes themselves (``/proc/<pid>/status`` and ``/proc/<pid>/smaps_rollup``),
@@ -461,7 +461,7 @@ def run_ours(names: list[str], admin: Any) -> dict[str, Any]:
 # --- where our watcher's memory goes -------------------------------------------------------------------
 
 # What our watcher child imports, step by step: a fresh interpreter imports each set and reports its RSS.
-# The child's HTTP goes through kube/direct.py, so kubernetes_asyncio is not among them (issue 20); the
+# The child's HTTP goes through kube/direct.py, so kubernetes_asyncio is not among them; the
 # last row shows what importing it would add (what the child paid before).
 _CHILD_MODULES = [
     "aiohttp",
@@ -688,7 +688,7 @@ def render(
             "",
             f"`bench/bench_watcher_memory.py --pods {n}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
             f"load average {load[0]} at the start, {load[1]} at the end, on 2 cores shared with other runs). "
-            "Issue 11: the executor watcher's memory with N running worker pods, measured in the watcher "
+            "The executor watcher's memory with N running worker pods, measured in the watcher "
             "process itself (`/proc/<pid>/status`, `smaps_rollup`), not estimated from a heap. Each executor's "
             "own `start()` started its watcher, against the same sandbox subprocess and the same pods (same "
             "namespace; both selectors match them), one after the other in one run (upstream first): once "
@@ -722,7 +722,7 @@ def render(
             *floor_rows,
             "",
             f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: aiohttp and our modules. "
-            "Since issue 20 it imports no Kubernetes client library: its requests go through aiohttp "
+            "It imports no Kubernetes client library: its requests go through aiohttp "
             "(`kube/direct.py`) and its credentials come from a helper process that `kubernetes_asyncio` "
             "resolves them in (`python -m airflow_jobwatch.kube.credhelper`, run at the start, when an exec "
             f"plugin's token nears its expiry and after a 401; it exits at once: peak RSS {mib(helper_kib)} "
@@ -756,7 +756,7 @@ def render(
             "* Not measured: how upstream's private memory grows over hours as the garbage collector touches "
             "more of the parent's pages, and the scheduler-side state of either executor.",
             "",
-            f"Against issue 11's memory aim (a cached object at least 5x smaller than the whole pod): "
+            f"Against the memory aim (a cached object at least 5x smaller than the whole pod): "
             f"{aim}. Measured in the watcher process, a pod costs {per_pod:,.0f} bytes of RSS in ours; "
             f"upstream's watcher, which caches nothing, grows {times} as much as ours "
             f"({upstream_mib} MiB against "

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # (until it counts as dead) + orphaned_tasks_check_interval (until the next adoption round) + this margin,
 # for clock skew between the nodes (the pod's finishedAt) and the scheduler, and loop lag. Before that,
 # its task instance may still be queued/running in the database, waiting for an adopter that must find
-# the pod to report its end (issue 18 item 5); deleting it would get the task reset and run again.
+# the pod to report its end; deleting it would get the task reset and run again.
 COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
 
 

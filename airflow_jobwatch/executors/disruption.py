@@ -1,4 +1,4 @@
-"""What a worker pod's disruption is called in the task's own words (issue 21).
+"""What a worker pod's disruption is called in the task's own words.
 
 ``kube/states.pod_disruption`` recognises a disruption (reason, node, the server's message); this module only words it
 for the task's failure message and its log: "preempted by the scheduler on node n1", "evicted on node n1:

@@ -300,7 +300,7 @@ class LaunchQueue(ExecutorBase):
         self._counters["create_retries"] += 1
         why = _retry_reason(error)
         launch.waiting_for_quota = why.startswith("exceeded quota")
-        # One line per task and per change of reason (issue 21): a quota that stays full for ten minutes
+        # One line per task and per change of reason: a quota that stays full for ten minutes
         # would otherwise log every attempt of every waiting task. Each attempt is still logged at DEBUG.
         changed = why != launch.retry_reason
         launch.retry_reason = why

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 WORKER_LABEL = "airflow-worker"
 EXECUTOR_LABEL = "kubernetes_executor"
 DONE_LABEL = POD_EXECUTOR_DONE_KEY
-# Which launch of its task instance key a worker pod belongs to (issue 18 item 1). A key keeps its
+# Which launch of its task instance key a worker pod belongs to. A key keeps its
 # try_number across deferral and resumption, reschedule-mode sensors and some clears, so the key alone
 # cannot tell the pod of the current launch from one of an earlier launch that is still ending. An
 # annotation, beside upstream's (which stay exactly as upstream writes and reads them): upstream's

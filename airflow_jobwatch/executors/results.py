@@ -14,7 +14,7 @@ from airflow_jobwatch.kube.backoff import Backoff
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
 
-# Issue 21: a worker pod disrupted before any of its containers started cannot have run the task; it is
+# A worker pod disrupted before any of its containers started cannot have run the task; it is
 # launched again for the same try (up to [jobwatch] disruption_relaunches times). The reasons that name a
 # disruption, as classify_pod reports them: the pod's status.reason (kubelet eviction, preemption, node
 # shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/states.py's

@@ -41,7 +41,7 @@ __all__ = [
 
 # Neither client library is imported here at module level: each package imports every model class (about
 # 40 MiB of private memory each). The functions that build a client import the one they build; the executor's
-# watcher child, which talks HTTP through ``kube/direct.py``, loads neither (issue 20). ``yaml`` stays: reading
+# watcher child, which talks HTTP through ``kube/direct.py``, loads neither. ``yaml`` stays: reading
 # a kubeconfig to name it (``identity()``) needs it.
 
 log = logging.getLogger(__name__)

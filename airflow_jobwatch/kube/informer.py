@@ -161,7 +161,7 @@ class InformerConfig:
     # none of which the garbage collector tracks, and the allocator can give back the memory of parsed list
     # pages because no small stored object sits between their freed ones. Reads cost a decode each (~10 us),
     # so this suits a store that is mostly written and rarely read: the executor's watcher child, which reads
-    # an object only to compare a resourceVersion or to report a deletion (issue 20). Off by default: the
+    # an object only to compare a resourceVersion or to report a deletion. Off by default: the
     # trigger registry reads its Jobs on every decision.
     compact_store: bool = False
     # Confirmations of a possibly stale relist (see Informer._confirm): at most this many GETs in flight at
@@ -234,7 +234,7 @@ class InformerHealth:
     last_error: str | None
     relists: int
     watches: int
-    # issue 12 (permission errors): the explained 401/403 of the last failure, None once a request works.
+    # Permission errors: the explained 401/403 of the last failure, None once a request works.
     access_denied: str | None = None
 
 
@@ -744,7 +744,7 @@ class Informer:
         self._consecutive_failures = 0
         self._failing_since: float | None = None
         self._last_error: str | None = None
-        self._access_denied: str | None = None  # issue 12
+        self._access_denied: str | None = None
         self._verb = "list"
         self._last_sync: float | None = None
         self._lists = 0
@@ -952,7 +952,7 @@ class Informer:
                         delay,
                     )
                 elif denied := self._access_denied_by(exc):
-                    # issue 12: permanent until someone grants it; unhealthy at once, an ERROR per backoff.
+                    # Permanent until someone grants it; unhealthy at once, an ERROR per backoff.
                     self._access_denied = denied
                     delay = self._failure(denied, retry_after=exc.retry_after)
                     self._mark_unhealthy()
@@ -983,7 +983,7 @@ class Informer:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.config.connect_timeout_seconds, sock_read=read_timeout
         )
-        self._verb = "watch" if params.get("watch") == "true" else "list"  # issue 12: for 401/403 advice
+        self._verb = "watch" if params.get("watch") == "true" else "list"  # For 401/403 advice
         resp: aiohttp.ClientResponse = await self._api.call_api(
             path or self._path,
             "GET",
@@ -1457,7 +1457,7 @@ class Informer:
         return self._backoff.failure(now, retry_after=retry_after, free=free)
 
     def _access_denied_by(self, exc: KubeApiError) -> str | None:
-        """issue 12: a 401 (after the client's one credential reload) or 403 RBAC refusal, explained."""
+        """A 401 (after the client's one credential reload) or 403 RBAC refusal, explained."""
         if exc.status not in (401, 403) or "exceeded quota" in exc.message:
             return None
         from airflow_jobwatch.kube.errors import describe_access_denied
@@ -1501,7 +1501,7 @@ class Informer:
         if self._reported is not None and self._reported[1] != health.healthy:
             if health.healthy:
                 log.info("informer %s: healthy again", self.name)
-            elif self._access_denied:  # issue 12: refused, not failing: say so (the refusal is logged anyway)
+            elif self._access_denied:  # Refused, not failing: say so (the refusal is logged anyway)
                 log.error("informer %s: unhealthy - refused by the API server", self.name)
             else:
                 log.error(

@@ -9,7 +9,7 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   lists pods right after creating the Job and fails when the Job controller has not made them yet,
   #70585; it then waits pod by pod and hangs when parallelism exceeds completions, #64867).
 * Deadline. Deferred, what is left of ``execution_timeout`` goes to the trigger as an absolute
-  deadline, so it holds while deferred and across triggerer restarts (#16). In the worker the only
+  deadline, so it holds while deferred and across triggerer restarts. In the worker the only
   deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
   runs off the main thread so that the alarm always reaches it (``_wait_in_worker``).
 * XCom without a sidecar. Upstream runs an ``alpine`` sidecar and execs into it to read

@@ -985,7 +985,7 @@ class _Wait:
                         self.done(result)
                         break
             denied = watch.access_denied or t._get_denied
-            if denied:  # issue 12: a permission error is permanent: end now, with the advice
+            if denied:  # A permission error is permanent: end now, with the advice
                 reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
                 self.done(
                     t._payload(

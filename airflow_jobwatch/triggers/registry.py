@@ -370,7 +370,7 @@ class NamespaceWatch:
 
     @property
     def access_denied(self) -> str | None:
-        """issue 12: the explained 401/403 either informer is refused with right now (permanent), or None."""
+        """The explained 401/403 either informer is refused with right now (permanent), or None."""
         for informer in (self.jobs, self.pods):
             if informer is not None and informer.failing and (denied := informer.health.access_denied):
                 return denied

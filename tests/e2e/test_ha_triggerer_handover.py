@@ -1,4 +1,4 @@
-"""Issue 18 item 4 end to end: a trigger handed over to another triggerer does not kill its Job.
+"""End to end: a trigger handed over to another triggerer does not kill its Job.
 
 Two real triggerers on PostgreSQL. Triggerer A holds the JobTriggers of two deferred
 KubernetesJobOperator tasks; triggerer B starts; A is stopped (SIGSTOP, the whole process group)

@@ -2,7 +2,7 @@
 and Airflow's own task runner in each worker pod (the sandbox runs pods as local processes).
 
 * ``execution_timeout`` is Airflow's: the task fails with ``AirflowTaskTimeout``, ``on_kill()`` deletes
-  the Job, and nothing of it is left (issue 18, item 2);
+  the Job, and nothing of it is left;
 * a failed Job's error names the container's exit code, and task logs carry no watch internals at INFO
   (item 8).
 """

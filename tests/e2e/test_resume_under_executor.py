@@ -1,4 +1,4 @@
-"""Issue 18 item 1 (and issue 21 item 1) end to end: a deferrable task that resumes at once is not failed by the executor.
+"""End to end: a deferrable task that resumes at once is not failed by the executor.
 
 Real api-server, scheduler, dag-processor and triggerer on SQLite; worker pods run by the sandbox.
 The task defers to a trigger that fires at once, so the scheduler queues its key (same try number)

@@ -560,7 +560,7 @@ async def test_verify_ssl_and_ssl_ca_cert_options(
     tls_sandbox: Any, tmp_path: Path, closing: list[Any]
 ) -> None:
     path = _kubeconfig_without_ca(tls_sandbox, tmp_path / "no-ca")
-    # Without the option the self-signed certificate is refused (what happened before issue 12).
+    # Without the option the self-signed certificate is refused.
     refused = await async_api_client(ClusterConfig(config_file=path))
     closing.append(refused)
     with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):

@@ -138,7 +138,7 @@ def test_generate_pod_yaml_prints_the_executors_worker_pod(tmp_path):
     assert "has no task 'no_such_task'" in missing.stderr
 
 
-# ---- issue 19: help text, errors and documented commands as a user meets them ------------------------------
+# ---- help text, errors and documented commands as a user meets them ------------------------------
 
 
 def _airflow_cli(

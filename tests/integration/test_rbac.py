@@ -87,9 +87,7 @@ def _rbac_sandbox_available() -> bool:
     return hasattr(SandboxThread, "load_rbac_manifests") and hasattr(SandboxThread, "issue_token")
 
 
-needs_rbac = pytest.mark.skipif(
-    not _rbac_sandbox_available(), reason="sandbox RBAC mode (issue 12) not merged yet"
-)
+needs_rbac = pytest.mark.skipif(not _rbac_sandbox_available(), reason="sandbox RBAC mode not available")
 
 
 def user(component: str) -> str:

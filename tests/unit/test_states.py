@@ -184,7 +184,7 @@ def test_fatal_waiting_reasons_are_configurable() -> None:
 
 
 def test_only_a_pending_pod_fails_fast() -> None:
-    """issue 18 item 6: as upstream's executor, fatal waiting reasons are read on Pending pods only.
+    """As upstream's executor, fatal waiting reasons are read on Pending pods only.
 
     A Running pod's task has started; a restarting sidecar (restartable init container) in
     ImagePullBackOff, or a main container in CrashLoopBackOff, does not end it.

@@ -4,7 +4,7 @@ Runs the shared :class:`~airflow_jobwatch.kube.informer.Informer` under ``asynci
 every pod with :func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent
 (:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports ``kube/`` and this
 package, never Airflow: the informer's metrics cross the pipe as :class:`~.messages.Metric` messages and
-the parent sends them through Airflow's ``Stats`` (issue 20; tests/integration/executor/test_watcher.py
+the parent sends them through Airflow's ``Stats`` (tests/integration/executor/test_watcher.py
 checks the child's ``sys.modules``).
 """
 
@@ -76,7 +76,7 @@ containers_started = states_containers_started
 class PodRelay:
     """Turns the informer's pod events into messages for the parent, remembering only what that needs.
 
-    Memory (issue 18 item 7): one signature per *live* pod (dropped at its deletion, so this follows the
+    Memory: one signature per *live* pod (dropped at its deletion, so this follows the
     number of pods that exist, never the number seen over the child's life), plus, only until the check
     after the first list has answered, the expected pods that list lacked (:attr:`unresolved`).
 
@@ -190,7 +190,7 @@ def main_from_stdin() -> None:
 
     Why not ``multiprocessing``'s spawn: it re-runs the parent's ``__main__`` in the child, and under
     ``airflow scheduler`` that is the ``airflow`` console script, which imports Airflow (about 77 MiB of
-    private memory, issue 20). Reads from stdin: a pickle of the parent's ``sys.path`` (so that import paths
+    private memory). Reads from stdin: a pickle of the parent's ``sys.path`` (so that import paths
     such as ``async_client_factory`` resolve as in the parent), then a pickle of ``(spec, pipe fd,
     heartbeat fd, parent pid, expected pods)``. Stdin stays open: the parent sends on it the pods to check
     that it launched while this child was starting (see :func:`read_requests`).
@@ -257,7 +257,7 @@ async def child_run(
     # (what Connection.send would write; the parent's recv() reads them back): a first list of 5,000 pods
     # queues 5,000 updates at once, and as one bytes object each (~500 bytes) they cost a quarter of what
     # their dicts would, and leave no thousands of small freed objects between the ones the store keeps
-    # (issue 20: the allocator could not give that memory back).
+    # (the allocator could not give that memory back).
     outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     def post(msg: Any) -> None:
@@ -279,7 +279,7 @@ async def child_run(
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
 
     relay = PodRelay(spec, post)
-    # issue 20: the informer's metrics go to the parent, which sends them through Airflow's Stats; this
+    # The informer's metrics go to the parent, which sends them through Airflow's Stats; this
     # process never imports Airflow (about 77 MiB of private memory).
     metrics.set_sink(lambda kind, name, value, tags: post(Metric(kind, name, value, tags)))
 
@@ -299,11 +299,11 @@ async def child_run(
         if spec.async_client_factory:
             api_client = await _factory_api_client(spec.async_client_factory)
         else:
-            # issue 20: raw HTTP through aiohttp, credentials from a short-lived helper process: this
+            # Raw HTTP through aiohttp, credentials from a short-lived helper process: this
             # process never imports kubernetes_asyncio (about 38 MiB of model classes it would not use).
             api_client = await DirectApiClient.create(spec.cluster)
     except (ClusterConfigError, ImportError) as err:
-        # issue 12: one clear line, not a traceback; the parent restarts us with backoff (the executor's
+        # One clear line, not a traceback; the parent restarts us with backoff (the executor's
         # start() checks the same configuration, so this is a file that changed after the start).
         log.error("KubernetesJobWatcher %s cannot build its Kubernetes client: %s", spec.name, err)
         post(WatcherStats(0, 0, False, False, str(err), access_denied=str(err)))
@@ -317,7 +317,7 @@ async def child_run(
         namespace=spec.namespace,
         label_selector=spec.label_selector,
         # The store is read only to compare a resourceVersion or to report a deletion: kept compact, a pod
-        # costs about a fifth of the memory (issue 20; InformerConfig.compact_store).
+        # costs about a fifth of the memory (InformerConfig.compact_store).
         config=dataclasses.replace(spec.informer_config, compact_store=True),
         name=spec.name,
         observer=metrics.InformerMetrics("executor", "pods", spec.namespace),
@@ -357,7 +357,7 @@ async def child_run(
         last_stats: WatcherStats | None = None
         synced = False
         while True:
-            # issue 12: stats from the start, not only after the first LIST: a watcher refused its first
+            # Stats from the start, not only after the first LIST: a watcher refused its first
             # LIST (403) must tell the scheduler that it is unhealthy, and why.
             if not synced and informer.health.synced:
                 synced = True

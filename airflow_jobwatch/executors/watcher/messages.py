@@ -33,7 +33,7 @@ class PodUpdate:
     annotations: dict[str, str]
     deleted: bool  # the last state we will ever see of this pod (DELETED or tombstone)
     observed_at: float  # time.time() in the child when the informer delivered the event
-    disruption: str | None = None  # a failed pod the cluster disrupted: what did it, in words (issue 21)
+    disruption: str | None = None  # a failed pod the cluster disrupted: what did it, in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +78,13 @@ class WatcherStats:
     healthy: bool
     connected: bool
     last_error: str | None
-    access_denied: str | None = None  # issue 12: an explained 401/403 on list/watch
+    access_denied: str | None = None  # An explained 401/403 on list/watch
 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    """One metric of the child's informer, for the parent to send through Airflow's ``Stats`` (issue 20:
-    the child never imports Airflow). Already named and tagged by :mod:`airflow_jobwatch.metrics`."""
+    """One metric of the child's informer, for the parent to send through Airflow's ``Stats`` (the child
+    never imports Airflow). Already named and tagged by :mod:`airflow_jobwatch.metrics`."""
 
     kind: str  # incr | gauge | timing
     name: str
@@ -112,7 +112,7 @@ class PodResult:
     annotations: dict[str, str]
     observed_at: float
     gap: bool = False  # found by the parent's post-restart reconciliation, not by an event
-    # Whether any container of the pod ever started (issue 21: a pod disrupted before that cannot have
+    # Whether any container of the pod ever started (a pod disrupted before that cannot have
     # run the task); None when unknown (a pod found deleted after a watcher gap).
     started: bool | None = None
     adopted: bool = False  # another scheduler adopted the pod: free the slot, report nothing

@@ -170,7 +170,7 @@ class SupervisorCounters:
     running_reports: int = 0
     healthy: bool = True
     last_error: str | None = None
-    access_denied: str | None = None  # issue 12: why the API refuses the watcher (what to grant)
+    access_denied: str | None = None  # Why the API refuses the watcher (what to grant)
     per_namespace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -226,7 +226,7 @@ class WatcherSupervisor:
         # (database connections, listening sockets of anything in-process) and fork a process that
         # runs threads. Not multiprocessing's spawn either: it re-runs the scheduler's __main__ (the
         # `airflow` console script, which imports Airflow) in the child. `python -m
-        # airflow_jobwatch.executors.watcher` imports kube/ and this package, never Airflow (issue 20).
+        # airflow_jobwatch.executors.watcher` imports kube/ and this package, never Airflow.
         self._cluster = cluster
         self._label_selector = label_selector
         self._informer_config = informer_config

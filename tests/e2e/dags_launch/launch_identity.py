@@ -1,4 +1,4 @@
-"""DAG of tests/e2e/test_resume_under_executor.py: a deferrable task that resumes at once (issue 18 item 1).
+"""DAG of tests/e2e/test_resume_under_executor.py: a deferrable task that resumes at once.
 
 ``resumes_at_once`` defers to a trigger whose moment has already passed, so the triggerer fires it as
 soon as it loads it and the scheduler queues the task again with the same try number. Its worker pod
@@ -58,7 +58,7 @@ with DAG(
     catchup=False,
     default_args={"retries": 0},
 ):
-    # Issue 21: its first worker pod is evicted while its containers are being created (the test does
+    # Its first worker pod is evicted while its containers are being created (the test does
     # it); the executor launches it again for the same try.
     @task
     def never_started_first(ti: Any = None) -> str:

@@ -1,4 +1,4 @@
-"""KubernetesJobOperator tasks that wait in the worker (issue 18, item 2 and item 8's in-worker parts).
+"""KubernetesJobOperator tasks that wait in the worker.
 
 ``times_out``: the Job runs longer than ``execution_timeout``; Airflow's timer must end the task
 (``AirflowTaskTimeout``) and ``on_kill()`` must delete the Job, which would otherwise be retried by the

@@ -1,4 +1,4 @@
-"""issue 18 item 8: a pod another scheduler adopted frees this executor's slot, and reports nothing.
+"""A pod another scheduler adopted frees this executor's slot, and reports nothing.
 
 When a scheduler's heartbeat goes stale, a peer adopts its worker pods: it relabels them
 ``airflow-worker=<its own job id>``. If the first scheduler is in fact alive, its watch sees the pod leave

@@ -1,4 +1,4 @@
-"""issue 18 item 8: a 409 on a pod create is looked into off the scheduler loop.
+"""A 409 on a pod create is looked into off the scheduler loop.
 
 A 409 AlreadyExists makes the executor read the existing pod (is it ours, from an attempt whose answer
 was lost, or someone else's?) and perhaps relabel it. Those calls used to run inside ``sync()``: an API

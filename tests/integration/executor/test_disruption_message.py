@@ -1,4 +1,4 @@
-"""issue 21 item 1: a worker pod disrupted while running fails as before, and says what disrupted it.
+"""A worker pod disrupted while running fails as before, and says what disrupted it.
 
 The failure's message (the event's ``info``, which the scheduler records) and the task's log name the
 disruption in the task's own words, and ``jobwatch.executor.disruptions.<reason>`` counts it. Driven as the

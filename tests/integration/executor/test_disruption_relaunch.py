@@ -1,4 +1,4 @@
-"""Issue 21 item 1 (executor): a worker pod disrupted before any of its containers started is launched
+"""A worker pod disrupted before any of its containers started is launched
 again for the same try, bounded by ``[jobwatch] disruption_relaunches``; one disrupted while running fails.
 
 The sandbox keeps each pod Pending (containers ``ContainerCreating``) for ``pod_start_delay`` seconds; the

@@ -3,7 +3,7 @@
 Each test runs a real task to its end through the executor (scheduler side + spawned watcher child)
 against a sandbox serving HTTPS with a self-signed certificate:
 
-* ``verify_ssl = False`` with a kubeconfig that carries no CA: upstream lists pods; before issue 12 ours
+* ``verify_ssl = False`` with a kubeconfig that carries no CA: upstream lists pods; ours once
   failed with CERTIFICATE_VERIFY_FAILED in both the scheduler's client and the watcher.
 * ``ssl_ca_cert``: the CA comes from the option, not from the kubeconfig.
 * ``in_cluster = True`` in a pod's environment (token + CA files, no kubeconfig).

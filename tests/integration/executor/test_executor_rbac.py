@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.timeout(180),
     pytest.mark.skipif(
         not hasattr(SandboxThread, "load_rbac_manifests"),
-        reason="sandbox RBAC mode (issue 12) not merged yet",
+        reason="sandbox RBAC mode not available",
     ),
 ]
 

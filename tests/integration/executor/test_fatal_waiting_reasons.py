@@ -1,4 +1,4 @@
-"""issue 18 item 6: ``worker_pod_pending_fatal_container_state_reasons`` means what it means upstream.
+"""``worker_pod_pending_fatal_container_state_reasons`` means what it means upstream.
 
 * unset: the cncf.kubernetes provider's default list (its ``get_provider_info`` config default, read by
   its ``KubeConfig``), not a list of our own;

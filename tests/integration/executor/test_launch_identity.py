@@ -1,4 +1,4 @@
-"""One task instance key, several launches (issue 18 item 1), against the sandbox.
+"""One task instance key, several launches, against the sandbox.
 
 A ``TaskInstanceKey`` keeps its try_number across deferral and resumption, reschedule-mode sensors and
 some clears, so the scheduler can hand the executor a key again while the pod of its earlier launch

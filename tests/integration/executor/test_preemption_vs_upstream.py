@@ -1,4 +1,4 @@
-"""issue 21, differential: upstream's KubernetesExecutor and ours on the same preemptions, same sandbox.
+"""Differential: upstream's KubernetesExecutor and ours on the same preemptions, same sandbox.
 
 Each scenario runs once per executor (parametrised), driven as the scheduler loop drives an executor
 (``queue_workload``, ``heartbeat()``, ``get_event_buffer()``), against the sandbox's real scheduler
@@ -10,7 +10,7 @@ event, then a graceful delete), the fault the e2e tests use.
   reports success on that try.
 * A worker pod preempted while Running: both report failed; ours' message names the preemption.
 
-The trigger's side of issue 21 (a Kueue Job kept suspended does not time out in ours) is covered elsewhere;
+The trigger's side (a Kueue Job kept suspended does not time out in ours) is covered elsewhere;
 see the note at the end of this module.
 
 Upstream needs one thing this harness has no metadata database for: ``_should_create_pod_for_job`` looks the

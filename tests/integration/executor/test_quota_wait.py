@@ -1,4 +1,4 @@
-"""issue 21 item 1: a pod create refused for a ResourceQuota keeps its task queued, visibly.
+"""A pod create refused for a ResourceQuota keeps its task queued, visibly.
 
 The create is retried with backoff as before; what is new is that it can be seen: the gauge
 ``jobwatch.executor.tasks_waiting_for_quota``, the status file's ``waiting_for_quota``, and one log line

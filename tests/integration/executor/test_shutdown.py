@@ -1,4 +1,4 @@
-"""Scheduler shutdown (issue 18 item 5): ``end()`` never raises, and a pod that ends while it runs is left
+"""Scheduler shutdown: ``end()`` never raises, and a pod that ends while it runs is left
 for the next scheduler, whose adoption reports it.
 
 The scheduler calls ``executor.end()`` after its loop has exited: it never reads the event buffer again.
@@ -128,7 +128,7 @@ def test_end_returns_and_leaves_a_pod_that_failed_during_shutdown_for_adoption(
 def test_a_peers_completed_pod_cleanup_does_not_delete_a_pod_whose_task_awaits_adoption(
     executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The suspected item of issue 18 item 5, confirmed: a live peer's completed-pod clean-up (its own
+    """Confirmed: a live peer's completed-pod clean-up (its own
     ``orphaned_tasks_check_interval`` phase) ran before adoption and deleted a dead scheduler's
     Succeeded pod whose task instance was still queued/running; adoption then found no pod and the task
     was reset and run again. A pod that finished recently is now left for the adopter."""

@@ -1,4 +1,4 @@
-"""issue 19: the testing helpers a DAG author uses (``airflow_jobwatch.testing``) with JobWatchExecutor.
+"""The testing helpers a DAG author uses (``airflow_jobwatch.testing``) with JobWatchExecutor.
 
 ``run_dag`` runs tasks as ``dag.test()`` does, not through an executor (docs/testing.md, "With the
 executor"). The sandbox fixture, its fault helpers and the shipped worker pod template are the same for an

@@ -1,4 +1,4 @@
-"""Issue 20: the KubernetesJobWatcher child never imports Airflow (nor the synchronous ``kubernetes`` client);
+"""The KubernetesJobWatcher child never imports Airflow (nor the synchronous ``kubernetes`` client);
 its metrics reach Stats through the parent.
 
 The child is started the way the executor starts it (a :class:`WatcherSupervisor`, ``spawn``). What it has
@@ -181,7 +181,7 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
 
 
 def test_watcher_child_imports_no_kubernetes_client_library(kube_sandbox, capfd, monkeypatch):
-    """Issue 20: with the default client (no ``async_client_factory``) the child imports neither
+    """With the default client (no ``async_client_factory``) the child imports neither
     ``kubernetes_asyncio`` nor ``kubernetes`` (their packages import every model class: about 38 MiB each);
     its credentials come from a helper process. What the child imported is read from its own
     ``-X importtime`` report (inherited through the environment; the helper's goes to a pipe)."""

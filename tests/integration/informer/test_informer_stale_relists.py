@@ -1,4 +1,4 @@
-"""Relists that restart from resourceVersion 0 and still never invent a deletion (issue 12, point 5).
+"""Relists that restart from resourceVersion 0 and still never invent a deletion.
 
 A LIST with resourceVersion=0 may be answered from a watch cache that lags behind what the informer has already
 seen (an HA control plane's other apiserver, a cache catching up after a restart). These tests script such

@@ -1,4 +1,4 @@
-"""Stale relists against the sandbox's stale watch-cache mode (issue 12 point 5; sandbox API in
+"""Stale relists against the sandbox's stale watch-cache mode (sandbox API in
 /work/wt/notes/sandbox-api.md "3d stale watch cache"): resourceVersion=0 and NotOlderThan lists are answered
 from the state some revisions ago, `limit` is ignored on RV=0 lists, and a NotOlderThan list ahead of the
 cache answers "Too large resource version".

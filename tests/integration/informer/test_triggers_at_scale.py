@@ -1,4 +1,4 @@
-"""Correctness at scale (issue 11): 2,000 JobTriggers in one event loop share one namespace watch, and each
+"""Correctness at scale: 2,000 JobTriggers in one event loop share one namespace watch, and each
 gets exactly its own Job's outcome while the watch is hit by a storm of 410 Expired answers (every reconnect
 relists and reconciles 2,000 Jobs). Scaled down from bench/bench_trigger.py; nothing here is timed.
 

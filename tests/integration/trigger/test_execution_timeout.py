@@ -1,4 +1,4 @@
-"""``execution_timeout`` and the other ways a task ends while its Job still runs (issue 18, item 2).
+"""``execution_timeout`` and the other ways a task ends while its Job still runs.
 
 Airflow 3 enforces ``execution_timeout`` in the worker with a SIGALRM whose handler raises
 ``AirflowTaskTimeout`` (a ``BaseException``) in the main thread; ``_run_execute_callable`` then calls

@@ -1,4 +1,4 @@
-"""What the task log and the task's error say about the Job (issue 18, item 8, the in-worker parts).
+"""What the task log and the task's error say about the Job.
 
 * A failed Job's error names the failing pod and its container's exit code, and the log has one
   summary line per pod, even when the Job's terminal condition reached the watch before the pod's

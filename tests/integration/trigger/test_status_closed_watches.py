@@ -1,4 +1,4 @@
-"""Issue 18 item 8: `airflow jobwatch status` must not list a triggerer's watches once they closed.
+"""`airflow jobwatch status` must not list a triggerer's watches once they closed.
 
 The triggerer (here: this test's event loop, writing ``[jobwatch] triggerer_status_file``) runs a
 JobTrigger to its end; its namespace watch then closes (linger 0). The real `airflow jobwatch status`

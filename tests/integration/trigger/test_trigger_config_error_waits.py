@@ -1,4 +1,4 @@
-"""issue 18 item 6: by default a JobTrigger does not fail a Job at once on CreateContainerConfigError.
+"""By default a JobTrigger does not fail a Job at once on CreateContainerConfigError.
 
 That reason means a Secret or ConfigMap the pod needs does not exist (yet). The kubelet keeps retrying and
 the pod starts as soon as it is created (often by another task of the same DAG, moments later).

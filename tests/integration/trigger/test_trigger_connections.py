@@ -1,7 +1,7 @@
 """JobTrigger with Kubernetes connections as deployments have them: in-cluster (Helm chart), inline
 kubeconfig, kubeconfig path. The triggerer process has no ~/.kube/config and no $KUBECONFIG.
 
-Before issue 12, a trigger whose connection said ``in_cluster`` still read ~/.kube/config to name its
+A trigger whose connection said ``in_cluster`` once read ~/.kube/config to name its
 shared watch and ended at once with ``error``/``ConfigError``; ``on_kill`` failed the same way.
 """
 

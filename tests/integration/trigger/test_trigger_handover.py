@@ -1,4 +1,4 @@
-"""Issue 18 item 4: a trigger handed to another triggerer must not kill the Job.
+"""A trigger handed to another triggerer must not kill the Job.
 
 Driven through Airflow 3.3's own ``TriggerRunner.run_trigger`` / ``cancel_triggers``: triggerer A and
 triggerer B each run an instance of the same serialized JobTrigger (as after an HA hand-over). When A

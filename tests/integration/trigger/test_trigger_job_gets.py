@@ -1,4 +1,4 @@
-"""When a JobTrigger sends a GET of its Job (issue 20 item 1), counted in the sandbox's request log and in
+"""When a JobTrigger sends a GET of its Job, counted in the sandbox's request log and in
 the registry's own counter.
 
 A trigger that subscribes before its Job ends gets the whole Job from the shared watch: no GET, however

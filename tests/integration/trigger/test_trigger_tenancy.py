@@ -1,4 +1,4 @@
-"""Issue 18 item 3: a shared watch is shared only between triggers with the same credential.
+"""A shared watch is shared only between triggers with the same credential.
 
 The sandbox's kubeconfigs all use the same cluster, context and user *names* ("sandbox"); only the
 token differs, as with EKS ``update-kubeconfig --role-arn`` or generated kubeconfigs. Before the fix

@@ -1,4 +1,4 @@
-"""issue 21 item 1: recognising a disrupted pod (kube/states.pod_disruption) and wording it for the task."""
+"""Recognising a disrupted pod (kube/states.pod_disruption) and wording it for the task."""
 
 from __future__ import annotations
 

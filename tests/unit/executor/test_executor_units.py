@@ -97,7 +97,7 @@ def test_pod_is_template_then_dynamic_pod_then_override(kube_config):
 
 
 def test_launch_id_is_one_more_annotation_beside_upstreams(kube_config):
-    """Issue 18 item 1: the launch id rides on its own annotation; upstream's labels and annotations
+    """The launch id rides on its own annotation; upstream's labels and annotations
     (what its executor reads when it adopts a pod) are exactly those of a pod built without one."""
     from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION, launch_id_of
 

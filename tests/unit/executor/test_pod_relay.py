@@ -1,4 +1,4 @@
-"""issue 18 item 7: what the watcher child remembers per pod does not grow with the pods seen over time.
+"""What the watcher child remembers per pod does not grow with the pods seen over time.
 
 ``PodRelay`` is the child's informer subscriber. It used to add every pod it ever saw to a ``seen`` set
 (needed only by the check after the first list), so a scheduler running for weeks grew one entry per

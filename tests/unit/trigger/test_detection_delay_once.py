@@ -1,4 +1,4 @@
-"""issue 18 item 8: ``jobwatch.triggerer.detection_delay`` is sampled once per wait, not once per decision.
+"""``jobwatch.triggerer.detection_delay`` is sampled once per wait, not once per decision.
 
 A Job can be terminal (here ``FailureTarget``) while one of its pods is still running or terminating; the
 trigger then holds its result until the pods are final and re-decides on every informer callback meanwhile.
