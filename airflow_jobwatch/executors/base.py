@@ -160,6 +160,20 @@ class ExecutorBase(BaseExecutor):
         self._disruption_relaunches = int(
             jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
         )
+        # Upstream's requeue of a pod that failed before its task ran, with upstream's meaning and defaults:
+        # at most this many requeues per try (-1: no limit, 0: off), never for these container reasons.
+        self._launch_failure_retries = _launch_failure_retries(self.conf)
+        self._launch_failure_excluded = frozenset(
+            r.strip()
+            for r in (
+                self.conf.get(K8S_SECTION, "pod_launch_failure_excluded_container_reasons", fallback="Error")
+                or ""
+            ).split(",")
+            if r.strip()
+        )
+        # The task instances still QUEUED on their try, read once per sync() for the pods that ended.
+        self._queued_on_try: dict[Any, bool] = {}
+        self._counters["launch_failure_requeues"] = 0
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
         # Which labels mark our pods: upstream's (default; adoptable across a switch) or our own (to run
@@ -430,3 +444,20 @@ class ExecutorBase(BaseExecutor):
                 {"metadata": {"labels": {DONE_LABEL: "True"}}},
                 _request_timeout=self._request_timeout,
             )
+
+
+def _launch_failure_retries(conf: Any) -> int:
+    """``[kubernetes_executor] pod_launch_failure_retries``: an integer, -1 or more (upstream's default 1)."""
+    from airflow.exceptions import AirflowConfigException
+
+    raw = conf.get(K8S_SECTION, "pod_launch_failure_retries", fallback="1")
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = -2
+    if value < -1:
+        raise AirflowConfigException(
+            f"[{K8S_SECTION}] pod_launch_failure_retries must be an integer: -1 (no limit), 0 (off) or a "
+            f"number of requeues, got {raw!r}"
+        )
+    return value

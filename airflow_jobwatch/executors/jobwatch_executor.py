@@ -57,11 +57,6 @@ NOT_HONOURED_OPTIONS: dict[str, tuple[str, str]] = {
     ),
     "async_pod_creation": ("False", "pods are always created concurrently, by a thread pool"),
     "pod_creation_max_concurrency": ("0", "[jobwatch] pod_creation_concurrency bounds the creates in flight"),
-    "pod_launch_failure_retries": (
-        "1",
-        "a pod that fails before the task starts is reported failed with its reason; the task's retries apply",
-    ),
-    "pod_launch_failure_excluded_container_reasons": ("Error", "pod launch failures are not retried"),
     "logs_task_metadata": ("False", "log lines always name the task instance"),
 }
 
@@ -166,7 +161,9 @@ class JobWatchExecutor(LaunchQueue, Adoption):
         """One scheduler heartbeat: watcher results first (they free slots), then cleanup, then creates."""
         if self.supervisor is None:
             return
-        for result in self.supervisor.poll():
+        results = list(self.supervisor.poll())
+        self._read_queued_on_try(results)
+        for result in results:
             self._last_result_at = time.monotonic()
             self._on_result(result)
         restarts = self.supervisor.counters.restarts

@@ -68,6 +68,7 @@ class TaskRecord:
     pod: PodRef | None = None
     seen_running: bool = False
     disruptions: list[str] = field(default_factory=list)
+    launch_failures: list[str] = field(default_factory=list)  # pods that failed before the task ran
     relaunch_backoff: Backoff | None = None
 
     @property
@@ -172,16 +173,25 @@ class TaskRecords:
             record.seen_running = True
 
     def relaunch(
-        self, key: Any, ref: PodRef, disruption: str, backoff: Backoff, not_before: float
+        self,
+        key: Any,
+        ref: PodRef,
+        disruption: str,
+        backoff: Backoff,
+        not_before: float,
+        *,
+        launch_failure: bool = False,
     ) -> TaskRecord:
         """The current pod ended before the task ran; the same launch gets a new pod after ``not_before``.
 
-        The launch id is kept: it is what the scheduler's database names for this hand-over, and the new
-        pod replaces the old one within it.
+        ``disruption`` says what ended it; it counts against the disruption budget, or, with
+        ``launch_failure``, against the budget of pods that failed before their task ran. The launch id is
+        kept: it is what the scheduler's database names for this hand-over, and the new pod replaces the
+        old one within it.
         """
         record = self._require(key)
         self._pods.pop(ref, None)
-        record.disruptions.append(disruption)
+        (record.launch_failures if launch_failure else record.disruptions).append(disruption)
         record.relaunch_backoff = backoff
         record.pod = None
         record.seen_running = False

@@ -76,8 +76,11 @@ class Results(ExecutorBase):
             return
         where = f"pod {result.namespace}/{result.name}"
         # (An adopted pod has no workload here to launch again: it fails as before.)
-        disrupted = self._disrupted_before_start(record, result) if record.workload is not None else None
+        never_ran = self._never_ran(record, result) if record.workload is not None else False
+        disrupted = self._disrupted_before_start(record, result) if never_ran else None
         if disrupted is not None and self._relaunch_after_disruption(record, result, disrupted):
+            return
+        if disrupted is None and never_ran and self._requeue_after_launch_failure(record, result):
             return
         self.records.end(key, ref)
         history = record.disruptions
@@ -117,20 +120,101 @@ class Results(ExecutorBase):
         )
         self._clean_up_finished(result)
 
-    def _disrupted_before_start(self, record: TaskRecord, result: PodResult) -> str | None:
-        """What disrupted a failed pod none of whose containers ever started, or None.
+    def _read_queued_on_try(self, results: list[PodResult]) -> None:
+        """Read, in one query, which task instances of the failed pods in ``results`` are still QUEUED on
+        their try in Airflow's database: the one signal that their task never ran (:meth:`_never_ran`).
 
-        A pod this executor saw running has started, whatever its final status says (a final status can
-        lack every start mark: ContainerStatusUnknown with no ``startedAt``, or a pod GC write after the
-        kubelet's last updates were lost).
+        Only pods that may be launched again are asked about (the current launch's pod, launched here). A
+        database that cannot be read leaves the answer unknown, and the pod's status decides.
         """
-        if record.seen_running:
-            return None
-        if result.phase != "failed" or result.started is not False or result.gap:
-            return None
+        keys = []
+        for result in results:
+            key = cast("TaskInstanceKey", result.key)
+            record = self.records.get(key)
+            if (
+                result.terminal
+                and result.phase == "failed"
+                and record is not None
+                and record.workload is not None
+                and self.records.is_current(key, (result.namespace, result.name))
+            ):
+                keys.append(key)
+        self._queued_on_try = {}
+        if not keys:
+            return
+        try:
+            self._queued_on_try = queued_on_try(keys)
+        except Exception as err:
+            self.log.debug("Could not read the task instances' states (%s: %s)", type(err).__name__, err)
+
+    def _never_ran(self, record: TaskRecord, result: PodResult) -> bool:
+        """Whether the task of a failed pod never ran, so that its try may be launched again.
+
+        Airflow's database decides when it can be read: the task instance is still QUEUED on this try
+        (its worker never told the execution API that it runs), whatever the pod's status fields say. A
+        task instance that is anything else (RUNNING, finished, cleared to another try) is never launched
+        again. Unread (no database here, or it failed), a pod never launched again when this executor saw
+        it running, or when any of its containers started.
+        """
+        if result.phase != "failed" or result.gap:
+            return False
+        queued = self._queued_on_try.get(record.key)
+        if queued is not None:
+            return queued
+        return not record.seen_running and result.started is False
+
+    def _disrupted_before_start(self, record: TaskRecord, result: PodResult) -> str | None:
+        """What disrupted a failed pod whose task never ran (:meth:`_never_ran`), or None."""
         if result.reason not in DISRUPTION_REASONS:
             return None
         return f"pod {result.namespace}/{result.name}: {result.reason}: {result.message}".rstrip(": .")
+
+    def _requeue_after_launch_failure(self, record: TaskRecord, result: PodResult) -> bool:
+        """Upstream's ``pod_launch_failure_retries``: a pod that failed before its task ran, for any reason
+        other than a disruption and the excluded container reasons (default ``Error``: a container that
+        started and whose worker died before reporting), is launched again for the same try, without
+        spending a task retry, at most that many times per try (-1: no limit; 0: off). Only with Airflow's
+        database saying the task instance is still QUEUED on this try. Returns False when not requeued.
+        """
+        if self._queued_on_try.get(record.key) is not True:
+            return False
+        limit = self._launch_failure_retries
+        if limit == 0 or (result.reason or "") in self._launch_failure_excluded:
+            return False
+        if limit != -1 and len(record.launch_failures) >= limit:
+            return False
+        backoff = record.relaunch_backoff or Backoff(
+            initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
+            max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
+            reset_after_seconds=float("inf"),
+        )
+        now = time.monotonic()
+        delay = backoff.failure(now)
+        what = f"pod {result.namespace}/{result.name}: {result.reason or 'Failed'}: {result.message}".rstrip(
+            ": ."
+        )
+        self.records.relaunch(
+            record.key, (result.namespace, result.name), what, backoff, now + delay, launch_failure=True
+        )
+        self._counters["launch_failure_requeues"] += 1
+        count = len(record.launch_failures)
+        message = (
+            f"{what}. The task never ran (its task instance is still queued on this try): launching it again "
+            f"for the same try in {delay:.1f} s, without spending a retry (requeue {count} of "
+            f"{'unlimited' if limit == -1 else f'at most {limit}'}, "
+            f"[kubernetes_executor] pod_launch_failure_retries)"
+        )
+        self.log.warning("Task %s: %s", record.key, message)
+        self._append_task_log(record.workload, record.key, message, level="warning")
+        self._report(
+            record.key,
+            pod=f"{result.namespace}/{result.name}",
+            state="requeued",
+            reason=result.reason,
+            gap=False,
+        )
+        self._clean_up_finished(result, delete=True)
+        return True
 
     def _relaunch_after_disruption(self, record: TaskRecord, result: PodResult, disruption: str) -> bool:
         """Launch the record's task again for the same try after its pod was disrupted before it started.
@@ -192,3 +276,33 @@ class Results(ExecutorBase):
             current.launch_id if current is not None else "none here (revoked, finished or not adopted)",
         )
         self._clean_up_finished(result)
+
+
+def queued_on_try(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, bool]:
+    """For each key whose task instance is in Airflow's database: whether it is QUEUED on the key's try.
+    One query for all of them."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    condition = TaskInstance.filter_for_tis(keys)
+    if condition is None:
+        return {}
+    by_primary = {(k.dag_id, k.task_id, k.run_id, k.map_index): k for k in keys}
+    out: dict[TaskInstanceKey, bool] = {}
+    with create_session() as session:
+        rows = session.execute(
+            select(
+                TaskInstance.dag_id,
+                TaskInstance.task_id,
+                TaskInstance.run_id,
+                TaskInstance.map_index,
+                TaskInstance.try_number,
+                TaskInstance.state,
+            ).where(condition)
+        ).all()
+    for dag_id, task_id, run_id, map_index, try_number, state in rows:
+        key = by_primary.get((dag_id, task_id, run_id, map_index))
+        if key is not None:
+            out[key] = getattr(state, "value", state) == "queued" and try_number == key.try_number
+    return out
