@@ -40,7 +40,9 @@ def _database_says(monkeypatch: pytest.MonkeyPatch, state: str, asked: list[Any]
 
 def _pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
     return [
-        p for p in sandbox.objects("pods", "default") if p["metadata"]["annotations"].get("task_id") == task_id
+        p
+        for p in sandbox.objects("pods", "default")
+        if p["metadata"]["annotations"].get("task_id") == task_id
     ]
 
 
@@ -50,7 +52,9 @@ def _run_until_reported(ex: Any, task_id: str, timeout: float = 90) -> list[tupl
     while not any(state in ("success", "failed") for state, _ in events):
         assert time.monotonic() < deadline, f"{task_id} was never reported; events {events}"
         ex.heartbeat()
-        events.extend((str(s), info) for k, (s, info) in ex.get_event_buffer().items() if k.task_id == task_id)
+        events.extend(
+            (str(s), info) for k, (s, info) in ex.get_event_buffer().items() if k.task_id == task_id
+        )
         time.sleep(0.05)
     return events
 
@@ -79,7 +83,9 @@ def test_a_pod_that_failed_before_its_task_ran(
     sandbox, _ = kube_sandbox
     asked: list[Any] = []
     _database_says(monkeypatch, database, asked)
-    ex = executor_factory(AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_EXCLUDED_CONTAINER_REASONS=excluded)
+    ex = executor_factory(
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_EXCLUDED_CONTAINER_REASONS=excluded
+    )
     submit(ex, make_workload(task_id="early", command="exit 3"))
     events = _run_until_reported(ex, "early")
     assert [s for s, _ in events if s in ("success", "failed")] == ["failed"], events
@@ -123,5 +129,7 @@ def test_unlimited_and_off(executor_factory: Any, kube_sandbox: Any, monkeypatch
 def test_a_bad_retries_value_is_a_clear_error(executor_factory: Any) -> None:
     from airflow.exceptions import AirflowConfigException
 
-    with pytest.raises(AirflowConfigException, match=r"pod_launch_failure_retries must be an integer.*'many'"):
+    with pytest.raises(
+        AirflowConfigException, match=r"pod_launch_failure_retries must be an integer.*'many'"
+    ):
         executor_factory(AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_RETRIES="many")
