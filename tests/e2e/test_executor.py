@@ -139,7 +139,14 @@ def test_watcher_killed_pod_deleted_while_it_is_down_and_pod_evicted(stack: Airf
         timeout=60,
         what="the watcher to be replaced and synced",
     )
-    # With the new watcher running: the kubelet evicts another pod (phase Failed, reason Evicted).
+    # With the new watcher running: the kubelet evicts another pod (phase Failed, reason Evicted) once its
+    # task runs (before that, Airflow's database says it never ran, and it would be launched again).
+    evicted_task = f"sleeper[{int(evicted['annotations']['map_index'])}]"
+    wait_until(
+        lambda: stack.task_states("executor_chaos", run_id).get(evicted_task, {}).get("state") == "running",
+        timeout=60,
+        what=f"task {evicted_task} to run",
+    )
     stack.admin.fault("evict_pod", namespace=evicted["namespace"], name=evicted["name"])
     assert stack.wait_for_run("executor_chaos", run_id, timeout=120) == "failed"
     states = stack.task_states("executor_chaos", run_id)
