@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from airflow_jobwatch import metrics
@@ -183,37 +184,23 @@ class Results(ExecutorBase):
             return False
         if limit != -1 and len(record.launch_failures) >= limit:
             return False
-        backoff = record.relaunch_backoff or Backoff(
-            initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
-            max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
-            reset_after_seconds=float("inf"),
-        )
-        now = time.monotonic()
-        delay = backoff.failure(now)
         what = f"pod {result.namespace}/{result.name}: {result.reason or 'Failed'}: {result.message}".rstrip(
             ": ."
         )
-        self.records.relaunch(
-            record.key, (result.namespace, result.name), what, backoff, now + delay, launch_failure=True
-        )
         self._counters["launch_failure_requeues"] += 1
-        count = len(record.launch_failures)
-        message = (
-            f"{what}. The task never ran (its task instance is still queued on this try): launching it again "
-            f"for the same try in {delay:.1f} s, without spending a retry (requeue {count} of "
-            f"{'unlimited' if limit == -1 else f'at most {limit}'}, "
-            f"[kubernetes_executor] pod_launch_failure_retries)"
-        )
-        self.log.warning("Task %s: %s", record.key, message)
-        self._append_task_log(record.workload, record.key, message, level="warning")
-        self._report(
-            record.key,
-            pod=f"{result.namespace}/{result.name}",
+        self._launch_again(
+            record,
+            result,
+            what,
+            launch_failure=True,
             state="requeued",
-            reason=result.reason,
-            gap=False,
+            explain=lambda delay, count: (
+                f"{what}. The task never ran (its task instance is still queued on this try): launching it "
+                f"again for the same try in {delay:.1f} s, without spending a retry (requeue {count} of "
+                f"{'unlimited' if limit == -1 else f'at most {limit}'}, "
+                f"[kubernetes_executor] pod_launch_failure_retries)"
+            ),
         )
-        self._clean_up_finished(result, delete=True)
         return True
 
     def _relaunch_after_disruption(self, record: TaskRecord, result: PodResult, disruption: str) -> bool:
@@ -224,10 +211,39 @@ class Results(ExecutorBase):
         a new pod is created after a backoff; the disrupted pod is deleted. Returns False past
         ``[jobwatch] disruption_relaunches``: the task then fails with a message naming every disruption.
         """
-        key = record.key
         if len(record.disruptions) + 1 > self._disruption_relaunches:
             record.disruptions.append(disruption)
             return False
+        self._counters["disruption_relaunches"] += 1
+        metrics.disruption_relaunch(result.reason or "Disrupted")
+        self._launch_again(
+            record,
+            result,
+            disruption,
+            launch_failure=False,
+            state="relaunched",
+            explain=lambda delay, count: (
+                f"{disruption}. No container of the pod had started, so the task never ran: launching it "
+                f"again for the same try in {delay:.1f} s (relaunch {count} of at most "
+                f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
+            ),
+        )
+        return True
+
+    def _launch_again(
+        self,
+        record: TaskRecord,
+        result: PodResult,
+        what: str,
+        *,
+        launch_failure: bool,
+        state: str,
+        explain: Callable[[float, int], str],
+    ) -> None:
+        """Launch the record's try again after a backoff (2 s doubling to 60 s, with jitter, shared by every
+        relaunch of the record): the failed pod is deleted, nothing is reported to the scheduler, and the
+        relaunch is logged at WARNING in the scheduler and task logs and listed in the status file as
+        ``state``. ``explain(delay, count)`` words it."""
         backoff = record.relaunch_backoff or Backoff(
             initial_seconds=RELAUNCH_BACKOFF_INITIAL_SECONDS,
             max_seconds=RELAUNCH_BACKOFF_MAX_SECONDS,
@@ -235,22 +251,16 @@ class Results(ExecutorBase):
         )
         now = time.monotonic()
         delay = backoff.failure(now)
-        self.records.relaunch(key, (result.namespace, result.name), disruption, backoff, now + delay)
-        count = len(record.disruptions)
-        self._counters["disruption_relaunches"] += 1
-        metrics.disruption_relaunch(result.reason or "Disrupted")
-        message = (
-            f"{disruption}. No container of the pod had started, so the task never ran: launching it again "
-            f"for the same try in {delay:.1f} s (relaunch {count} of at most "
-            f"{self._disruption_relaunches}, [jobwatch] disruption_relaunches)"
-        )
-        self.log.warning("Task %s: %s", key, message)
-        self._append_task_log(record.workload, key, message, level="warning")
+        ref = (result.namespace, result.name)
+        self.records.relaunch(record.key, ref, what, backoff, now + delay, launch_failure=launch_failure)
+        count = len(record.launch_failures if launch_failure else record.disruptions)
+        message = explain(delay, count)
+        self.log.warning("Task %s: %s", record.key, message)
+        self._append_task_log(record.workload, record.key, message, level="warning")
         self._report(
-            key, pod=f"{result.namespace}/{result.name}", state="relaunched", reason=result.reason, gap=False
+            record.key, pod=f"{result.namespace}/{result.name}", state=state, reason=result.reason, gap=False
         )
         self._clean_up_finished(result, delete=True)
-        return True
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
         """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
