@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -58,3 +59,22 @@ def poll(
 
 def terminal(events: dict[Any, Any]) -> dict[str, tuple[str, Any]]:
     return {k.task_id: (str(s), info) for k, (s, info) in events.items() if str(s) in ("success", "failed")}
+
+
+def wait_for_file(path: Path) -> str:
+    """A shell command that waits until ``path`` exists."""
+    return f"until [ -f '{path}' ]; do sleep 0.1; done"
+
+
+def pods_of(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
+    """The sandbox's pods in ``default`` whose ``task_id`` annotation is ``task_id``."""
+    return [
+        p
+        for p in sandbox.objects("pods", "default")
+        if p["metadata"]["annotations"].get("task_id") == task_id
+    ]
+
+
+def terminal_events(events: list[tuple[Any, Any]]) -> list[tuple[Any, str, Any]]:
+    """The success/failed entries of a list of ``(key, (state, info))`` events, as ``(key, state, info)``."""
+    return [(k, str(s), info) for k, (s, info) in events if str(s) in ("success", "failed")]

@@ -19,28 +19,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, poll, submit, terminal
+from exec_helpers import heartbeat_until, pods_of, poll, submit, terminal, terminal_events, wait_for_file
 from support.workloads import make_workload
 
 from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _wait_for(path: Path) -> str:
-    return f"until [ -f '{path}' ]; do sleep 0.1; done"
-
-
-def _pods_of(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in sandbox.objects("pods", "default")
-        if p["metadata"]["annotations"].get("task_id") == task_id
-    ]
-
-
-def _terminal_events(events: list[tuple[Any, Any]]) -> list[tuple[Any, str, Any]]:
-    return [(k, str(s), info) for k, (s, info) in events if str(s) in ("success", "failed")]
 
 
 def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_one(
@@ -51,14 +35,14 @@ def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_
     sandbox, _ = kube_sandbox
     old = executor_factory(job_id="42")
     first_may_end = tmp_path / "first-may-end"
-    first = make_workload(task_id="resumed", command=f"{_wait_for(first_may_end)}; exit 0")
+    first = make_workload(task_id="resumed", command=f"{wait_for_file(first_may_end)}; exit 0")
     first.ti.external_executor_id = "launch-queued-first"
     second = make_workload(task_id="resumed", command="exit 0")
     second.ti.external_executor_id = "launch-queued-second"
     events: list[tuple[Any, Any]] = []
     submit(old, first)
-    poll(old, lambda: len(_pods_of(sandbox, "resumed")) == 1, timeout=60, what="the first pod", events=events)
-    (p1,) = _pods_of(sandbox, "resumed")
+    poll(old, lambda: len(pods_of(sandbox, "resumed")) == 1, timeout=60, what="the first pod", events=events)
+    (p1,) = pods_of(sandbox, "resumed")
     assert p1["metadata"]["annotations"][LAUNCH_ANNOTATION] == "launch-queued-first"
     # The second launch's create is refused until the scheduler stops.
     sandbox.set_error_rate(1.0, status=503, verbs={"create"})
@@ -68,7 +52,7 @@ def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_
     sandbox.set_error_rate(0.0)
     first_may_end.touch()
     deadline = time.monotonic() + 60
-    while _pods_of(sandbox, "resumed")[0]["status"].get("phase") != "Succeeded":
+    while pods_of(sandbox, "resumed")[0]["status"].get("phase") != "Succeeded":
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
@@ -85,12 +69,12 @@ def test_an_adopter_does_not_report_the_pod_of_an_earlier_launch_as_the_current_
     # The earlier launch's pod is cleaned up (deleted: it succeeded), and nothing is reported for it.
     poll(
         new,
-        lambda: not _pods_of(sandbox, "resumed"),
+        lambda: not pods_of(sandbox, "resumed"),
         timeout=60,
         what="the earlier launch's pod to be cleaned up",
         events=all_events,
     )
-    assert _terminal_events(all_events) == [], f"an earlier launch's end was reported: {all_events}"
+    assert terminal_events(all_events) == [], f"an earlier launch's end was reported: {all_events}"
     assert second.ti.key not in new.running
 
 
@@ -104,15 +88,13 @@ def test_an_adopter_launches_a_queued_task_whose_scheduler_stopped_before_its_po
     sandbox, _ = kube_sandbox
     old = executor_factory(job_id="42")
     first_may_end = tmp_path / "first-may-end"
-    first = make_workload(task_id="requeued", command=f"{_wait_for(first_may_end)}; exit 3")
+    first = make_workload(task_id="requeued", command=f"{wait_for_file(first_may_end)}; exit 3")
     first.ti.external_executor_id = "launch-first"
     second = make_workload(task_id="requeued", command="exit 0")
     second.ti.external_executor_id = "launch-second"
     events: list[tuple[Any, Any]] = []
     submit(old, first)
-    poll(
-        old, lambda: len(_pods_of(sandbox, "requeued")) == 1, timeout=60, what="the first pod", events=events
-    )
+    poll(old, lambda: len(pods_of(sandbox, "requeued")) == 1, timeout=60, what="the first pod", events=events)
     sandbox.set_error_rate(1.0, status=503, verbs={"create"})
     submit(old, second)
     poll(old, lambda: old.status()["create_retries"] >= 1, timeout=60, what="a refused create", events=events)
@@ -133,25 +115,25 @@ def test_an_adopter_launches_a_queued_task_whose_scheduler_stopped_before_its_po
     all_events: list[tuple[Any, Any]] = []
     poll(
         new,
-        lambda: len(_pods_of(sandbox, "requeued")) == 2,
+        lambda: len(pods_of(sandbox, "requeued")) == 2,
         timeout=60,
         what="the adopter's pod",
         events=all_events,
     )
-    launches = sorted(p["metadata"]["annotations"][LAUNCH_ANNOTATION] for p in _pods_of(sandbox, "requeued"))
+    launches = sorted(p["metadata"]["annotations"][LAUNCH_ANNOTATION] for p in pods_of(sandbox, "requeued"))
     assert launches == ["launch-first", "launch-second"]
     first_may_end.touch()  # the earlier launch's pod fails (exit 3): never reported
     heartbeat_until(new, lambda e: "requeued" in terminal(e), timeout=60, all_events=all_events)
     poll(
         new,
         lambda: all(
-            p["status"].get("phase") in ("Succeeded", "Failed") for p in _pods_of(sandbox, "requeued")
+            p["status"].get("phase") in ("Succeeded", "Failed") for p in pods_of(sandbox, "requeued")
         ),
         timeout=60,
         what="both pods to end",
         events=all_events,
     )
-    reported = _terminal_events(all_events)
+    reported = terminal_events(all_events)
     assert [(k, s) for k, s, _ in reported] == [(second.ti.key, "success")], reported
     assert second.ti.key not in new.running
 
@@ -168,17 +150,17 @@ def test_an_adopter_reports_the_pod_whose_launch_the_database_names(
     second.ti.external_executor_id = "launch-b"
     events: list[tuple[Any, Any]] = []
     submit(old, first)
-    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
-    created = _pods_of(sandbox, "twice")[0]["metadata"]["creationTimestamp"]
+    poll(old, lambda: len(pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
+    created = pods_of(sandbox, "twice")[0]["metadata"]["creationTimestamp"]
     deadline = time.monotonic() + 10
     while time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) <= created:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     submit(old, second)
-    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
+    poll(old, lambda: len(pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
     old.terminate()
     deadline = time.monotonic() + 60
-    while sorted(p["status"].get("phase", "") for p in _pods_of(sandbox, "twice")) != ["Failed", "Succeeded"]:
+    while sorted(p["status"].get("phase", "") for p in pods_of(sandbox, "twice")) != ["Failed", "Succeeded"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     new = executor_factory(job_id="43")
@@ -186,7 +168,7 @@ def test_an_adopter_reports_the_pod_whose_launch_the_database_names(
     assert new.try_adopt_task_instances([orphan]) == []
     all_events: list[tuple[Any, Any]] = []
     heartbeat_until(new, lambda e: "twice" in terminal(e), timeout=30, all_events=all_events)
-    reported = _terminal_events(all_events)
+    reported = terminal_events(all_events)
     assert [(k.task_id, s) for k, s, _ in reported] == [("twice", "failed")], reported
 
 
@@ -197,19 +179,19 @@ def test_a_task_adopted_away_can_be_adopted_back(
     sandbox, _ = kube_sandbox
     may_end = tmp_path / "may-end"
     ex = executor_factory(job_id="42")
-    w = make_workload(task_id="flap", command=f"{_wait_for(may_end)}; exit 0")
+    w = make_workload(task_id="flap", command=f"{wait_for_file(may_end)}; exit 0")
     w.ti.external_executor_id = "launch-flap"
     submit(ex, w)
     events: list[tuple[Any, Any]] = []
     poll(
         ex,
-        lambda: any(p["status"].get("phase") == "Running" for p in _pods_of(sandbox, "flap")),
+        lambda: any(p["status"].get("phase") == "Running" for p in pods_of(sandbox, "flap")),
         timeout=60,
         what="the pod to run",
         events=events,
     )
     poll(ex, lambda: ex.supervisor.all_synced(), timeout=60, what="the watch", events=events)
-    (pod,) = _pods_of(sandbox, "flap")
+    (pod,) = pods_of(sandbox, "flap")
     core_v1.patch_namespaced_pod(
         pod["metadata"]["name"], "default", {"metadata": {"labels": {"airflow-worker": "99"}}}
     )
@@ -219,8 +201,8 @@ def test_a_task_adopted_away_can_be_adopted_back(
     assert ex.try_adopt_task_instances([orphan]) == [], "the task was not adopted back"
     assert w.ti.key in ex.running
     may_end.touch()
-    poll(ex, lambda: _terminal_events(events), timeout=60, what="the task's end", events=events)
-    ((key, state, _info),) = _terminal_events(events)
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
+    ((key, state, _info),) = terminal_events(events)
     assert (key, state) == (w.ti.key, "success")
     assert ex.running == set()
 
@@ -244,7 +226,7 @@ def test_a_pod_seen_running_is_not_relaunched_whatever_its_final_status_says(
     )
     from kubernetes.client import V1ContainerState, V1ContainerStateTerminated
 
-    (pod,) = _pods_of(sandbox, "ran")
+    (pod,) = pods_of(sandbox, "ran")
     name = pod["metadata"]["name"]
     # The sandbox's node stops the pod without reporting anything more (its kubelet's last updates lost).
     sandbox._call(lambda sb: sb.kubelet.kill_silently("default", name))
@@ -263,11 +245,11 @@ def test_a_pod_seen_running_is_not_relaunched_whatever_its_final_status_says(
     core_v1.replace_namespaced_pod_status(name, "default", current)
     final = sandbox.get_object("pods", "default", name)["status"]["containerStatuses"][0]
     assert "startedAt" not in final["state"]["terminated"] and "running" not in final["state"], final
-    poll(ex, lambda: _terminal_events(events), timeout=60, what="the task's end", events=events)
-    ((key, state, info),) = _terminal_events(events)
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
+    ((key, state, info),) = terminal_events(events)
     assert (key, state) == (w.ti.key, "failed"), info
     assert ex.status()["disruption_relaunches"] == 0 and ex.status()["pods_launched"] == 1
-    assert len(_pods_of(sandbox, "ran")) == 1, "a second pod was launched for a task that ran"
+    assert len(pods_of(sandbox, "ran")) == 1, "a second pod was launched for a task that ran"
 
 
 def test_a_pod_launched_by_the_upstream_executor_is_adopted_whatever_the_database_holds(
@@ -280,16 +262,16 @@ def test_a_pod_launched_by_the_upstream_executor_is_adopted_whatever_the_databas
     w = make_workload(task_id="switched", command="exit 0")
     events: list[tuple[Any, Any]] = []
     submit(old, w)
-    poll(old, lambda: _pods_of(sandbox, "switched"), timeout=60, what="the pod", events=events)
+    poll(old, lambda: pods_of(sandbox, "switched"), timeout=60, what="the pod", events=events)
     old.terminate()
-    (pod,) = _pods_of(sandbox, "switched")
+    (pod,) = pods_of(sandbox, "switched")
     core_v1.patch_namespaced_pod(
         pod["metadata"]["name"], "default", {"metadata": {"annotations": {LAUNCH_ANNOTATION: None}}}
     )
-    assert LAUNCH_ANNOTATION not in _pods_of(sandbox, "switched")[0]["metadata"]["annotations"]
+    assert LAUNCH_ANNOTATION not in pods_of(sandbox, "switched")[0]["metadata"]["annotations"]
     new = executor_factory(job_id="43")
     orphan = SimpleNamespace(key=w.ti.key, queued_by_job_id=42, external_executor_id="42")
     assert new.try_adopt_task_instances([orphan]) == []
     all_events: list[tuple[Any, Any]] = []
     heartbeat_until(new, lambda e: "switched" in terminal(e), timeout=60, all_events=all_events)
-    assert [(k.task_id, s) for k, s, _ in _terminal_events(all_events)] == [("switched", "success")]
+    assert [(k.task_id, s) for k, s, _ in terminal_events(all_events)] == [("switched", "success")]

@@ -17,29 +17,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, poll, submit, terminal
+from exec_helpers import heartbeat_until, pods_of, poll, submit, terminal, terminal_events, wait_for_file
 from support.workloads import make_workload
 
 from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _wait_for(path: Path) -> str:
-    """A shell command that waits until ``path`` exists."""
-    return f"until [ -f '{path}' ]; do sleep 0.1; done"
-
-
-def _pods_of(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in sandbox.objects("pods", "default")
-        if p["metadata"]["annotations"].get("task_id") == task_id
-    ]
-
-
-def _terminal_events(events: list[tuple[Any, Any]]) -> list[tuple[Any, str, Any]]:
-    return [(k, str(s), info) for k, (s, info) in events if str(s) in ("success", "failed")]
 
 
 def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up_and_not_reported(
@@ -48,7 +31,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     sandbox, _ = kube_sandbox
     ex = executor_factory()
     first_may_end = tmp_path / "first-may-end"
-    first = make_workload(task_id="resumes", command=f"{_wait_for(first_may_end)}; exit 0")
+    first = make_workload(task_id="resumes", command=f"{wait_for_file(first_may_end)}; exit 0")
     # The same key (dag, task, run, try 1, map index): what the scheduler sends when the task resumes.
     second = make_workload(task_id="resumes", command="exit 0")
     assert first.ti.key == second.ti.key
@@ -62,7 +45,7 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
         what="the first launch's pod to run",
         events=events,
     )
-    (old_pod,) = _pods_of(sandbox, "resumes")
+    (old_pod,) = pods_of(sandbox, "resumes")
     old_name = old_pod["metadata"]["name"]
 
     # The key comes back while its first pod still runs; the new pod's create is answered 503.
@@ -79,18 +62,18 @@ def test_the_pod_of_an_earlier_launch_ending_during_the_new_create_is_cleaned_up
     first_may_end.touch()
     poll(
         ex,
-        lambda: not any(p["metadata"]["name"] == old_name for p in _pods_of(sandbox, "resumes")),
+        lambda: not any(p["metadata"]["name"] == old_name for p in pods_of(sandbox, "resumes")),
         timeout=60,
         what="the first launch's pod to be cleaned up (deleted: delete_worker_pods = True)",
         events=events,
     )
-    assert _terminal_events(events) == [], "the earlier launch's end was reported against the new launch"
+    assert terminal_events(events) == [], "the earlier launch's end was reported against the new launch"
     assert second.ti.key in ex.running, "the key left running while its current launch is being created"
     assert ex.status()["pending_creation"] == 1
 
     sandbox.set_error_rate(0.0)
-    poll(ex, lambda: _terminal_events(events), timeout=60, what="the second launch to end", events=events)
-    ((key, state, info),) = _terminal_events(events)
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the second launch to end", events=events)
+    ((key, state, info),) = terminal_events(events)
     assert (key, state) == (second.ti.key, "success")
     assert old_name not in info, info
     status = ex.status()
@@ -107,19 +90,19 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
     old = executor_factory(job_id="42")
     first_may_end = tmp_path / "first-may-end"
     second_may_end = tmp_path / "second-may-end"
-    first = make_workload(task_id="twice", command=f"{_wait_for(first_may_end)}; exit 0")
-    second = make_workload(task_id="twice", command=f"{_wait_for(second_may_end)}; exit 3")
+    first = make_workload(task_id="twice", command=f"{wait_for_file(first_may_end)}; exit 0")
+    second = make_workload(task_id="twice", command=f"{wait_for_file(second_may_end)}; exit 3")
     events: list[tuple[Any, Any]] = []
     submit(old, first)
-    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
+    poll(old, lambda: len(pods_of(sandbox, "twice")) == 1, timeout=60, what="the first pod", events=events)
     # Creation timestamps have a resolution of one second: the newer launch must be visibly newer.
-    created = _pods_of(sandbox, "twice")[0]["metadata"]["creationTimestamp"]
+    created = pods_of(sandbox, "twice")[0]["metadata"]["creationTimestamp"]
     deadline = time.monotonic() + 10
     while time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) <= created:
         assert time.monotonic() < deadline
         time.sleep(0.05)
     submit(old, second)
-    poll(old, lambda: len(_pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
+    poll(old, lambda: len(pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
     old.terminate()  # the scheduler dies; both pods live on and end while nobody watches
     first_may_end.touch()
     second_may_end.touch()
@@ -127,7 +110,7 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
     def phases() -> dict[str, str]:
         return {
             p["metadata"]["annotations"][LAUNCH_ANNOTATION]: p["status"].get("phase", "")
-            for p in _pods_of(sandbox, "twice")
+            for p in pods_of(sandbox, "twice")
         }
 
     deadline = time.monotonic() + 60
@@ -141,7 +124,7 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
     assert new.try_adopt_task_instances([orphan]) == []
     all_events: list[tuple[Any, Any]] = []
     heartbeat_until(new, lambda e: "twice" in terminal(e), timeout=30, all_events=all_events)
-    reported = _terminal_events(all_events)
+    reported = terminal_events(all_events)
     assert [(k.task_id, s) for k, s, _ in reported] == [("twice", "failed")], reported
     assert "exited with code 3" in reported[0][2]
     # The earlier launch's Succeeded pod is cleaned up (deleted); the failed one is kept, labelled done.
@@ -151,5 +134,5 @@ def test_adoption_reports_the_newest_launch_of_a_key_and_cleans_up_the_earlier_o
         all_events.extend(new.get_event_buffer().items())
         assert time.monotonic() < deadline, "the earlier launch's pod was not cleaned up"
         time.sleep(0.1)
-    assert len(_terminal_events(all_events)) == 1
+    assert len(terminal_events(all_events)) == 1
     assert new.status()["stale_pods_cleaned"] == 1
