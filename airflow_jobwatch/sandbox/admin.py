@@ -47,6 +47,8 @@ FAULT_ACTIONS = frozenset(
         "force_delete_pod",
         "counters",
         "reset_counters",
+        "record_pod_ends",
+        "pod_ends",
         "objects",
         "get_object",
         "issue_token",

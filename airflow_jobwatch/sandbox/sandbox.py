@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -399,6 +400,40 @@ class Sandbox:
 
     def reset_counters(self) -> None:
         self.api.counters.clear()
+
+    def record_pod_ends(self, limit: int = 100_000) -> None:
+        """From now on, note the moment (``time.time()``, sub-millisecond, unlike ``finishedAt``'s 1 s)
+        at which each pod's status first commits a terminal phase, for :meth:`pod_ends`. At most
+        ``limit`` pods are kept, the oldest dropped first; calling it again clears what was noted."""
+        if int(limit) < 1:
+            raise ValueError(f"limit must be >= 1 pods, got {limit!r}")
+        self._pod_ends_limit = int(limit)
+        self._pod_ends: dict[str, dict[str, Any]] = {}
+        if self._on_pod_end not in self.store.listeners:
+            self.store.listeners.append(self._on_pod_end)
+
+    def _on_pod_end(self, event: Any) -> None:
+        if event.resource != "pods" or event.type == "DELETED":
+            return
+        meta = event.obj.get("metadata") or {}
+        uid = meta.get("uid", "")
+        phase = (event.obj.get("status") or {}).get("phase")
+        if phase not in ("Succeeded", "Failed") or uid in self._pod_ends:
+            return
+        if len(self._pod_ends) >= self._pod_ends_limit:
+            self._pod_ends.pop(next(iter(self._pod_ends)))
+        self._pod_ends[uid] = {
+            "namespace": meta.get("namespace", ""),
+            "name": meta.get("name", ""),
+            "annotations": dict(meta.get("annotations") or {}),
+            "phase": phase,
+            "at": time.time(),
+        }
+
+    def pod_ends(self) -> list[dict[str, Any]]:
+        """The pods noted since :meth:`record_pod_ends`: namespace, name, annotations, terminal phase and
+        the wall-clock moment it was committed."""
+        return list(getattr(self, "_pod_ends", {}).values())
 
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Deep copies (with kind/apiVersion, as GET returns them) of the stored objects of ``kind``."""
