@@ -37,6 +37,7 @@ its command wrote) to the executor's event, p50 / p99. Figures go to docs/benchm
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shutil
@@ -307,6 +308,10 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 2)
 
 
+def _round3(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
 COLUMNS = [
     ("executor", "executor"),
     ("tasks", "tasks"),
@@ -397,6 +402,21 @@ def _rss_kib(pid: int | None) -> int:
     return 0
 
 
+def _private_kib(pid: int | None) -> int:
+    """A process's private memory (Private_Clean + Private_Dirty of smaps_rollup): what it alone holds,
+    unlike RSS, which also counts the pages a forked child still shares with its parent."""
+    if not pid:
+        return 0
+    total = 0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
 def run_throughput(
     variant: str,
     *,
@@ -418,7 +438,9 @@ def run_throughput(
     os.environ["AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE"] = str(batch)
     os.environ["AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS"] = "True"
     admin.fault("set_history_window", n=100_000)
+    admin.fault("record_pod_ends")
     admin.reset_counters()
+    run_id = f"tp_{variant}_{tasks}"
     created_at: dict[str, float] = {}  # task_id -> create answered (wall clock)
     original_create = CoreV1Api.create_namespaced_pod
 
@@ -459,12 +481,13 @@ def run_throughput(
         for i in range(tasks):
             duration = seconds if max_seconds is None else round(rng.uniform(seconds, max_seconds), 1)
             w = make_workload(
-                dag_id="bench_tp", task_id=f"t{i:05d}", run_id=f"tp_{variant}", command=f"sleep {duration}"
+                dag_id="bench_tp", task_id=f"t{i:05d}", run_id=run_id, command=f"sleep {duration}"
             )
             keys[w.ti.key] = w.ti.task_id
             ex.queue_workload(w, session=mock.sentinel.no_session)
         done: set[str] = set()
-        peak_watcher = peak_manager = 0
+        event_at: dict[str, float] = {}  # task_id -> its terminal event left get_event_buffer()
+        peak_watcher = peak_manager = peak_watcher_private = 0
         started = time.monotonic()
         last_progress = started
         while len(done) < tasks:
@@ -473,10 +496,12 @@ def run_throughput(
                 s = str(state) if state is not None else "None"
                 if key in keys and s not in ("queued", "running"):
                     done.add(keys[key])
+                    event_at.setdefault(keys[key], time.time())
                     last_progress = time.monotonic()
             if len(sync_durations) % 10 == 0:
                 peak_own = max(peak_own, _rss_kib(os.getpid()))
                 peak_watcher = max(peak_watcher, _rss_kib(watcher_pid()))
+                peak_watcher_private = max(peak_watcher_private, _private_kib(watcher_pid()))
                 manager = getattr(ex, "_manager", None)
                 peak_manager = max(
                     peak_manager, _rss_kib(getattr(getattr(manager, "_process", None), "pid", None))
@@ -493,6 +518,12 @@ def run_throughput(
     finally:
         CoreV1Api.create_namespaced_pod = original_create  # type: ignore[method-assign]
     latencies = [created_at[t] - accepted_at[t] for t in created_at if t in accepted_at]
+    ended_at = {
+        e["annotations"].get("task_id", ""): e["at"]
+        for e in admin.fault("pod_ends")
+        if e["annotations"].get("run_id") == run_id
+    }
+    end_to_event = [event_at[t] - ended_at[t] for t in event_at if t in ended_at]
     creates = sorted(created_at.values())
     rate = (
         (len(creates) - 1) / (creates[-1] - creates[0])
@@ -525,6 +556,10 @@ def run_throughput(
         "slot_to_pod_p99_s": _round(_pct(latencies, 0.99)),
         "pods_per_s": _round(rate),
         "watcher_rss_mib": round(peak_watcher / 1024, 1),
+        "watcher_private_mib": round(peak_watcher_private / 1024, 1),
+        "load": round(os.getloadavg()[0], 1),
+        "end_to_event_p50_s": _round3(_pct(end_to_event, 0.5)),
+        "end_to_event_p99_s": _round3(_pct(end_to_event, 0.99)),
         "manager_rss_mib": round(peak_manager / 1024, 1) if kind == "upstream" else None,
     }
 
@@ -547,9 +582,13 @@ TP_COLUMNS = [
 SCALE_COLUMNS = [
     *TP_COLUMNS[:6],
     ("pods_per_s", "pods created / s"),
+    ("end_to_event_p50_s", "pod end -> event p50 (s)"),
+    ("end_to_event_p99_s", "p99 (s)"),
+    ("watcher_private_mib", "watcher peak private (MiB)"),
     ("watcher_rss_mib", "watcher peak RSS (MiB)"),
     ("scheduler_rss_growth_kib_per_running", "scheduler RSS growth / running task (KiB)"),
     *((f"req_{v}", f"{v} / task") for v in VERBS),
+    ("load", "machine load (1 min) at end"),
 ]
 
 
@@ -675,9 +714,13 @@ def render_scale(results: list[tuple[int, list[dict[str, Any]]]], *, low: float,
             f"`bench/bench_executor.py --scale --scale-tasks N` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). "
             f"N tasks at [core] parallelism N/2 on simulated sandbox pods (no host process) of {low:g}-{high:g} s "
             "(the same durations for each executor), both executors in turn on the same sandbox subprocess with "
-            "the same client settings. Requests per task are the sandbox's counters over the run, by verb; "
-            "scheduler RSS growth is this process's peak RSS minus its RSS before the run, over the "
-            "parallelism. The machine (2 cores) was shared with other jobs while this ran.",
+            "the same client settings, each executor in a fresh driver process. Requests per task are the "
+            "sandbox's counters over the run, by verb. Pod end -> event is the moment the sandbox committed "
+            "the pod's terminal phase to the moment its task's terminal state left `get_event_buffer()` "
+            "(read every 0.2 s heartbeat, as the scheduler does). Watcher private memory is the watcher "
+            "process's Private_Clean + Private_Dirty (pages it shares with the scheduler it was forked from "
+            "are not counted). Scheduler RSS growth is the driver process's peak RSS minus its RSS before the "
+            "run, over the parallelism.",
             "",
             *lines,
             "",
@@ -694,23 +737,38 @@ def main_scale(counts: list[int], low: float, high: float, out: Path, variants: 
     try:
         os.environ["AIRFLOW_HOME"] = str(home)
         sandbox.start()
-        admin, kubeconfig = sandbox.admin, sandbox.kubeconfig
+        kubeconfig = sandbox.kubeconfig
         _setup_env(home, kubeconfig, max(counts))
         for n, tasks in enumerate(counts):
             rows = []
             for i, variant in enumerate(variants):
                 print(f"scale: {variant} with {tasks} tasks at parallelism {tasks // 2} ...", flush=True)
-                rows.append(
-                    run_throughput(
+                # Each executor in a fresh process, so that neither pays the other's first-time growth
+                # (imports, client, allocator) in its memory figures.
+                result_file = home / f"result-{tasks}-{variant}.json"
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--scale-child",
                         variant,
-                        tasks=tasks,
-                        parallelism=max(1, tasks // 2),
-                        admin=admin,
-                        job_id=str(301 + 10 * n + i),
-                        seconds=low,
-                        max_seconds=high,
-                    )
+                        "--tasks",
+                        str(tasks),
+                        "--kubeconfig",
+                        str(kubeconfig),
+                        "--job-id",
+                        str(301 + 10 * n + i),
+                        "--min-seconds",
+                        str(low),
+                        "--max-seconds",
+                        str(high),
+                        "--result-file",
+                        str(result_file),
+                    ],
+                    check=True,
+                    env=os.environ,
                 )
+                rows.append(json.loads(result_file.read_text()))
                 print(rows[-1], flush=True)
             results.append((tasks, rows))
             text = render_scale(results, low=low, high=high)
@@ -748,7 +806,25 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, upstream-default, upstream-16"
     )
+    parser.add_argument("--scale-child", help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    parser.add_argument("--job-id", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.scale_child:
+        from airflow_jobwatch.sandbox.admin import AdminClient
+
+        row = run_throughput(
+            args.scale_child,
+            tasks=args.tasks,
+            parallelism=max(1, args.tasks // 2),
+            admin=AdminClient.from_kubeconfig(args.kubeconfig, timeout=120),
+            job_id=args.job_id,
+            seconds=args.min_seconds,
+            max_seconds=args.max_seconds,
+        )
+        Path(args.result_file).write_text(json.dumps(row))
+        return
     if args.scale:
         counts = [int(c) for c in args.scale_tasks.split(",") if c.strip()]
         out = Path(args.out) if args.out != DEFAULT_OUT else REPO / "docs" / "benchmarks" / "scale.md"

@@ -584,6 +584,7 @@ def run_variant(
     namespaces: int = 1,
     simulate: bool = False,
     profile: str | None = None,
+    ended: int = 0,
 ) -> dict[str, Any]:
     from kubernetes import client
 
@@ -632,6 +633,7 @@ def run_variant(
 
     def create(item: tuple[tuple[str, str], int]) -> None:
         (namespace, name), seconds = item
+        command = ["sleep", str(seconds)] if seconds else ["true"]
         job = batch.create_namespaced_job(
             namespace,
             {
@@ -643,9 +645,7 @@ def run_variant(
                     "template": {
                         "spec": {
                             "restartPolicy": "Never",
-                            "containers": [
-                                {"name": CONTAINER, "image": "busybox", "command": ["sleep", str(seconds)]}
-                            ],
+                            "containers": [{"name": CONTAINER, "image": "busybox", "command": command}],
                         }
                     },
                 },
@@ -656,6 +656,23 @@ def run_variant(
 
     import concurrent.futures
 
+    # Ended Jobs beside the live ones: run by the Job controller to completion (with their Succeeded
+    # pods) before the triggers start, so a shared watch's list holds them all, as in a namespace
+    # that keeps its finished Jobs.
+    finished = {(spaces[i % namespaces], f"ended-{i:05d}"): 0 for i in range(ended)}
+    if finished:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for _ in pool.map(create, finished.items()):
+                pass
+        deadline = time.monotonic() + 600 + ended / 10
+        keys = {f"{ns}/{name}" for ns, name in finished}
+        while len(keys & observer.done.keys()) < len(keys):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{variant}: {len(keys - observer.done.keys())} of {ended} ended Jobs not complete in time"
+                )
+            time.sleep(0.5)
+        print(f"  {variant}: {ended} ended Jobs in {time.monotonic() - created_at:.0f} s", flush=True)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         for _ in pool.map(create, durations.items()):
             pass
@@ -693,7 +710,7 @@ def run_variant(
 
     requests = sum(v for k, v in counters.items() if not driver(k))
     # clean up the variant's Jobs (Background) so the next variant's sandbox is not loaded by them
-    for namespace, name in durations:
+    for namespace, name in [*durations, *finished]:
         try:
             batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
         except client.ApiException:
@@ -701,6 +718,7 @@ def run_variant(
     return {
         "variant": variant,
         "jobs": n,
+        "ended": ended,
         "namespaces": namespaces,
         "statuses": statuses,
         "requests": requests,
@@ -1160,6 +1178,13 @@ def main() -> int:
         help="the sandbox's kubelet and Job controller run normally, on simulated pods (no host process; "
         "each `sleep N` is read as N seconds), so that 10,000 live Jobs fit on one machine",
     )
+    parser.add_argument(
+        "--ended-per-job",
+        type=int,
+        default=0,
+        help="ended Jobs (and their pods) run to completion beside each live Job before the triggers start",
+    )
+    parser.add_argument("--rows-file", help="also write the measured rows (JSON) to this file")
     parser.add_argument("--min-seconds", type=int, default=None, help="shortest Job (default 10, quick 5)")
     parser.add_argument("--max-seconds", type=int, default=None, help="longest Job (default 120, quick 20)")
     parser.add_argument(
@@ -1234,8 +1259,11 @@ def main() -> int:
                     admin=admin,
                     api_client=api_client,
                     seed=args.seed + i,
+                    ended=args.ended_per_job * count,
                 )
             )
+            if args.rows_file:
+                Path(args.rows_file).write_text(json.dumps(rows, indent=1, default=str))
     finally:
         sandbox.stop(timeout=30)
     note = args.note
