@@ -10,8 +10,9 @@ What it reproduces, because watch-based clients depend on it:
   CrashLoopBackOff) / Always;
 * pod ``activeDeadlineSeconds`` (Failed, DeadlineExceeded), graceful deletion (SIGTERM to the
   container's process group, SIGKILL after the grace period, then the final delete), commands that
-  cannot be executed (StartError, exit code 128), image pull failures (ErrImagePull /
-  ImagePullBackOff, as a fault), eviction and node loss (as faults);
+  cannot be executed (StartError, exit code 128), a container that fails to start on demand
+  (:data:`START_FAILURE_ANNOTATION`: StartError or ContainerCannotRun), image pull failures
+  (ErrImagePull / ImagePullBackOff, as a fault), eviction and node loss (as faults);
 * container logs (stdout and stderr interleaved, as a container runtime captures them) for the
   ``pods/log`` subresource, including ``follow``.
 
@@ -88,6 +89,27 @@ KUBELET_PREEMPTION = (
     "Preempted in order to admit critical pod",
     "Pod was preempted by Kubelet to accommodate a critical pod.",
 )
+# A container that fails to start on demand, without running its command. The annotation's value is the
+# reason the container runtime reports, optionally followed by ":<container name>" to fail that container
+# only (init containers included); without a name every container of the pod fails to start:
+# * "StartError": containerd / CRI-O (the CRI runtimes of Kubernetes 1.24+). Terminated, exit code 128,
+#   startedAt the zero time (1970-01-01T00:00:00Z), finishedAt now, the runtime's message; a Warning
+#   "Failed" event "Error: <message>" (pkg/kubelet/kuberuntime/kuberuntime_container.go startContainer).
+# * "ContainerCannotRun": dockershim (Kubernetes 1.23 and earlier), which reads docker's inspect: a
+#   container that exited without a finishedAt has "failed to start", reason ContainerCannotRun, exit code
+#   docker's (128 for an OCI runtime error), message docker's State.Error, and startedAt = finishedAt =
+#   the container's creation time (pkg/kubelet/dockershim/docker_container.go ContainerStatus). The event
+#   is "Error: failed to start container <id>: Error response from daemon: <message>".
+# Each start attempt fails again, so restartPolicy applies as to any container that cannot start.
+START_FAILURE_ANNOTATION = "sandbox.jobwatch.io/start-failure"
+START_FAILURE_REASONS = ("StartError", "ContainerCannotRun")
+_REQUESTED = f"sandbox: start failure requested by annotation {START_FAILURE_ANNOTATION}"
+START_FAILURE_MESSAGES = {
+    "StartError": "failed to create containerd task: failed to create shim task: OCI runtime create failed: "
+    f"runc create failed: unable to start container process: {_REQUESTED}: unknown",
+    "ContainerCannotRun": "OCI runtime create failed: container_linux.go:380: starting container process "
+    f"caused: {_REQUESTED}: unknown",
+}
 # How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
 REAP_TIMEOUT_SECONDS = 5.0
 # Kubelet.stop(): rounds of kill + cancel, each followed by a wait of at most this long.
@@ -740,6 +762,12 @@ class Kubelet:
         if rt.stopping.is_set():
             c.final = True
             return 137
+        try:
+            forced = start_failure(self._current(rt) or {}, c.name)
+        except ValueError as exc:  # a bad annotation: reported where the user looks, the pod's status
+            return self._start_error(rt, c, started_at, str(exc))
+        if forced is not None:
+            return self._start_error(rt, c, started_at, START_FAILURE_MESSAGES[forced], reason=forced)
         if not argv and not simulated.is_simulated(self.sb, self._current(rt) or {}):
             return self._start_error(
                 rt,
@@ -834,20 +862,41 @@ class Kubelet:
         if c.init or not first or all(o.launched for o in rt.containers):
             self._publish(rt)
 
-    def _start_error(self, rt: PodRuntime, c: ContainerRuntime, started_at: str, message: str) -> int:
+    def _start_error(
+        self,
+        rt: PodRuntime,
+        c: ContainerRuntime,
+        started_at: str,
+        message: str,
+        *,
+        reason: str = "StartError",
+    ) -> int:
+        """A container that was created but could not start: terminated with exit code 128 and ``reason``
+        as the container runtime reports it (see :data:`START_FAILURE_ANNOTATION` for the two shapes)."""
+        container_id = f"sandbox://{rt.uid}/{c.name}"
+        if reason == "ContainerCannotRun":
+            # dockershim: startedAt and finishedAt both the container's creation time.
+            times = {"startedAt": started_at, "finishedAt": started_at}
+            event = (
+                f'Error: failed to start container "{container_id.removeprefix("sandbox://")}": '
+                f"Error response from daemon: {message}"
+            )
+        else:
+            # CRI: the zero start time (the container never started), finished now.
+            times = {"startedAt": "1970-01-01T00:00:00Z", "finishedAt": now_rfc3339()}
+            event = f"Error: {message}"
         c.state = {
             "terminated": {
                 "exitCode": 128,
-                "reason": "StartError",
+                "reason": reason,
                 "message": message,
-                "startedAt": "1970-01-01T00:00:00Z",
-                "finishedAt": now_rfc3339(),
-                "containerID": f"sandbox://{rt.uid}/{c.name}",
+                **times,
+                "containerID": container_id,
             }
         }
         c.logs.close()
         c.final = not self._restarts(rt, c, 128)
-        self._event(rt, "Failed", f"Error: {message}", warning=True, container=c.name)
+        self._event(rt, "Failed", event, warning=True, container=c.name)
         self._launched(rt, c)
         return 128
 
@@ -1072,8 +1121,35 @@ def _missing_reference(container: dict[str, Any]) -> str | None:
     return None
 
 
+def start_failure(pod: dict[str, Any], container: str) -> str | None:
+    """The reason container ``container`` of ``pod`` must fail to start with, from the pod's annotation
+    :data:`START_FAILURE_ANNOTATION`, or None (no annotation, or it names another container).
+
+    :raises ValueError: the annotation's value is not one of :data:`START_FAILURE_REASONS`, optionally
+        followed by ``:`` and the name of one of the pod's containers (the message names the annotation,
+        the value and what is expected).
+    """
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if START_FAILURE_ANNOTATION not in annotations:
+        return None
+    raw = str(annotations[START_FAILURE_ANNOTATION])
+    reason, _, target = raw.strip().partition(":")
+    reason, target = reason.strip(), target.strip()
+    spec = pod.get("spec") or {}
+    names = [
+        str(x.get("name")) for x in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    ]
+    if reason not in START_FAILURE_REASONS or (target and target not in names):
+        raise ValueError(
+            f"sandbox: annotation {START_FAILURE_ANNOTATION}={raw!r}: expected "
+            f"{' or '.join(START_FAILURE_REASONS)}, optionally followed by ':' and the name of one of the "
+            f"pod's containers ({', '.join(names)})"
+        )
+    return reason if not target or target == container else None
+
+
 def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
 
-__all__ = ["NODE_NAME", "Kubelet", "LogBuffer"]
+__all__ = ["NODE_NAME", "START_FAILURE_ANNOTATION", "Kubelet", "LogBuffer", "start_failure"]
