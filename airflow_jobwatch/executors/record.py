@@ -85,6 +85,9 @@ class TaskRecords:
 
     def __init__(self) -> None:
         self._records: dict[Any, TaskRecord] = {}
+        # Keys whose record has a pod to create (``create`` set), kept by every transition that sets or
+        # clears it, so that finding them costs the pending launches, not every task held.
+        self._pending: dict[Any, None] = {}
         # (namespace, name) -> (key, launch id) of every pod created or adopted and not yet seen to end.
         self._pods: dict[PodRef, tuple[Any, str]] = {}
 
@@ -107,8 +110,10 @@ class TaskRecords:
         return set(self._records)
 
     def pending(self) -> list[TaskRecord]:
-        """Records whose pod is still to be created, highest priority first."""
-        return sorted((r for r in self._records.values() if r.create is not None), key=lambda r: -r.priority)
+        """Records whose pod is still to be created, highest priority first (in queueing order within
+        one priority)."""
+        records = [self._records[key] for key in self._pending]
+        return sorted(records, key=lambda r: -r.priority) if len(records) > 1 else records
 
     def owner(self, ref: PodRef) -> tuple[Any, str] | None:
         """The (key, launch id) a watched pod was created or adopted for."""
@@ -142,6 +147,8 @@ class TaskRecords:
         self._records[key] = TaskRecord(
             key=key, launch_id=launch_id, workload=workload, create=PendingCreate()
         )
+        self._pending.pop(key, None)  # queued again: in line after those queued before it
+        self._pending[key] = None
         return previous.launch_id if previous is not None else None
 
     def create_sent(self, key: Any, ref: PodRef) -> None:
@@ -162,6 +169,7 @@ class TaskRecords:
         """The current launch's pod exists (the create's answer, a 409 of ours, or the watch saw it)."""
         record = self._require(key)
         record.create = None
+        self._pending.pop(key, None)
         record.pod = ref
         self._pods[ref] = (key, record.launch_id)
         return record
@@ -196,6 +204,7 @@ class TaskRecords:
         record.pod = None
         record.seen_running = False
         record.create = PendingCreate(not_before=not_before)
+        self._pending[key] = None
         return record
 
     def end(self, key: Any, ref: PodRef | None = None) -> TaskRecord | None:
@@ -204,6 +213,7 @@ class TaskRecords:
         if ref is not None:
             self._pods.pop(ref, None)
         record = self._records.pop(key, None)
+        self._pending.pop(key, None)
         if record is not None:
             # Revoked while its pod runs or is being created: the caller deletes that pod, and its end is
             # not reported.
@@ -222,6 +232,7 @@ class TaskRecords:
         self._pods[ref] = (key, launch_id)
         if current:
             self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
+            self._pending.pop(key, None)
 
     def _require(self, key: Any) -> TaskRecord:
         record = self._records.get(key)

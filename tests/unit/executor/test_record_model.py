@@ -150,6 +150,12 @@ class RecordMachine(RuleBasedStateMachine):
             assert len(current) <= 1, current
 
     @invariant()
+    def pending_is_every_record_with_a_pod_to_create(self) -> None:
+        pending = self.records.pending()
+        assert {id(r) for r in pending} == {id(r) for r in self.records if r.create is not None}
+        assert len(pending) == len({id(r) for r in pending})
+
+    @invariant()
     def every_slot_freed_once(self) -> None:
         assert self.taken - self.freed == len(self.running)
         assert self.freed <= self.taken
