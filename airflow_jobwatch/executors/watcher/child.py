@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# One frame to the parent carries at most this many queued messages, or about this many bytes.
+SEND_FRAME_MESSAGES = 256
+SEND_FRAME_BYTES = 256 * 1024
 # The child beats this often. A quarter of a second is cheap (one float write) and keeps the
 # parent's "no heartbeat for N s" decision precise even for small N in tests.
 CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
@@ -264,17 +267,32 @@ async def child_run(
         outbox.put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
     def sender() -> None:
+        # What is queued when the pipe is free goes as one frame of concatenated pickles (the parent
+        # reads them back one by one): a burst of updates costs the scheduler one read, not one per pod.
         while True:
             msg = outbox.get()
             if msg is None:
                 return
+            frame, size, last = [msg], len(msg), False
+            while len(frame) < SEND_FRAME_MESSAGES and size < SEND_FRAME_BYTES:
+                try:
+                    more = outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    last = True
+                    break
+                frame.append(more)
+                size += len(more)
             try:
-                conn.send_bytes(msg)
+                conn.send_bytes(frame[0] if len(frame) == 1 else b"".join(frame))
             except (BrokenPipeError, OSError):
                 # The parent is gone or closed our pipe: nothing left to do in this process. os._exit
                 # skips atexit: a credential helper still running is ended here.
                 end_helpers()
                 os._exit(0)
+            if last:
+                return
 
     threading.Thread(target=sender, name="jobwatch-watcher-sender", daemon=True).start()
 

@@ -20,6 +20,7 @@ What the upstream watcher gets wrong and this side answers (see docs/executor.md
 
 from __future__ import annotations
 
+import io
 import logging
 import multiprocessing
 import os
@@ -574,17 +575,22 @@ class WatcherSupervisor:
             try:
                 if not child.conn.poll(0):
                     return
-                msg = child.conn.recv()
+                frame = child.conn.recv_bytes()
             except (EOFError, OSError):
                 # The child is gone (possibly mid-message after a SIGKILL): the rest is lost, which
                 # is exactly what the post-restart reconciliation is for.
                 child.closed = True
                 return
-            except Exception:
-                log.exception("Discarding an unreadable message from the KubernetesJobWatcher")
-                continue
-            count += 1
-            self._handle(slot, child, msg, results)
+            # A frame is one or more pickled messages back to back (the child sends what it had queued).
+            stream = io.BytesIO(frame)
+            while stream.tell() < len(frame):
+                try:
+                    msg = pickle.load(stream)
+                except Exception:
+                    log.exception("Discarding an unreadable message from the KubernetesJobWatcher")
+                    break  # the rest of this frame cannot be found without the broken one's end
+                count += 1
+                self._handle(slot, child, msg, results)
 
     def _handle(self, slot: _Slot, child: _Child, msg: Any, results: list[PodResult]) -> None:
         if isinstance(msg, PodUpdate):
