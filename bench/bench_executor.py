@@ -468,9 +468,19 @@ def run_throughput(
         sync_durations: list[float] = []
         original_sync = ex.sync
 
+        profiler = None
+        if os.environ.get("JOBWATCH_BENCH_PROFILE"):  # cProfile of sync() only, stats to that path
+            import cProfile
+
+            profiler = cProfile.Profile()
+
         def timed_sync() -> None:
             t0 = time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
             original_sync()
+            if profiler is not None:
+                profiler.disable()
             sync_durations.append(time.perf_counter() - t0)
 
         ex.sync = timed_sync
@@ -511,6 +521,8 @@ def run_throughput(
                 break
             time.sleep(HEARTBEAT_SECONDS)
         elapsed = time.monotonic() - started
+        if profiler is not None:
+            profiler.dump_stats(f"{os.environ['JOBWATCH_BENCH_PROFILE']}.{variant}.{tasks}")
         try:
             ex.end()
         except Exception as err:
