@@ -47,9 +47,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# One frame to the parent carries at most this many queued messages, or about this many bytes.
+# One frame to the parent carries at most this many queued messages, or about this many bytes, and
+# waits at most this long for more after its first (the scheduler reads the pipe once per heartbeat, so
+# a few milliseconds add no delay it would see, and a watch event's burst of messages goes as one frame).
 SEND_FRAME_MESSAGES = 256
 SEND_FRAME_BYTES = 256 * 1024
+SEND_FRAME_LINGER_SECONDS = 0.005
 # The child beats this often. A quarter of a second is cheap (one float write) and keeps the
 # parent's "no heartbeat for N s" decision precise even for small N in tests.
 CHILD_HEARTBEAT_INTERVAL_SECONDS = 0.25
@@ -274,9 +277,10 @@ async def child_run(
             if msg is None:
                 return
             frame, size, last = [msg], len(msg), False
+            until = time.monotonic() + SEND_FRAME_LINGER_SECONDS
             while len(frame) < SEND_FRAME_MESSAGES and size < SEND_FRAME_BYTES:
                 try:
-                    more = outbox.get_nowait()
+                    more = outbox.get(timeout=max(0.0, until - time.monotonic()))
                 except queue.Empty:
                     break
                 if more is None:

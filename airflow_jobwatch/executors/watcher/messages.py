@@ -35,6 +35,23 @@ class PodUpdate:
     observed_at: float  # time.time() in the child when the informer delivered the event
     disruption: str | None = None  # a failed pod the cluster disrupted: what did it, in words
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Rebuilt by its constructor: a slotted dataclass's default unpickling looks its fields up
+        # for every object, and the scheduler reads one of these per pod change.
+        return (
+            PodUpdate,
+            (
+                self.namespace,
+                self.name,
+                self.uid,
+                self.state,
+                self.annotations,
+                self.deleted,
+                self.observed_at,
+                self.disruption,
+            ),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Synced:
@@ -90,6 +107,9 @@ class Metric:
     name: str
     value: Any
     tags: dict[str, Any] | None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (Metric, (self.kind, self.name, self.value, self.tags))  # as PodUpdate's
 
 
 # ---------------------------------------------------------------------------------------------
