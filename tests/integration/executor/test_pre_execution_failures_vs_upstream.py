@@ -42,6 +42,8 @@ from support.workloads import make_workload
 pytestmark = [pytest.mark.timeout(120), pytest.mark.sandbox_opts(pod_start_delay=1.5)]
 
 KINDS = ["upstream", "jobwatch"]
+# The cncf.kubernetes release whose KubernetesExecutor first requeues a pod that failed before its task ran.
+UPSTREAM_REQUEUE_SINCE = "10.20.0"
 
 
 class AirflowRecord:
@@ -88,6 +90,15 @@ def make_executor(
         yield executor_factory()
         return
     pytest.importorskip("airflow.providers.cncf.kubernetes.executors.kubernetes_executor")
+    import airflow.providers.cncf.kubernetes as provider
+    from packaging.version import Version
+
+    if Version(provider.__version__) < Version(UPSTREAM_REQUEUE_SINCE):
+        pytest.skip(
+            f"apache-airflow-providers-cncf-kubernetes {provider.__version__} has no requeue of a pod that "
+            f"failed before its task ran (added in {UPSTREAM_REQUEUE_SINCE}): it fails such a task, as the "
+            "migration guide says"
+        )
     from airflow import settings
     from airflow.utils.state import TaskInstanceState
 
