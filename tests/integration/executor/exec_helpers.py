@@ -71,10 +71,44 @@ def pods_of(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
     return [
         p
         for p in sandbox.objects("pods", "default")
-        if p["metadata"]["annotations"].get("task_id") == task_id
+        if (p["metadata"].get("annotations") or {}).get("task_id") == task_id
     ]
 
 
 def terminal_events(events: list[tuple[Any, Any]]) -> list[tuple[Any, str, Any]]:
     """The success/failed entries of a list of ``(key, (state, info))`` events, as ``(key, state, info)``."""
     return [(k, str(s), info) for k, (s, info) in events if str(s) in ("success", "failed")]
+
+
+def upstream_executor(db_url: str, executor_factory: Any, monkeypatch: Any, request: Any) -> Any:
+    """Upstream's KubernetesExecutor, not yet started, on the sandbox that ``executor_factory`` configures,
+    with Airflow's ORM on ``db_url`` until the test ends. Its lookup of whether a workload is still current
+    (``_should_create_pod_for_job``) is answered "yes": these harnesses have no task instance rows."""
+    from airflow import settings
+
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", db_url)
+    previous = settings.SQL_ALCHEMY_CONN
+    settings.SQL_ALCHEMY_CONN = db_url
+    settings.configure_orm()
+
+    def restore_db() -> None:
+        settings.SQL_ALCHEMY_CONN = previous
+        settings.configure_orm()
+
+    request.addfinalizer(restore_db)
+    ours = executor_factory()  # sets the shared [kubernetes_executor] environment; not used further
+    ours.end()
+    # Upstream sends each task's KubernetesJob through a multiprocessing Manager queue (pickled). Every
+    # kubernetes model object it builds keeps a copy of the client's process-wide default Configuration; an
+    # earlier test in this process that loaded a kubeconfig into that default leaves a refresh hook there that
+    # cannot be pickled. Start upstream with no default, as in a fresh scheduler (restored afterwards).
+    import kubernetes.client
+
+    monkeypatch.setattr(kubernetes.client.Configuration, "_default", None)
+    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
+
+    ex = KubernetesExecutor()  # older providers (Airflow 3.1's) take no arguments
+    ex.parallelism = 16
+    ex.job_id = "43"
+    ex._should_create_pod_for_job = lambda task: True
+    return ex

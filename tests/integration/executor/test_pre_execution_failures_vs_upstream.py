@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exec_helpers import pods_of, submit
+from exec_helpers import pods_of, submit, terminal_events, upstream_executor
 from support.workloads import make_workload
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.sandbox_opts(pod_start_delay=1.5)]
@@ -99,33 +99,10 @@ def make_executor(
             f"failed before its task ran (added in {UPSTREAM_REQUEUE_SINCE}): it fails such a task, as the "
             "migration guide says"
         )
-    from airflow import settings
     from airflow.utils.state import TaskInstanceState
 
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", url)
-    previous = settings.SQL_ALCHEMY_CONN
-    settings.SQL_ALCHEMY_CONN = url
-    settings.configure_orm()
-
-    def restore_db() -> None:
-        settings.SQL_ALCHEMY_CONN = previous
-        settings.configure_orm()
-
-    request.addfinalizer(restore_db)
-    ours = executor_factory()  # sets the shared [kubernetes_executor] environment; not used further
-    ours.end()
-    # As in test_preemption_vs_upstream.py: upstream pickles its jobs through a Manager queue, and a
-    # kubeconfig loaded into the client's process-wide default by an earlier test cannot be pickled.
-    import kubernetes.client
-
-    monkeypatch.setattr(kubernetes.client.Configuration, "_default", None)
-    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
-
-    ex = KubernetesExecutor()
-    ex.parallelism = 16
-    ex.job_id = "43"
-    ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
+    # An empty SQLite file (no tables): a database read this harness does not answer fails loudly.
+    ex = upstream_executor(f"sqlite:///{tmp_path / 'empty.db'}", executor_factory, monkeypatch, request)
 
     def task_instance_state(key: Any, *, session: Any = None) -> TaskInstanceState:
         return TaskInstanceState(record.state(key))
@@ -140,11 +117,7 @@ def make_executor(
 
 def _final(events: list[tuple[Any, Any]]) -> list[tuple[str, int, str, Any]]:
     """(task_id, try_number, "success" | "failed", info) of every final event, in order."""
-    return [
-        (key.task_id, key.try_number, str(state), info)
-        for key, (state, info) in events
-        if str(state) in ("success", "failed")
-    ]
+    return [(key.task_id, key.try_number, state, info) for key, state, info in terminal_events(events)]
 
 
 def _drive(

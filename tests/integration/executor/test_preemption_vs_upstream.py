@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exec_helpers import poll, submit
+from exec_helpers import pods_of, poll, submit, upstream_executor
 from support.workloads import make_workload
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.sandbox_opts(pod_start_delay=3.0)]
@@ -61,48 +61,13 @@ def make_executor(
         yield executor_factory()
         return
     pytest.importorskip("airflow.providers.cncf.kubernetes.executors.kubernetes_executor")
-    url = request.getfixturevalue("migrated_db")
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", url)
-    from airflow import settings
-
-    previous = settings.SQL_ALCHEMY_CONN
-    settings.SQL_ALCHEMY_CONN = url
-    settings.configure_orm()
-
-    def restore_db() -> None:
-        settings.SQL_ALCHEMY_CONN = previous
-        settings.configure_orm()
-
-    request.addfinalizer(restore_db)
-    ours = executor_factory()  # sets the shared [kubernetes_executor] environment; not used further
-    ours.end()
-    # Upstream sends each task's KubernetesJob through a multiprocessing Manager queue (pickled). Every
-    # kubernetes model object it builds keeps a copy of the client's process-wide default Configuration; an
-    # earlier test in this process that loaded a kubeconfig into that default leaves a refresh hook there that
-    # cannot be pickled. Start upstream with no default, as in a fresh scheduler (restored afterwards).
-    import kubernetes.client
-
-    monkeypatch.setattr(kubernetes.client.Configuration, "_default", None)
-    from airflow.providers.cncf.kubernetes.executors.kubernetes_executor import KubernetesExecutor
-
-    ex = KubernetesExecutor()  # older providers (Airflow 3.1's) take no arguments
-    ex.parallelism = 16
-    ex.job_id = "43"
     # Its DB lookup of the task instance: no metadata DB here, every workload is current (see module doc).
-    ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
+    ex = upstream_executor(request.getfixturevalue("migrated_db"), executor_factory, monkeypatch, request)
     ex.start()
     try:
         yield ex
     finally:
         ex.end()
-
-
-def _pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in sandbox.objects("pods", "default")
-        if (p["metadata"].get("annotations") or {}).get("task_id") == task_id
-    ]
 
 
 def _final(events: list[tuple[Any, Any]], kind: str) -> list[tuple[str, int, str, Any]]:
@@ -117,7 +82,7 @@ def _final(events: list[tuple[Any, Any]], kind: str) -> list[tuple[str, int, str
 
 def _preempt_first_pod(ex: Any, sandbox: Any, task_id: str, phase: str, events: list[Any]) -> str:
     def first_in_phase() -> str | None:
-        for pod in _pods(sandbox, task_id):
+        for pod in pods_of(sandbox, task_id):
             if pod["status"].get("phase") == phase and not pod["metadata"].get("deletionTimestamp"):
                 name: str = pod["metadata"]["name"]
                 return name
@@ -155,7 +120,7 @@ def test_pod_preempted_while_pending(kind: str, make_executor: Any, kube_sandbox
         assert outcome == "success", finals
         assert len(finals) == 1
         # The preempted pod is gone (a preemption deletes it); the one that ran the try is another.
-        assert victim not in {p["metadata"]["name"] for p in _pods(sandbox, "pending_victim")}
+        assert victim not in {p["metadata"]["name"] for p in pods_of(sandbox, "pending_victim")}
         status = ex.status()
         assert status["disruption_relaunches"] == 1 and status["pods_launched"] == 2, status
 
