@@ -43,16 +43,24 @@ def annotated(body: dict[str, Any], value: str, **more: str) -> dict[str, Any]:
     return body
 
 
+def failed_start(
+    core: client.CoreV1Api, name: str, value: str, ran: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Create pod ``name`` annotated ``value``, whose command would create ``ran``; once it ended, the pod
+    and its first container's ``terminated`` state."""
+    core.create_namespaced_pod("default", annotated(pod_body(name, f"touch {ran}"), value))
+    pod = wait_for(lambda: terminal(core, name), what=f"pod {name} (start-failure {value!r}) to end")
+    return pod, pod["status"]["containerStatuses"][0]["state"]["terminated"]
+
+
 @pytest.mark.parametrize("reason", ["StartError", "ContainerCannotRun"])
 def test_the_container_fails_to_start_with_the_runtimes_status(
     sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path, reason: str
 ) -> None:
     ran = tmp_path / "ran"
-    core.create_namespaced_pod("default", annotated(pod_body("nostart", f"touch {ran}"), reason))
-    pod = wait_for(lambda: terminal(core, "nostart"), what="the pod that cannot start to fail")
+    pod, term = failed_start(core, "nostart", reason, ran)
     assert pod["status"]["phase"] == "Failed"
     status = pod["status"]["containerStatuses"][0]
-    term = status["state"]["terminated"]
     assert term["exitCode"] == 128 and term["reason"] == reason
     assert START_FAILURE_ANNOTATION in term["message"] and term["message"].endswith(": unknown")
     assert term["containerID"] and term["finishedAt"]
@@ -132,9 +140,7 @@ def test_a_bad_value_is_reported_in_the_pods_status(
     sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path, value: str
 ) -> None:
     ran = tmp_path / "ran"
-    core.create_namespaced_pod("default", annotated(pod_body("bad", f"touch {ran}"), value))
-    pod = wait_for(lambda: terminal(core, "bad"), what="the pod with a bad annotation to fail")
-    term = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    _, term = failed_start(core, "bad", value, ran)
     assert (term["reason"], term["exitCode"]) == ("StartError", 128)
     message = term["message"]
     assert f"{START_FAILURE_ANNOTATION}={value!r}" in message, message
