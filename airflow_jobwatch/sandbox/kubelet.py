@@ -762,13 +762,14 @@ class Kubelet:
         if rt.stopping.is_set():
             c.final = True
             return 137
+        pod = self._current(rt)  # read once: nothing below yields before the process starts
         try:
-            forced = start_failure(self._current(rt) or {}, c.name)
+            forced = start_failure(pod or {}, c.name)
         except ValueError as exc:  # a bad annotation: reported where the user looks, the pod's status
             return self._start_error(rt, c, started_at, str(exc))
         if forced is not None:
             return self._start_error(rt, c, started_at, START_FAILURE_MESSAGES[forced], reason=forced)
-        if not argv and not simulated.is_simulated(self.sb, self._current(rt) or {}):
+        if not argv and not simulated.is_simulated(self.sb, pod or {}):
             return self._start_error(
                 rt,
                 c,
@@ -777,7 +778,7 @@ class Kubelet:
             )
         try:
             # A simulated container (no host process) or the container's process: same status path.
-            proc = simulated.start(self.sb, self._current(rt), argv) or await asyncio.create_subprocess_exec(
+            proc = simulated.start(self.sb, pod, argv) or await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
