@@ -112,8 +112,7 @@ class TaskRecords:
     def pending(self) -> list[TaskRecord]:
         """Records whose pod is still to be created, highest priority first (in queueing order within
         one priority)."""
-        records = [self._records[key] for key in self._pending]
-        return sorted(records, key=lambda r: -r.priority) if len(records) > 1 else records
+        return sorted((self._records[key] for key in self._pending), key=lambda r: -r.priority)
 
     def owner(self, ref: PodRef) -> tuple[Any, str] | None:
         """The (key, launch id) a watched pod was created or adopted for."""

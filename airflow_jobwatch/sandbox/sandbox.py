@@ -111,6 +111,9 @@ class Sandbox:
         self.simulate_pods = simulate_pods
         self.simulated_namespaces = frozenset(simulated_namespaces)
         self.simulated_default_seconds = simulated_default_seconds
+        # record_pod_ends(): pod uid -> when its terminal phase was first committed (off until called)
+        self._pod_ends: dict[str, dict[str, Any]] = {}
+        self._pod_ends_limit = 0
         self.host = host
         self.port = port
         self.tls = tls or in_cluster_dir is not None
@@ -408,7 +411,7 @@ class Sandbox:
         if int(limit) < 1:
             raise ValueError(f"limit must be >= 1 pods, got {limit!r}")
         self._pod_ends_limit = int(limit)
-        self._pod_ends: dict[str, dict[str, Any]] = {}
+        self._pod_ends = {}
         if self._on_pod_end not in self.store.listeners:
             self.store.listeners.append(self._on_pod_end)
 
@@ -433,7 +436,7 @@ class Sandbox:
     def pod_ends(self) -> list[dict[str, Any]]:
         """The pods noted since :meth:`record_pod_ends`: namespace, name, annotations, terminal phase and
         the wall-clock moment it was committed."""
-        return list(getattr(self, "_pod_ends", {}).values())
+        return list(self._pod_ends.values())
 
     def objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Deep copies (with kind/apiVersion, as GET returns them) of the stored objects of ``kind``."""
