@@ -140,6 +140,8 @@ class ExecutorBase(BaseExecutor):
         # Creates in flight in the creator threads: key -> (create, namespace, name, future).
         self._inflight: dict[TaskInstanceKey, tuple[PendingCreate, str, str, Future[Any]]] = {}
         self._create_pool: ThreadPoolExecutor | None = None
+        # Keys whose launch has a pod build running or finished but not yet submitted as a create.
+        self._building: set[TaskInstanceKey] = set()
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
         self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
         self._create_concurrency = max(

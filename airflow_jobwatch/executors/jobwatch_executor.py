@@ -187,9 +187,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
                 )
         self._retry_cleanup()
         self._launch_pending()
-        waiting = sum(
-            1 for r in self.records.pending() if r.create is not None and r.create.waiting_for_quota
-        )
+        waiting = self.records.waiting_for_quota()
         if waiting != self._quota_waiting:
             self._quota_waiting = waiting
             metrics.tasks_waiting_for_quota(waiting)
@@ -366,7 +364,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
             "pid": os.getpid(),
             "updated_at": time.time(),
             "running": len(self.running),
-            "pending_creation": len(self.records.pending()),
+            "pending_creation": self.records.pending_count(),
             "waiting_for_quota": self._quota_waiting,
             "tracked_pods": sum(1 for r in self.records if r.pod is not None),
             "seconds_since_last_event": (

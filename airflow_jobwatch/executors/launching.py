@@ -52,17 +52,32 @@ class LaunchQueue(ExecutorBase):
         """
         keep_going = self._collect_creates()
         now = time.monotonic()
-        pending = self.records.pending()
-        if not keep_going or now < self._create_paused_until or not pending:
+        if not keep_going or now < self._create_paused_until or not self.records.pending_count():
             return
         cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
-        in_flight = len(self._inflight) + sum(1 for r in pending if r.create is not None and r.create.build)
-        for record in pending:
+        # The launches whose pod is being built: each is visited below (a finished build is submitted as
+        # a create). Every other launch waits for a free place in the cap, in launch order, so the walk
+        # stops once the cap is full and no build is left to visit: a heartbeat costs the launches it
+        # starts, not the thousands that wait behind them.
+        self._building = {
+            key
+            for key in self._building
+            if (r := self.records.get(key)) is not None
+            and r.create is not None
+            and r.create.build is not None
+        }
+        in_flight = len(self._inflight) + len(self._building)
+        builds_to_visit = len(self._building)
+        for record in self.records.pending():
+            if in_flight >= cap and not builds_to_visit:
+                break
             launch = record.create
             if launch is None or record.key in self._inflight or launch.not_before > now:
                 continue
             building = launch.build is not None
-            if in_flight >= cap and not building:
+            if building:
+                builds_to_visit -= 1
+            elif in_flight >= cap:
                 continue
             if self._start_create(record, launch) and not building:
                 in_flight += 1
@@ -77,10 +92,12 @@ class LaunchQueue(ExecutorBase):
             # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
             if launch.build is None:
                 launch.build = self._pool().submit(self._build, key, record.workload, record.launch_id)
+                self._building.add(key)
                 return True
             if not launch.build.done():
                 return True
             build, launch.build = launch.build, None
+            self._building.discard(key)
             err = build.exception()
             if err is not None:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")

@@ -85,9 +85,12 @@ class TaskRecords:
 
     def __init__(self) -> None:
         self._records: dict[Any, TaskRecord] = {}
-        # Keys whose record has a pod to create (``create`` set), kept by every transition that sets or
-        # clears it, so that finding them costs the pending launches, not every task held.
-        self._pending: dict[Any, None] = {}
+        # Keys whose record has a pod to create (``create`` set) -> the priority they are filed under,
+        # kept by every transition that sets or clears it, so that finding them costs the pending
+        # launches, not every task held; and the same keys by priority, each in queueing order, so that
+        # listing them in launch order needs no sort of the keys.
+        self._pending: dict[Any, int] = {}
+        self._by_priority: dict[int, dict[Any, None]] = {}
         # (namespace, name) -> (key, launch id) of every pod created or adopted and not yet seen to end.
         self._pods: dict[PodRef, tuple[Any, str]] = {}
 
@@ -112,7 +115,18 @@ class TaskRecords:
     def pending(self) -> list[TaskRecord]:
         """Records whose pod is still to be created, highest priority first (in queueing order within
         one priority)."""
-        return sorted((self._records[key] for key in self._pending), key=lambda r: -r.priority)
+        records: list[TaskRecord] = []
+        for priority in sorted(self._by_priority, reverse=True):
+            records.extend(map(self._records.__getitem__, self._by_priority[priority]))
+        return records
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def waiting_for_quota(self) -> int:
+        """How many pending launches had their last create refused for a ResourceQuota."""
+        creates = (self._records[key].create for key in self._pending)
+        return sum(1 for create in creates if create is not None and create.waiting_for_quota)
 
     def owner(self, ref: PodRef) -> tuple[Any, str] | None:
         """The (key, launch id) a watched pod was created or adopted for."""
@@ -146,8 +160,8 @@ class TaskRecords:
         self._records[key] = TaskRecord(
             key=key, launch_id=launch_id, workload=workload, create=PendingCreate()
         )
-        self._pending.pop(key, None)  # queued again: in line after those queued before it
-        self._pending[key] = None
+        self._unmark_pending(key)  # queued again: in line after those queued before it
+        self._mark_pending(key)
         return previous.launch_id if previous is not None else None
 
     def create_sent(self, key: Any, ref: PodRef) -> None:
@@ -168,7 +182,7 @@ class TaskRecords:
         """The current launch's pod exists (the create's answer, a 409 of ours, or the watch saw it)."""
         record = self._require(key)
         record.create = None
-        self._pending.pop(key, None)
+        self._unmark_pending(key)
         record.pod = ref
         self._pods[ref] = (key, record.launch_id)
         return record
@@ -203,7 +217,7 @@ class TaskRecords:
         record.pod = None
         record.seen_running = False
         record.create = PendingCreate(not_before=not_before)
-        self._pending[key] = None
+        self._mark_pending(key)
         return record
 
     def end(self, key: Any, ref: PodRef | None = None) -> TaskRecord | None:
@@ -211,8 +225,8 @@ class TaskRecords:
         another scheduler adopted it. Its slot is freed here, once; a pod given is no longer indexed."""
         if ref is not None:
             self._pods.pop(ref, None)
+        self._unmark_pending(key)
         record = self._records.pop(key, None)
-        self._pending.pop(key, None)
         if record is not None:
             # Revoked while its pod runs or is being created: the caller deletes that pod, and its end is
             # not reported.
@@ -230,8 +244,25 @@ class TaskRecords:
         a record and a slot); otherwise it is an earlier launch's pod, only cleaned up when it ends."""
         self._pods[ref] = (key, launch_id)
         if current:
+            self._unmark_pending(key)
             self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
-            self._pending.pop(key, None)
+
+    def _mark_pending(self, key: Any) -> None:
+        """File ``key`` (its record set) as pending; one already filed keeps its place in line."""
+        if key in self._pending:
+            return
+        priority = self._records[key].priority
+        self._pending[key] = priority
+        self._by_priority.setdefault(priority, {})[key] = None
+
+    def _unmark_pending(self, key: Any) -> None:
+        if key not in self._pending:
+            return
+        priority = self._pending.pop(key)
+        bucket = self._by_priority[priority]
+        del bucket[key]
+        if not bucket:
+            del self._by_priority[priority]
 
     def _require(self, key: Any) -> TaskRecord:
         record = self._records.get(key)

@@ -14,6 +14,7 @@ step:
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -35,6 +36,7 @@ class RecordMachine(RuleBasedStateMachine):
         self.taken = 0
         self.freed = 0
         self.reported: list[tuple[str, str]] = []  # (key, launch id) of every reported end
+        self.in_line: dict[str, int] = {}  # key -> when its pod to create was put in line (launch order)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -52,11 +54,13 @@ class RecordMachine(RuleBasedStateMachine):
 
     # ---- scheduler --------------------------------------------------------------------------
 
-    @rule(key=st.sampled_from(KEYS))
-    def queue(self, key: str) -> None:
+    @rule(key=st.sampled_from(KEYS), priority=st.integers(0, 2))
+    def queue(self, key: str, priority: int) -> None:
         launch = f"L{next(_ids)}"
         self.db_launch[key] = launch
-        self.records.queue(key, workload=object(), launch_id=launch)
+        workload = SimpleNamespace(ti=SimpleNamespace(priority_weight=priority))
+        self.records.queue(key, workload=workload, launch_id=launch)
+        self.in_line[key] = next(_ids)  # queued again: behind every launch already in line
         self._settle(key)
 
     @rule(key=st.sampled_from(KEYS))
@@ -119,6 +123,7 @@ class RecordMachine(RuleBasedStateMachine):
         assert launch == record.launch_id == self.db_launch[key], "an end reported for a launch not current"
         if relaunch and not record.seen_running:
             self.records.relaunch(key, ref, "evicted", backoff=None, not_before=0.0)  # type: ignore[arg-type]
+            self.in_line[key] = next(_ids)
             return
         self.records.end(key, ref)
         self._settle(key)
@@ -154,6 +159,10 @@ class RecordMachine(RuleBasedStateMachine):
         pending = self.records.pending()
         assert {id(r) for r in pending} == {id(r) for r in self.records if r.create is not None}
         assert len(pending) == len({id(r) for r in pending})
+        assert self.records.pending_count() == len(pending)
+        # Launch order: highest priority first, then in the order they were put in line.
+        order = [(-r.priority, self.in_line[r.key]) for r in pending]
+        assert order == sorted(order), order
 
     @invariant()
     def every_slot_freed_once(self) -> None:
