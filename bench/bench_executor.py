@@ -426,8 +426,13 @@ def run_throughput(
     job_id: str,
     seconds: float,
     max_seconds: float | None = None,
+    deadline_s: float | None = None,
 ) -> dict[str, Any]:
-    """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs."""
+    """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs.
+
+    With ``deadline_s`` the run stops after that long even if tasks are left (an executor that cannot
+    get through the work in time is measured on what it did); the row says how many ended.
+    """
     from unittest import mock
 
     from kubernetes.client import CoreV1Api
@@ -500,7 +505,10 @@ def run_throughput(
         peak_watcher = peak_manager = peak_watcher_private = 0
         started = time.monotonic()
         last_progress = started
+        peak_running = 0  # pods created whose task has not ended: the tasks running at once
         while len(done) < tasks:
+            if deadline_s is not None and time.monotonic() - started > deadline_s:
+                break
             ex.heartbeat()
             for key, (state, _info) in ex.get_event_buffer().items():
                 s = str(state) if state is not None else "None"
@@ -508,6 +516,7 @@ def run_throughput(
                     done.add(keys[key])
                     event_at.setdefault(keys[key], time.time())
                     last_progress = time.monotonic()
+            peak_running = max(peak_running, len(created_at) - len(done))
             if len(sync_durations) % 10 == 0:
                 peak_own = max(peak_own, _rss_kib(os.getpid()))
                 peak_watcher = max(peak_watcher, _rss_kib(watcher_pid()))
@@ -553,7 +562,8 @@ def run_throughput(
     for name, count in counters.items():
         verb = name.split(" ", 1)[0]
         by_verb[verb] = by_verb.get(verb, 0) + count
-    per_task = {v: round(by_verb.get(v, 0) / max(tasks, 1), 2) for v in VERBS}
+    # Per task launched (all of them, unless a deadline stopped the run first).
+    per_task = {v: round(by_verb.get(v, 0) / max(len(created_at), 1), 2) for v in VERBS}
     return {
         **{f"req_{v}": n for v, n in per_task.items()},
         "scheduler_rss_growth_kib_per_running": round((peak_own - own_rss_before) / max(parallelism, 1), 1),
@@ -565,6 +575,8 @@ def run_throughput(
         "tasks": tasks,
         "parallelism": parallelism,
         "terminal": len(done),
+        "launched": len(created_at),
+        "peak_running": peak_running,
         "elapsed_s": round(elapsed, 1),
         "sync_p50_ms": _round(_pct(ms, 0.5)),
         "sync_p99_ms": _round(_pct(ms, 0.99)),
@@ -598,7 +610,11 @@ TP_COLUMNS = [
     ("manager_rss_mib", "upstream Manager RSS (MiB)"),
 ]
 SCALE_COLUMNS = [
-    *TP_COLUMNS[:6],
+    TP_COLUMNS[0],
+    ("launched", "tasks launched"),
+    TP_COLUMNS[1],
+    ("peak_running", "peak running at once"),
+    *TP_COLUMNS[2:6],
     ("pods_per_s", "pods created / s"),
     ("burst_pods_per_s", "launch burst pods / s"),
     ("end_to_event_p50_s", "pod end -> event p50 (s)"),
@@ -747,7 +763,9 @@ def render_scale(results: list[tuple[int, list[dict[str, Any]]]], *, low: float,
     )
 
 
-def main_scale(counts: list[int], low: float, high: float, out: Path, variants: list[str]) -> None:
+def main_scale(
+    counts: list[int], low: float, high: float, out: Path, variants: list[str], deadline: float | None = None
+) -> None:
     home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-scale-"))
     sandbox = SandboxProcess(
         home / "kubeconfig", log=home / "sandbox.log", args=["--simulate-pods", "--history-window", "100000"]
@@ -783,6 +801,7 @@ def main_scale(counts: list[int], low: float, high: float, out: Path, variants: 
                         str(high),
                         "--result-file",
                         str(result_file),
+                        *(["--scale-deadline", str(deadline)] if deadline else []),
                     ],
                     check=True,
                     env=os.environ,
@@ -825,6 +844,12 @@ def main() -> None:
     parser.add_argument(
         "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, upstream-default, upstream-16"
     )
+    parser.add_argument(
+        "--scale-deadline",
+        type=float,
+        default=None,
+        help="scale: stop each executor's run after this many seconds, ended or not (reported)",
+    )
     parser.add_argument("--scale-child", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     parser.add_argument("--job-id", help=argparse.SUPPRESS)
@@ -841,13 +866,16 @@ def main() -> None:
             job_id=args.job_id,
             seconds=args.min_seconds,
             max_seconds=args.max_seconds,
+            deadline_s=args.scale_deadline,
         )
         Path(args.result_file).write_text(json.dumps(row))
         return
     if args.scale:
         counts = [int(c) for c in args.scale_tasks.split(",") if c.strip()]
         out = Path(args.out) if args.out != DEFAULT_OUT else REPO / "docs" / "benchmarks" / "scale.md"
-        main_scale(counts, args.min_seconds, args.max_seconds, out, args.variants.split(","))
+        main_scale(
+            counts, args.min_seconds, args.max_seconds, out, args.variants.split(","), args.scale_deadline
+        )
         return
     if args.throughput:
         main_throughput(args.tasks or 2000, args.parallelism, args.seconds, Path(args.out))
