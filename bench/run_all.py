@@ -15,11 +15,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["sandbox", "informer", "executor", "trigger", "trigger_live", "churn", "scale"]
+ORDER = ["sandbox", "informer", "executor", "trigger", "trigger_live", "churn", "scale", "pod_build"]
 # Parts that are a mode of another script: (script part, its arguments, and with --quick).
 MODES = {
     "trigger_live": ("trigger", ["--live"], ["--live", "--live-jobs", "200", "--live-ended", "1000"]),
-    # Executor cost per task at 1x and 3x on simulated pods (the 10x run, --scale-tasks 20000, is by hand).
+    # Executor cost per task at 1x and 3x on simulated pods (the 10x run, --scale-tasks 20000, is by hand:
+    # see docs/benchmarks/scale.md for its command).
     "scale": (
         "executor",
         ["--scale"],
