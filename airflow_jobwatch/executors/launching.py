@@ -55,31 +55,24 @@ class LaunchQueue(ExecutorBase):
         if not keep_going or now < self._create_paused_until or not self.records.pending_count():
             return
         cap = max(1, self.kube_config.worker_pods_creation_batch_size, self._create_concurrency)
-        # The launches whose pod is being built: each is visited below (a finished build is submitted as
-        # a create). Every other launch waits for a free place in the cap, in launch order, so the walk
-        # stops once the cap is full and no build is left to visit: a heartbeat costs the launches it
-        # starts, not the thousands that wait behind them.
-        self._building = {
-            key
-            for key in self._building
-            if (r := self.records.get(key)) is not None
-            and r.create is not None
-            and r.create.build is not None
-        }
+        # First the launches whose pod is being built: a finished build is submitted as a create. Then the
+        # launches waiting for a place in the cap, in launch order, until the cap is full: a heartbeat costs
+        # the launches it starts, not the thousands that wait behind them.
+        for key in list(self._building):
+            record = self.records.get(key)
+            launch = record.create if record is not None else None
+            if record is None or launch is None or launch.build is None:
+                self._building.discard(key)  # revoked, queued again or already created meanwhile
+                continue
+            self._start_create(record, launch)
         in_flight = len(self._inflight) + len(self._building)
-        builds_to_visit = len(self._building)
         for record in self.records.pending():
-            if in_flight >= cap and not builds_to_visit:
+            if in_flight >= cap:
                 break
             launch = record.create
-            if launch is None or record.key in self._inflight or launch.not_before > now:
+            if launch is None or launch.build is not None or record.key in self._inflight:
                 continue
-            building = launch.build is not None
-            if building:
-                builds_to_visit -= 1
-            elif in_flight >= cap:
-                continue
-            if self._start_create(record, launch) and not building:
+            if launch.not_before <= now and self._start_create(record, launch):
                 in_flight += 1
 
     def _start_create(self, record: TaskRecord, launch: PendingCreate) -> bool:
