@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
     from kubernetes.client import CoreV1Api
 
+    from airflow_jobwatch.executors.podbuild import WorkerPodBuilder
     from airflow_jobwatch.kube.client import ClusterConfig
     from airflow_jobwatch.kube.informer import InformerConfig
 
@@ -142,6 +143,9 @@ class ExecutorBase(BaseExecutor):
         self._create_pool: ThreadPoolExecutor | None = None
         # Keys whose launch has a pod build running or finished but not yet submitted as a create.
         self._building: set[TaskInstanceKey] = set()
+        self._pod_builder: WorkerPodBuilder | None = (
+            None  # made at start(), once the scheduler job id is known
+        )
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
         self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
         self._create_concurrency = max(

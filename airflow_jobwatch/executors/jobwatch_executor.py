@@ -35,6 +35,7 @@ from airflow_jobwatch.executors.base import (
     informer_config_from_conf,
 )
 from airflow_jobwatch.executors.launching import LaunchQueue
+from airflow_jobwatch.executors.podbuild import WorkerPodBuilder
 from airflow_jobwatch.executors.pods import (
     UPSTREAM_LABELS,
     WORKER_LABEL,
@@ -105,6 +106,12 @@ class JobWatchExecutor(LaunchQueue, Adoption):
                 f"[kubernetes_executor]: {err}"
             ) from None
         self.scheduler_job_id = str(self.job_id)
+        self._pod_builder = WorkerPodBuilder(
+            kube_config=self.kube_config,
+            scheduler_job_id=self.scheduler_job_id,
+            labels=self.labels,
+            serialize=self.core_v1.api_client.sanitize_for_serialization,
+        )
         self.log.info(
             "Starting JobWatchExecutor (scheduler job %s, namespaces %s)",
             self.scheduler_job_id,

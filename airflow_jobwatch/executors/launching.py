@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.base import ExecutorBase, _api_message, _explain
 from airflow_jobwatch.executors.pods import (
-    build_worker_pod,
     key_from_annotations,
     new_pod_name,
 )
@@ -20,7 +19,6 @@ from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 if TYPE_CHECKING:
     from airflow.executors import workloads
     from airflow.models.taskinstancekey import TaskInstanceKey
-    from kubernetes.client import models as k8s
 
 # Pod creation retries (403 quota, 409 conflict, 429, 5xx, connection errors): first delay, and
 # the bound of the exponential backoff. A task waiting here stays queued; the scheduler's
@@ -79,9 +77,9 @@ class LaunchQueue(ExecutorBase):
         """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
         assert self.scheduler_job_id is not None and self.supervisor is not None
         key = record.key
-        if launch.pod is None or launch.body is None:
-            # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) costs
-            # tens of milliseconds: done in the API threads too, so that a burst of open slots does not
+        if launch.body is None:
+            # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) can
+            # cost tens of milliseconds: done in the API threads too, so that a burst of open slots does not
             # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
             if launch.build is None:
                 launch.build = self._pool().submit(self._build, key, record.workload, record.launch_id)
@@ -95,12 +93,11 @@ class LaunchQueue(ExecutorBase):
             if err is not None:
                 self._fail_launch(key, f"could not build the worker pod: {type(err).__name__}: {err}")
                 return False
-            launch.pod, launch.body = build.result()
-        pod = launch.pod
-        namespace, name = pod.metadata.namespace, pod.metadata.name
+            launch.body = build.result()
+        body = launch.body
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         if not self._ensure_watched(key, namespace):
             return False
-        body = launch.body
         # Tracked from the moment the create is sent, not when it is answered: if the answer is lost
         # (a timeout on a create the server carried out), the pod's events are still reported, and a
         # short task that ends before the retry is not dropped as "not ours".
@@ -123,19 +120,10 @@ class LaunchQueue(ExecutorBase):
             error = f"{err.status} {err.reason}: {_api_message(err)}"
         raise self._resolve_conflict(key, namespace, name, error)
 
-    def _build(
-        self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str
-    ) -> tuple[k8s.V1Pod, dict[str, Any]]:
-        assert self.scheduler_job_id is not None
-        pod = build_worker_pod(
-            workload,
-            kube_config=self.kube_config,
-            scheduler_job_id=self.scheduler_job_id,
-            pod_name=new_pod_name(key),
-            labels=self.labels,
-            launch_id=launch_id,
-        )
-        return pod, self.core_v1.api_client.sanitize_for_serialization(pod)
+    def _build(self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str) -> dict[str, Any]:
+        """The create body of the launch's pod (a new name per build; see :mod:`.podbuild`)."""
+        assert self._pod_builder is not None
+        return self._pod_builder.body(workload, pod_name=new_pod_name(key), launch_id=launch_id)
 
     def _collect_creates(self) -> bool:
         """Handle the creates that were answered. Returns False if creation must pause this loop."""
@@ -255,7 +243,7 @@ class LaunchQueue(ExecutorBase):
             return True
         self.supervisor.untrack(namespace, name)
         self.records.create_not_sent((namespace, name))
-        launch.pod = launch.body = None  # rebuilt with a new name on the next attempt
+        launch.body = None  # rebuilt with a new name on the next attempt
         launch.not_before = 0.0
         self._counters["create_retries"] += 1
         self.log.warning(

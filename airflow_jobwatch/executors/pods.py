@@ -145,6 +145,46 @@ def _template(path: str) -> k8s.V1Pod:
     return copy.deepcopy(cached[1])
 
 
+@dataclass(frozen=True)
+class TaskValues:
+    """The values a worker pod's build takes from its task, beside the pod's template and override."""
+
+    FIELDS = ("pod_name", "dag_id", "task_id", "run_id", "try_number", "map_index", "args", "launch_id")
+
+    pod_name: str
+    dag_id: str
+    task_id: str
+    run_id: str | None
+    try_number: int
+    map_index: int
+    args: list[str]
+    launch_id: str | None
+
+    @classmethod
+    def of(cls, workload: ExecuteTask, *, pod_name: str, launch_id: str | None) -> TaskValues:
+        ti = workload.ti
+        return cls(
+            pod_name=pod_name,
+            dag_id=ti.dag_id,
+            task_id=ti.task_id,
+            run_id=ti.run_id,
+            try_number=ti.try_number,
+            map_index=ti.map_index,
+            args=list(workload_to_command_args(workload)),
+            launch_id=launch_id,
+        )
+
+    def text(self, field: str) -> str:
+        """A field as the pod spells it (numbers as their decimal string)."""
+        return str(getattr(self, field))
+
+    def by_marker(self) -> dict[str, str]:
+        """Each text field's text -> the field's name (args: its one element)."""
+        found = {self.text(f): f for f in self.FIELDS if f != "args" and getattr(self, f) is not None}
+        found.update({arg: "args" for arg in self.args})
+        return found
+
+
 def build_worker_pod(
     workload: ExecuteTask,
     *,
@@ -164,8 +204,24 @@ def build_worker_pod(
     ``PodMutationHookException`` / ``AirflowConfigException`` / ``TypeError`` on bad input; the
     executor fails the task with that message.
     """
-    ti = workload.ti
-    executor_config: dict[str, Any] = ti.executor_config or {}
+    return construct_worker_pod(
+        TaskValues.of(workload, pod_name=pod_name, launch_id=launch_id),
+        executor_config=workload.ti.executor_config or {},
+        kube_config=kube_config,
+        scheduler_job_id=scheduler_job_id,
+        labels=labels,
+    )
+
+
+def construct_worker_pod(
+    values: TaskValues,
+    *,
+    executor_config: dict[str, Any],
+    kube_config: KubeConfig,
+    scheduler_job_id: str,
+    labels: LabelScheme | None = None,
+) -> k8s.V1Pod:
+    """:func:`build_worker_pod` from the task's values (see there)."""
     pod_override = PodGenerator.from_obj(executor_config)
     template_file = executor_config.get("pod_template_file") or kube_config.pod_template_file
     if not template_file:
@@ -181,19 +237,19 @@ def build_worker_pod(
     pod = PodGenerator.construct_pod(
         namespace=namespace,
         scheduler_job_id=scheduler_job_id,
-        pod_id=pod_name,
-        dag_id=ti.dag_id,
-        task_id=ti.task_id,
+        pod_id=values.pod_name,
+        dag_id=values.dag_id,
+        task_id=values.task_id,
         kube_image=kube_config.kube_image,
-        try_number=ti.try_number,
-        map_index=ti.map_index,
+        try_number=values.try_number,
+        map_index=values.map_index,
         date=None,
-        run_id=ti.run_id,
-        args=workload_to_command_args(workload),
+        run_id=values.run_id,
+        args=list(values.args),
         pod_override_object=pod_override,
         base_worker_pod=base_pod,
         with_mutation_hook=True,
     )
-    if launch_id is not None:
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), LAUNCH_ANNOTATION: launch_id}
+    if values.launch_id is not None:
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), LAUNCH_ANNOTATION: values.launch_id}
     return apply_label_scheme(pod, labels or UPSTREAM_LABELS)
