@@ -11,7 +11,8 @@
 
 What it does, in order (each step has a deadline and fails with the log tail of the process at fault):
 
-1. a temp ``AIRFLOW_HOME`` with SQLite, ``airflow db migrate``;
+1. a temp ``AIRFLOW_HOME`` with SQLite, ``airflow db migrate`` (once per test process: later stacks start
+   from a copy of the migrated database file);
 2. the sandbox as a subprocess (:class:`~airflow_jobwatch.sandbox.process.SandboxProcess`, which runs
    ``python -m airflow_jobwatch.sandbox``; options passed through), its kubeconfig and an
    :class:`~airflow_jobwatch.sandbox.admin.AdminClient` (``stack.admin``) for faults;
@@ -31,6 +32,7 @@ runs the task in this venv and reports to this stack's api-server.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -65,6 +67,10 @@ PROCESS_COMMANDS: dict[str, list[str]] = {
 }
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+
+# A freshly migrated SQLite metadata database, made by this test process's first SQLite stack: a later
+# stack copies it instead of migrating again (the schema does not depend on the stack's configuration).
+_migrated_sqlite: Path | None = None
 
 
 def _kind(name: str) -> str:
@@ -188,10 +194,26 @@ class AirflowStack:
         # Pods inherit the sandbox's environment: it gets the full Airflow configuration too.
         self.env = self._build_env(pod_template)
         self._start_sandbox()
-        self._run_cli(["db", "migrate"], timeout=self.start_timeout)
+        self._migrate()
         for name in self.processes:
             self.start(name)
         self.wait_ready()
+
+    def _migrate(self) -> None:
+        global _migrated_sqlite
+        if self.database_url is not None:
+            self._run_cli(["db", "migrate"], timeout=self.start_timeout)
+            return
+        database = self.home / "airflow.db"
+        if _migrated_sqlite is not None and _migrated_sqlite.exists():
+            shutil.copyfile(_migrated_sqlite, database)
+            return
+        self._run_cli(["db", "migrate"], timeout=self.start_timeout)
+        # The migrate process has exited: the file is complete and no connection holds it.
+        cache_dir = Path(tempfile.mkdtemp(prefix="jobwatch-airflow-db-", dir=self.base_dir))
+        atexit.register(shutil.rmtree, cache_dir, True)
+        shutil.copyfile(database, cache_dir / "airflow.db")
+        _migrated_sqlite = cache_dir / "airflow.db"
 
     def _build_env(self, pod_template: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
