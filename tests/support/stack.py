@@ -48,6 +48,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -401,11 +402,17 @@ class AirflowStack:
         return f"--- last {lines} lines of {path} ---\n" + "\n".join(text[-lines:])
 
     def close(self) -> None:
-        for name in reversed(list(self.procs)):
+        # Every Airflow process is asked to stop at once (each gets its own 10 s before SIGKILL), then the
+        # sandbox, whose pods may still be reporting to them.
+        def stop(name: str) -> None:
             try:
                 self.kill(name, signal.SIGTERM, wait=10)
             except Exception:
                 pass
+
+        if self.procs:
+            with ThreadPoolExecutor(len(self.procs)) as pool:
+                list(pool.map(stop, list(self.procs)))
         if self.sandbox is not None:
             try:
                 self.kill("sandbox", signal.SIGTERM, wait=10)
