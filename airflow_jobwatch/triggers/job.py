@@ -1020,9 +1020,13 @@ class _Wait:
                 wait_for = min(wait_for, max(0.01, confirm_at - time.monotonic()))
             # Until the result, the timeout, or the watch's health changes (it also wakes us every
             # second while the API fails): no timer of our own ticks while the watch is merely syncing.
-            await asyncio.wait(
-                (self.result, watch.changed()), timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
-            )
+            changed = watch.changed()
+            try:
+                await asyncio.wait(
+                    (self.result, changed), timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                watch.forget(changed)
 
 
 class _Response:

@@ -208,7 +208,10 @@ class NamespaceWatch:
         self._stopping = False
         # Resolved (and replaced) whenever the triggers' safety nets should look again: a health change,
         # and every HEALTH_CHECK_SECONDS while the API fails or refuses us (see changed()).
-        self._changed: asyncio.Future[None] | None = None
+        # One future per waiting trigger, all resolved at the next change. Not one shared future: each
+        # waiter would add a callback to it and remove it again on every wake-up, and a future's callback
+        # removal scans all its callbacks, so ten thousand waiters cost the loop O(n^2).
+        self._change_waiters: set[asyncio.Future[None]] = set()
         self._reported_synced = False
         self._reported_failing = False
         self._health_checker: asyncio.Task[None] | None = None
@@ -274,17 +277,23 @@ class NamespaceWatch:
                 self._wake()
 
     def changed(self) -> asyncio.Future[None]:
-        """A future resolved the next time the triggers should re-check the watch's health (a
-        connection, health or sync change; every HEALTH_CHECK_SECONDS while the API fails). Waiters
-        never cancel it: they wait on it with a timeout (``asyncio.wait``)."""
-        if self._changed is None or self._changed.done():
-            self._changed = asyncio.get_running_loop().create_future()
-        return self._changed
+        """A future of the caller's own, resolved the next time the triggers should re-check the watch's
+        health (a connection, health or sync change; every HEALTH_CHECK_SECONDS while the API fails).
+        A caller that stops waiting before then hands it back with :meth:`forget`."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._change_waiters.add(waiter)
+        return waiter
+
+    def forget(self, waiter: asyncio.Future[None]) -> None:
+        """Stop tracking a :meth:`changed` future (its caller woke up for another reason)."""
+        self._change_waiters.discard(waiter)
+        waiter.cancel()
 
     def _wake(self) -> None:
-        changed, self._changed = self._changed, None
-        if changed is not None and not changed.done():
-            changed.set_result(None)
+        waiters, self._change_waiters = self._change_waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def stop(self) -> None:
         """Stop both informers and close the client. Prompt; safe to call more than once."""
