@@ -101,3 +101,18 @@ def test_tombstones_expire(watch, monkeypatch):
     watch._on_job_event(InformerEvent(EventType.DELETED, _job("old", "u")))
     now[0] += registry.TOMBSTONE_MAX_AGE_SECONDS + 1
     assert watch.tombstone("old") is None
+
+
+async def test_each_waiting_trigger_has_its_own_wake_up_and_none_is_kept_once_it_stops_waiting(watch):
+    """A trigger that woke for another reason (its result, its timeout) hands its wake-up back, so the
+    watch holds one per trigger still waiting, however often they wake; a change wakes every one."""
+    first, second = watch.changed(), watch.changed()
+    assert first is not second
+    for _ in range(100):  # a trigger waking on its timeout again and again
+        watch.forget(watch.changed())
+    watch.forget(first)
+    assert first.cancelled()
+    assert watch._change_waiters == {second}
+    watch._wake()
+    assert second.done() and not second.cancelled()
+    assert watch._change_waiters == set()
