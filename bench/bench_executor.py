@@ -427,8 +427,14 @@ def run_throughput(
     seconds: float,
     max_seconds: float | None = None,
     deadline_s: float | None = None,
+    pod_shapes: int = 0,
 ) -> dict[str, Any]:
     """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs.
+
+    Each task's command (``sleep D``, read by simulated pods) is set by its ``pod_override``, so tasks
+    with different durations have different pods beyond their per-task values. ``pod_shapes`` > 1 draws
+    the durations from that many evenly spaced values (tasks of a few kinds, as a DAG's tasks are);
+    0 draws each to 0.1 s (nearly every task its own pod shape).
 
     With ``deadline_s`` the run stops after that long even if tasks are left (an executor that cannot
     get through the work in time is measured on what it did); the row says how many ended.
@@ -494,7 +500,13 @@ def run_throughput(
         own_rss_before = _rss_kib(os.getpid())
         peak_own = own_rss_before
         for i in range(tasks):
-            duration = seconds if max_seconds is None else round(rng.uniform(seconds, max_seconds), 1)
+            if max_seconds is None:
+                duration = seconds
+            elif pod_shapes > 1:
+                step = (max_seconds - seconds) / (pod_shapes - 1)
+                duration = round(seconds + step * rng.randrange(pod_shapes), 1)
+            else:
+                duration = round(rng.uniform(seconds, max_seconds), 1)
             w = make_workload(
                 dag_id="bench_tp", task_id=f"t{i:05d}", run_id=run_id, command=f"sleep {duration}"
             )
@@ -504,6 +516,7 @@ def run_throughput(
         event_at: dict[str, float] = {}  # task_id -> its terminal event left get_event_buffer()
         peak_watcher = peak_manager = peak_watcher_private = 0
         started = time.monotonic()
+        cpu_started = time.process_time()  # this process: the scheduler side (not the watcher processes)
         last_progress = started
         peak_running = 0  # pods created whose task has not ended: the tasks running at once
         while len(done) < tasks:
@@ -530,6 +543,7 @@ def run_throughput(
                 break
             time.sleep(HEARTBEAT_SECONDS)
         elapsed = time.monotonic() - started
+        scheduler_cpu = time.process_time() - cpu_started
         if profiler is not None:
             profiler.dump_stats(f"{os.environ['JOBWATCH_BENCH_PROFILE']}.{variant}.{tasks}")
         try:
@@ -585,6 +599,7 @@ def run_throughput(
         "slot_to_pod_p99_s": _round(_pct(latencies, 0.99)),
         "pods_per_s": _round(rate),
         "burst_pods_per_s": _round(burst_rate),
+        "scheduler_cpu_ms_per_launch": _round(scheduler_cpu * 1000 / max(len(created_at), 1)),
         "watcher_rss_mib": round(peak_watcher / 1024, 1),
         "watcher_private_mib": round(peak_watcher_private / 1024, 1),
         "load": round(os.getloadavg()[0], 1),
@@ -617,6 +632,7 @@ SCALE_COLUMNS = [
     *TP_COLUMNS[2:6],
     ("pods_per_s", "pods created / s"),
     ("burst_pods_per_s", "launch burst pods / s"),
+    ("scheduler_cpu_ms_per_launch", "scheduler CPU / task launched (ms)"),
     ("end_to_event_p50_s", "pod end -> event p50 (s)"),
     ("end_to_event_p99_s", "p99 (s)"),
     ("watcher_private_mib", "watcher peak private (MiB)"),
@@ -764,7 +780,13 @@ def render_scale(results: list[tuple[int, list[dict[str, Any]]]], *, low: float,
 
 
 def main_scale(
-    counts: list[int], low: float, high: float, out: Path, variants: list[str], deadline: float | None = None
+    counts: list[int],
+    low: float,
+    high: float,
+    out: Path,
+    variants: list[str],
+    deadline: float | None = None,
+    pod_shapes: int = 0,
 ) -> None:
     home = Path(tempfile.mkdtemp(prefix="jobwatch-bench-executor-scale-"))
     sandbox = SandboxProcess(
@@ -802,6 +824,8 @@ def main_scale(
                         "--result-file",
                         str(result_file),
                         *(["--scale-deadline", str(deadline)] if deadline else []),
+                        "--pod-shapes",
+                        str(pod_shapes),
                     ],
                     check=True,
                     env=os.environ,
@@ -850,6 +874,12 @@ def main() -> None:
         default=None,
         help="scale: stop each executor's run after this many seconds, ended or not (reported)",
     )
+    parser.add_argument(
+        "--pod-shapes",
+        type=int,
+        default=0,
+        help="scale: draw pod durations from N values (N pod shapes); 0: each to 0.1 s (one per task)",
+    )
     parser.add_argument("--scale-child", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     parser.add_argument("--job-id", help=argparse.SUPPRESS)
@@ -867,6 +897,7 @@ def main() -> None:
             seconds=args.min_seconds,
             max_seconds=args.max_seconds,
             deadline_s=args.scale_deadline,
+            pod_shapes=args.pod_shapes,
         )
         Path(args.result_file).write_text(json.dumps(row))
         return
@@ -874,7 +905,13 @@ def main() -> None:
         counts = [int(c) for c in args.scale_tasks.split(",") if c.strip()]
         out = Path(args.out) if args.out != DEFAULT_OUT else REPO / "docs" / "benchmarks" / "scale.md"
         main_scale(
-            counts, args.min_seconds, args.max_seconds, out, args.variants.split(","), args.scale_deadline
+            counts,
+            args.min_seconds,
+            args.max_seconds,
+            out,
+            args.variants.split(","),
+            args.scale_deadline,
+            args.pod_shapes,
         )
         return
     if args.throughput:

@@ -120,7 +120,7 @@ texts = st.text(min_size=1, max_size=80)
 
 
 # The fixture's template and config are read-only: sharing them between examples is what is wanted.
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
     dag_id=texts,
