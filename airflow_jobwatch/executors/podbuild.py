@@ -53,11 +53,16 @@ _MAX_FIRST_SEEN = 256
 
 
 def pod_mutation_hook_installed() -> bool:
-    """Whether an Airflow policy implements ``pod_mutation_hook`` (``airflow_local_settings`` or a plugin)."""
+    """Whether a ``pod_mutation_hook`` is installed: a policy implementing it (``airflow_local_settings``
+    or an ``airflow.policy`` plugin, as Airflow itself tells a no-op mutation hook), or Airflow's own
+    ``settings.pod_mutation_hook`` replaced by another function."""
     try:
-        from airflow.settings import get_policy_plugin_manager
+        from airflow import settings
 
-        return bool(get_policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls())
+        hook = settings.pod_mutation_hook
+        if getattr(hook, "__module__", None) != "airflow.settings":
+            return True
+        return bool(settings.get_policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls())
     except Exception:  # an Airflow without the policy manager: assume a hook, so every pod is built in full
         return True
 

@@ -226,6 +226,22 @@ def test_with_a_pod_mutation_hook_every_pod_is_built_in_full(
     assert (builder.full_builds, builder.shaped_builds) == (4, 0)
 
 
+def test_a_replaced_settings_pod_mutation_hook_is_honoured(
+    kube_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment that assigns ``airflow.settings.pod_mutation_hook`` itself (as older Airflow documented)."""
+    from airflow import settings
+
+    def hook(pod: k8s.V1Pod) -> None:
+        pod.metadata.labels["mutated-for"] = pod.metadata.annotations["task_id"]
+
+    monkeypatch.setattr(settings, "pod_mutation_hook", hook)
+    builder = _builder(kube_config)
+    bodies = [builder.body(make_workload(task_id=f"t{i}"), pod_name=f"p{i}", launch_id="l") for i in range(3)]
+    assert [b["metadata"]["labels"]["mutated-for"] for b in bodies] == ["t0", "t1", "t2"]
+    assert builder.shaped_builds == 0
+
+
 def test_a_pod_name_over_the_providers_limit_is_built_in_full(kube_config: Any) -> None:
     builder = _builder(kube_config)
     name = "n" * 70
