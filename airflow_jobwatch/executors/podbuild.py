@@ -127,7 +127,11 @@ class WorkerPodBuilder:
                 while len(self._first_seen) > _MAX_FIRST_SEEN:
                     self._first_seen.popitem(last=False)
             return body
-        made = self._make_shape(executor_config, values, first)
+        try:
+            made = self._make_shape(executor_config, values, first)
+        except Exception:  # a task whose full build works never fails for want of a shape
+            log.warning("worker pods of this shape are built in full: making the shape failed", exc_info=True)
+            made = _UNUSABLE
         with self._lock:
             self._shapes[key] = made
             while len(self._shapes) > _MAX_SHAPES:

@@ -253,6 +253,24 @@ def test_a_pod_name_over_the_providers_limit_is_built_in_full(kube_config: Any) 
     assert builder.shaped_builds == 0
 
 
+def test_a_shape_that_cannot_be_made_leaves_full_builds(
+    kube_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builder = _builder(kube_config)
+    workloads = [make_workload(task_id=f"t{i}") for i in range(3)]
+    builder.body(workloads[0], pod_name="p0", launch_id="l")
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("marker build failed")
+
+    monkeypatch.setattr(builder, "_make_shape", broken)
+    bodies = [builder.body(w, pod_name=f"p{i}", launch_id="l") for i, w in enumerate(workloads[1:], 1)]
+    assert bodies == [
+        _full(w, kube_config, pod_name=f"p{i}", launch_id="l") for i, w in enumerate(workloads[1:], 1)
+    ]
+    assert builder.shaped_builds == 0
+
+
 def test_bad_input_raises_as_the_full_build_does(kube_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     builder = _builder(kube_config)
     with pytest.raises(TypeError, match="KubernetesExecutorConfig"):
