@@ -246,6 +246,17 @@ def dag_bag_class() -> Any:
 # --- the provider (cncf.kubernetes) ------------------------------------------------------------------
 
 
+def policy_plugin_manager() -> Any:
+    """Airflow's pluggy manager of cluster policies (``pod_mutation_hook`` and the others): built on first
+    use by ``settings.get_policy_plugin_manager()`` on Airflow 3.2+, a module global on Airflow 3.1."""
+    from airflow import settings
+
+    getter = getattr(settings, "get_policy_plugin_manager", None)
+    if getter is not None:
+        return getter()
+    return settings.POLICY_PLUGIN_MANAGER
+
+
 def cncf_kubernetes_version() -> tuple[int, int]:
     """The installed apache-airflow-providers-cncf-kubernetes release's (major, minor), e.g. (10, 25)."""
     from importlib.metadata import version

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import POD_NAME_MAX_LENGTH
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator, make_safe_label_value
 
+from airflow_jobwatch.compat import policy_plugin_manager
 from airflow_jobwatch.executors.pods import UPSTREAM_LABELS, LabelScheme, TaskValues, construct_worker_pod
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ def pod_mutation_hook_installed() -> bool:
         hook = settings.pod_mutation_hook
         if getattr(hook, "__module__", None) != "airflow.settings":
             return True
-        return bool(settings.get_policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls())
+        return bool(policy_plugin_manager().hook.pod_mutation_hook.get_hookimpls())
     except Exception:  # an Airflow without the policy manager: assume a hook, so every pod is built in full
         return True
 

@@ -197,7 +197,8 @@ def test_a_long_label_value_is_hashed_as_the_provider_hashes_it(kube_config: Any
 def mutation_hook() -> Iterator[list[str]]:
     """A pod_mutation_hook installed as airflow_local_settings would install it; records the pods it saw."""
     from airflow.policies import hookimpl
-    from airflow.settings import get_policy_plugin_manager
+
+    from airflow_jobwatch.compat import policy_plugin_manager
 
     seen: list[str] = []
 
@@ -208,7 +209,7 @@ def mutation_hook() -> Iterator[list[str]]:
             seen.append(pod.metadata.name)
             pod.metadata.labels["mutated-for"] = pod.metadata.annotations["task_id"]
 
-    manager = get_policy_plugin_manager()
+    manager = policy_plugin_manager()
     manager.register(Policy, name="test-pod-mutation-hook")
     try:
         yield seen
