@@ -143,9 +143,8 @@ class ExecutorBase(BaseExecutor):
         self._create_pool: ThreadPoolExecutor | None = None
         # Keys whose launch has a pod build running or finished but not yet submitted as a create.
         self._building: set[TaskInstanceKey] = set()
-        self._pod_builder: WorkerPodBuilder | None = (
-            None  # made at start(), once the scheduler job id is known
-        )
+        # Made at start(), once the scheduler job id is known.
+        self._pod_builder: WorkerPodBuilder | None = None
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
         self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
         self._create_concurrency = max(

@@ -180,8 +180,6 @@ class WorkerPodBuilder:
         if not _differences(body_one, body_two, (), one.by_marker(), places):
             log.info("worker pods of this shape are built in full: the per-task values are not plain copies")
             return _UNUSABLE
-        if {field for _, field, _ in places} - set(TaskValues.FIELDS):
-            return _UNUSABLE
         shape = _Shape(body=body_one, places=places)
         first_values, first_body = first
         if _fill(shape, first_values) != first_body:
@@ -198,9 +196,8 @@ class WorkerPodBuilder:
 def _markers(like: TaskValues) -> TaskValues:
     """Per-task values no template or override can hold: label-safe and DNS-safe, ints where ints are needed."""
     token = secrets.token_hex(6)
-    number = (
-        int(token[:6], 16) + 1_000_000
-    )  # >= 0 (so a mapped shape stays mapped), never a real small number
+    # >= 0 (so a mapped shape stays mapped), and never a real small number
+    number = int(token[:6], 16) + 1_000_000
     return TaskValues(
         pod_name=f"jwmark{token}name",
         dag_id=f"jwmark{token}dag",

@@ -206,8 +206,8 @@ class NamespaceWatch:
         self._last_error: str | None = None
         self._ready: asyncio.Task[None] | None = None
         self._stopping = False
-        # Resolved (and replaced) whenever the triggers' safety nets should look again: a health change,
-        # and every HEALTH_CHECK_SECONDS while the API fails or refuses us (see changed()).
+        # Resolved whenever the triggers' safety nets should look again: a health change, and every
+        # HEALTH_CHECK_SECONDS while the API fails or refuses us (see changed()).
         # One future per waiting trigger, all resolved at the next change. Not one shared future: each
         # waiter would add a callback to it and remove it again on every wake-up, and a future's callback
         # removal scans all its callbacks, so ten thousand waiters cost the loop O(n^2).

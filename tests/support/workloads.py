@@ -63,3 +63,15 @@ def make_workload(
         token="",
         log_path=f"dag_id={dag_id}/run_id={run_id}/task_id={task_id}/attempt={try_number}.log",
     )
+
+
+def executor_kube_config(template: Path, monkeypatch: Any) -> Any:
+    """The provider's ``KubeConfig`` as a scheduler reads it (through ``monkeypatch``'s environment):
+    ``template`` as the worker pod template, namespace ``airflow-workers``, image ``repo/airflow:3.3.2``."""
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE", str(template))
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE", "airflow-workers")
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY", "repo/airflow")
+    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG", "3.3.2")
+    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
+
+    return KubeConfig()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from support.workloads import make_workload
+from support.workloads import executor_kube_config, make_workload
 
 from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
 from airflow_jobwatch.executors.base import _api_message, informer_config_from_conf
@@ -60,13 +60,7 @@ def test_worker_label_selector_is_upstreams():
 def kube_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     template = tmp_path / "template.yaml"
     template.write_text(TEMPLATE)
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE", str(template))
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE", "airflow-workers")
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY", "repo/airflow")
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG", "3.3.2")
-    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
-
-    return KubeConfig()
+    return executor_kube_config(template, monkeypatch)
 
 
 def test_pod_is_template_then_dynamic_pod_then_override(kube_config):

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
-from support.workloads import make_workload
+from support.workloads import executor_kube_config, make_workload
 
 from airflow_jobwatch.executors.podbuild import WorkerPodBuilder, _differences
 from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, build_worker_pod, new_pod_name
@@ -56,13 +56,7 @@ def kube_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     template = tmp_path / "template.yaml"
     template.write_text(TEMPLATE)
     (tmp_path / "other.yaml").write_text(OTHER_TEMPLATE)
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE", str(template))
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE", "airflow-workers")
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY", "repo/airflow")
-    monkeypatch.setenv("AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG", "3.3.2")
-    from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
-
-    return KubeConfig()
+    return executor_kube_config(template, monkeypatch)
 
 
 def _full(workload: Any, kube_config: Any, *, pod_name: str, launch_id: str, labels: Any = None) -> Any:
