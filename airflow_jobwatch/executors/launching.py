@@ -17,7 +17,6 @@ from airflow_jobwatch.executors.record import PendingCreate, TaskRecord
 from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
-    from airflow.executors import workloads
     from airflow.models.taskinstancekey import TaskInstanceKey
 
 # Pod creation retries (403 quota, 409 conflict, 429, 5xx, connection errors): first delay, and
@@ -77,14 +76,25 @@ class LaunchQueue(ExecutorBase):
         """Build the pod (once), make sure its namespace is watched, track it, submit its create."""
         assert self.scheduler_job_id is not None and self.supervisor is not None
         key = record.key
-        if launch.body is None:
-            # Building a pod (template, PodGenerator.construct_pod, pod_mutation_hook, serialization) can
-            # cost tens of milliseconds: done in the API threads too, so that a burst of open slots does not
-            # stretch one heartbeat. The create is submitted from the heartbeat after the build is done.
-            if launch.build is None:
-                launch.build = self._pool().submit(self._build, key, record.workload, record.launch_id)
+        if launch.body is None and launch.build is None:
+            # A pod whose shape is already made is a copy with the task's values (well under a millisecond):
+            # made here, so that its create is sent in this heartbeat. A full build (template,
+            # PodGenerator.construct_pod, pod_mutation_hook, serialization) can cost tens of milliseconds:
+            # made in the API threads, so that a burst of open slots does not stretch one heartbeat, and its
+            # create is submitted from the heartbeat after the build is done.
+            assert self._pod_builder is not None
+            pod_name = new_pod_name(key)
+            launch.body = self._pod_builder.ready_body(
+                record.workload, pod_name=pod_name, launch_id=record.launch_id
+            )
+            if launch.body is None:
+                launch.build = self._pool().submit(
+                    self._pod_builder.body, record.workload, pod_name=pod_name, launch_id=record.launch_id
+                )
                 self._building.add(key)
                 return True
+        if launch.body is None:
+            assert launch.build is not None
             if not launch.build.done():
                 return True
             build, launch.build = launch.build, None
@@ -119,11 +129,6 @@ class LaunchQueue(ExecutorBase):
                 raise
             error = f"{err.status} {err.reason}: {_api_message(err)}"
         raise self._resolve_conflict(key, namespace, name, error)
-
-    def _build(self, key: TaskInstanceKey, workload: workloads.ExecuteTask, launch_id: str) -> dict[str, Any]:
-        """The create body of the launch's pod (a new name per build; see :mod:`.podbuild`)."""
-        assert self._pod_builder is not None
-        return self._pod_builder.body(workload, pod_name=new_pod_name(key), launch_id=launch_id)
 
     def _collect_creates(self) -> bool:
         """Handle the creates that were answered. Returns False if creation must pause this loop."""

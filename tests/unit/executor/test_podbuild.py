@@ -289,3 +289,71 @@ def test_a_difference_that_is_not_a_marker_makes_the_shape_unusable() -> None:
     # a structure that changes with the values
     assert not _differences({"a": [1]}, {"a": [1, 2]}, (), markers, [])
     assert not _differences({"a": 1}, {"b": 1}, (), markers, [])
+
+
+def test_ready_body_is_only_given_once_the_shape_is_made(kube_config: Any) -> None:
+    """The launch path asks for a ready body first: None means "build it in a thread" (a full build)."""
+    builder = _builder(kube_config)
+    workloads = [make_workload(task_id=f"t{i}") for i in range(4)]
+    assert builder.ready_body(workloads[0], pod_name="p0", launch_id="l") is None
+    builder.body(workloads[0], pod_name="p0", launch_id="l")
+    assert builder.ready_body(workloads[1], pod_name="p1", launch_id="l") is None  # shape not made yet
+    builder.body(workloads[1], pod_name="p1", launch_id="l")
+    for i in (2, 3):
+        got = builder.ready_body(workloads[i], pod_name=f"p{i}", launch_id=f"l{i}")
+        assert got == _full(workloads[i], kube_config, pod_name=f"p{i}", launch_id=f"l{i}")
+    assert (builder.full_builds, builder.shaped_builds) == (3, 3)
+
+
+def test_ready_body_never_raises_and_leaves_bad_input_to_the_full_build(kube_config: Any) -> None:
+    builder = _builder(kube_config)
+    bad = make_workload(task_id="t", executor_config={"pod_override": {"not": "a pod"}})
+    assert builder.ready_body(bad, pod_name="p", launch_id="l") is None
+    with pytest.raises(TypeError, match="KubernetesExecutorConfig"):
+        builder.body(bad, pod_name="p", launch_id="l")
+
+
+def test_ready_body_with_a_pod_mutation_hook_is_none(kube_config: Any, mutation_hook: list[str]) -> None:
+    builder = _builder(kube_config)
+    for i in range(3):
+        builder.body(make_workload(task_id=f"t{i}"), pod_name=f"p{i}", launch_id="l")
+    assert builder.ready_body(make_workload(task_id="t3"), pod_name="p3", launch_id="l") is None
+
+
+def test_an_edited_template_is_used_once_its_recheck_is_due(
+    kube_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from airflow_jobwatch.executors import podbuild
+
+    clock = [1000.0]
+    monkeypatch.setattr(podbuild.time, "monotonic", lambda: clock[0])
+    template = Path(kube_config.pod_template_file)
+    builder = _builder(kube_config)
+    for i in range(3):
+        builder.body(make_workload(task_id=f"t{i}"), pod_name=f"p{i}", launch_id="l")
+    template.write_text(TEMPLATE.replace("sidecar:1", "sidecar:2"))
+    os.utime(template, ns=(1, 1))  # a new mtime whatever the file system's resolution
+    stale = builder.ready_body(make_workload(task_id="t3"), pod_name="p3", launch_id="l")
+    assert stale is not None and stale["spec"]["containers"][1]["image"] == "sidecar:1"
+    clock[0] += podbuild._TEMPLATE_RECHECK_S
+    assert builder.ready_body(make_workload(task_id="t4"), pod_name="p4", launch_id="l") is None
+    fresh = builder.body(make_workload(task_id="t4"), pod_name="p4", launch_id="l")
+    assert fresh["spec"]["containers"][1]["image"] == "sidecar:2"
+
+
+def test_new_pod_names_are_upstreams_scheme_and_unique() -> None:
+    import re
+
+    from airflow.models.taskinstancekey import TaskInstanceKey
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import create_unique_id
+
+    for dag_id, task_id in (("My_DAG", "a.task-" + "x" * 80), ("d", "t"), ("d" * 30, "-." + "t" * 22)):
+        key = TaskInstanceKey(dag_id, task_id, "run", 1, -1)
+        upstream = create_unique_id(dag_id, task_id)  # <name>-<8 random chars>
+        names = {new_pod_name(key) for _ in range(1000)}
+        assert len(names) == 1000
+        for name in names:
+            assert name[:-9] == upstream[:-9]
+            assert re.fullmatch(r"-[a-z0-9]{8}", name[-9:]), name
