@@ -444,8 +444,8 @@ def run_throughput(
     from kubernetes.client import CoreV1Api
     from support.workloads import make_workload
 
-    kind = "jobwatch" if variant == "jobwatch" else "upstream"
-    batch = {"jobwatch": 16, "upstream-default": 1, "upstream-16": 16}[variant]
+    kind = "jobwatch" if variant.startswith("jobwatch") else "upstream"
+    batch = {"jobwatch": 16, "jobwatch-default": 1, "upstream-default": 1, "upstream-16": 16}[variant]
     os.environ["AIRFLOW__KUBERNETES_EXECUTOR__WORKER_PODS_CREATION_BATCH_SIZE"] = str(batch)
     os.environ["AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS"] = "True"
     admin.fault("set_history_window", n=100_000)
@@ -583,6 +583,7 @@ def run_throughput(
         "scheduler_rss_growth_kib_per_running": round((peak_own - own_rss_before) / max(parallelism, 1), 1),
         "executor": {
             "jobwatch": "JobWatchExecutor (batch 16)",
+            "jobwatch-default": "JobWatchExecutor, worker_pods_creation_batch_size=1 (default)",
             "upstream-default": "upstream, worker_pods_creation_batch_size=1 (default)",
             "upstream-16": "upstream, worker_pods_creation_batch_size=16",
         }[variant],
@@ -866,7 +867,7 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=30.0, help="scale: shortest pod")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="scale: longest pod")
     parser.add_argument(
-        "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, upstream-default, upstream-16"
+        "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, jobwatch-default, upstream-default, upstream-16"
     )
     parser.add_argument(
         "--scale-deadline",
