@@ -867,7 +867,9 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=30.0, help="scale: shortest pod")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="scale: longest pod")
     parser.add_argument(
-        "--variants", default="jobwatch,upstream-16", help="scale: jobwatch, jobwatch-default, upstream-default, upstream-16"
+        "--variants",
+        default="jobwatch,upstream-16",
+        help="scale: jobwatch, jobwatch-default, upstream-default, upstream-16",
     )
     parser.add_argument(
         "--scale-deadline",
