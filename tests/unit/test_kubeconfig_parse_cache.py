@@ -1,4 +1,4 @@
-"""kube/client.py parses each kubeconfig file once while it is unchanged, and again once it changes.
+"""kube/kubeconfig.py parses each kubeconfig file once while it is unchanged, and again once it changes.
 
 Thousands of JobTriggers in one triggerer each name their shared watch from the kubeconfig; the cache
 must never hide a rewritten or replaced file (credential rotation, a context switched by an operator).
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.kube import client
+from airflow_jobwatch.kube import kubeconfig
 from airflow_jobwatch.kube.client import ClusterConfig
 
 KUBECONFIG = """\
@@ -33,14 +33,14 @@ current-context: x
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-    real = client._parse_kubeconfig_file
+    real = kubeconfig._parse_kubeconfig_file
 
     def counting(path: str):  # type: ignore[no-untyped-def]
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(client, "_parse_kubeconfig_file", counting)
-    monkeypatch.setattr(client, "_PARSED_KUBECONFIGS", {})
+    monkeypatch.setattr(kubeconfig, "_parse_kubeconfig_file", counting)
+    monkeypatch.setattr(kubeconfig, "_PARSED_KUBECONFIGS", {})
     return seen
 
 
@@ -76,5 +76,5 @@ def test_a_file_that_disappears_is_an_error_not_a_cached_answer(tmp_path: Path, 
     cfg = ClusterConfig(config_file=str(path))
     cfg.identity()
     path.unlink()
-    with pytest.raises(client.ClusterConfigError, match="config"):
+    with pytest.raises(kubeconfig.ClusterConfigError, match="config"):
         cfg.identity()
