@@ -41,10 +41,15 @@ typecheck: $(STAMP)
 # disturb. Exit code 5 (no test selected, e.g. PYTEST_ARGS=tests/unit) is not a failure.
 TEST_PROCESSES ?= 2
 
-test: lint typecheck docs
+# Each step's wall time is printed (and recorded for .ci/run's summary: .ci/timed).
+test: $(STAMP)
+	@.ci/timed "lint" $(MAKE) -s lint
+	@.ci/timed "typecheck" $(MAKE) -s typecheck
+	@.ci/timed "docs build" $(MAKE) -s docs
 	$(BIN)/python --version
-	$(BIN)/pytest -q -ra --durations=25 -n $(TEST_PROCESSES) --dist loadfile -m "not e2e" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -q -ra --durations=25 -m e2e $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.ci/timed "unit, integration, docs, packaging tests" \
+	  $(BIN)/pytest -q -ra --durations=25 -n $(TEST_PROCESSES) --dist loadfile -m "not e2e" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	.ci/timed "end-to-end tests" $(BIN)/pytest -q -ra --durations=25 -m e2e $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The unit and integration tests on another interpreter and/or Airflow minor, in its own venv:
 #   make test-compat VENV=.venv-3.12 PYTHON=/path/to/python3.12 CONSTRAINTS=constraints/airflow-3.2.txt
