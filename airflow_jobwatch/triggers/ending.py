@@ -20,6 +20,8 @@ from typing import Any
 
 from airflow_jobwatch.kube.result import (
     EMPTY_XCOM_RESULT,
+    RESULT_ANNOTATION,
+    RESULT_ANNOTATION_LIMIT_BYTES,
     TERMINATION_MESSAGE_LIMIT_BYTES,
     JobResult,
     XComResultError,
@@ -332,7 +334,12 @@ def _base_succeeded(pod: Any, base: str) -> bool:
 async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: str) -> None:
     """``on_finish_action`` on the Job's pods, as the operator does it after a resume: a pod kept or not
     succeeded gets upstream's ``already_checked`` label, then it is deleted or not by upstream's rule.
-    Best effort: a failure here is logged and never changes the task's outcome."""
+    Best effort: a failure here is logged and never changes the task's outcome.
+
+    The result is made durable before any pod it was read from is deleted: it is written onto the Job
+    (:func:`persist_result`), so that a second run of this trigger (another triggerer, a restart before
+    the event was saved) reports the same result. When it cannot be written, every pod is kept.
+    """
     uid = payload.get("uid")
     if not uid:
         return
@@ -350,6 +357,17 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
         )
         return
     try:
+        if on_finish_action != "keep_pod":
+            unsaved = await persist_result(api, trigger.namespace, trigger.job_name, payload)
+            if unsaved is not None:
+                trigger.log.warning(
+                    "Keeping the pods of Job %s/%s (on_finish_action %s not applied): %s",
+                    trigger.namespace,
+                    trigger.job_name,
+                    on_finish_action,
+                    unsaved,
+                )
+                on_finish_action = "keep_pod"
         keep = on_finish_action in ("keep_pod", "delete_active_pod")
         core = CoreV1Api(api)
         listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
@@ -383,3 +401,44 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
         )
     finally:
         await api.close()
+
+
+async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:
+    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``), where a later reader
+    of the same Job takes it from (:meth:`JobResult.read`); None when written, else why it was not
+    (too large, the Job gone or replaced, the API refused), in which case the pods must be kept."""
+    from kubernetes_asyncio.client import BatchV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    result = JobResult.from_payload(payload)
+    text = result.to_annotation()
+    if text is None:
+        return (
+            f"its result is larger than {RESULT_ANNOTATION_LIMIT_BYTES} bytes, too large to keep on the Job, "
+            "so the pods that hold it are kept"
+        )
+    batch = BatchV1Api(api)
+    try:
+        # The uid is checked on the Job as it is now: a Job re-created under this name is not annotated
+        # with another Job's result (a reader also checks the uid written in the result).
+        job = await batch.read_namespaced_job(name, namespace)
+        if result.uid and job.metadata.uid != result.uid:
+            return "the Job was replaced by another one of the same name"
+        await batch.patch_namespaced_job(
+            name,
+            namespace,
+            {"metadata": {"annotations": {RESULT_ANNOTATION: text}}},
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        )
+    except ApiException as e:
+        from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+        denied = access_denied_from_exception(
+            e, verb="patch", resource="jobs", group="batch", namespace=namespace
+        )
+        if denied is not None:
+            return f"the result could not be written onto the Job: {denied.message()}"
+        return f"the result could not be written onto the Job: HTTP {e.status} {e.reason}"
+    except Exception as e:
+        return f"the result could not be written onto the Job: {type(e).__name__}: {e}"
+    return None
