@@ -978,6 +978,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         condition normally has them all; the bounded re-read covers a list answered before that.
         """
         want = _ended_pods_counted(job)
+        if not pods:
+            # None listed by a consistent read made after the Job ended: they were deleted (a TTL, a user,
+            # an earlier cleanup), not late; the event's result stands, and waiting would not bring them.
+            return pods
         deadline = time.monotonic() + _POD_SETTLE_SECONDS
         delay = 0.1
         while True:

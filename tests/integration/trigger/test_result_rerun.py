@@ -5,6 +5,7 @@ read from (``on_finish_action="delete_pod"``), so the result must be on the Job 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -106,3 +107,33 @@ async def test_a_second_run_after_cleanup_reports_the_same_event(
         assert json.loads(json.dumps(second_event.xcoms["return_value"])) == {"answer": [4, 2]}
     else:
         assert "return_value" not in second_event.xcoms
+
+
+async def test_a_resume_after_the_pods_are_gone_still_names_the_exit_code(
+    sandbox, kubeconfig, k8s_async_client
+) -> None:
+    """The worker's resume reads the result the event carries when the pods it was read from are gone
+    (a TTL, a user, the pod GC): the failure names the container's exit code, as the event does."""
+    from airflow.providers.common.compat.sdk import AirflowException
+
+    op = make_operator(
+        kubeconfig,
+        cmds=["sh", "-c", "exit 3"],
+        deferrable=True,
+        wait_until_job_complete=True,
+        get_logs=False,
+        on_finish_action="delete_pod",
+    )
+    trigger = _deferred(op, make_context())
+    payload = await trigger.wait()
+    assert "exited with code 3" in payload["message"]
+    core = CoreV1Api(k8s_async_client)
+    await core.delete_collection_namespaced_pod(NS, label_selector=f"controller-uid={payload['uid']}")
+
+    async def pods_gone() -> bool:
+        listed = await core.list_namespaced_pod(NS, label_selector=f"controller-uid={payload['uid']}")
+        return not listed.items
+
+    await wait_until(pods_gone, what="the pods to be deleted")
+    with pytest.raises(AirflowException, match="exited with code 3"):
+        await asyncio.to_thread(op.execute_complete, make_context(), payload)
