@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from airflow_jobwatch.kube.objects import to_dict
@@ -215,18 +215,12 @@ class JobResult:
         when any pod is left, and their termination messages when there are at least as many."""
         if not pods:
             return self
-        changes: dict[str, Any] = {"pods": pod_outcomes(pods)}
         fresh = termination_messages(pods, base_container)
-        if len(fresh) >= len(self.xcom_result or ()):
-            changes["xcom_result"] = fresh
-        return JobResult(
-            outcome=self.outcome,
-            reason=self.reason,
-            message=self.message,
-            uid=self.uid,
-            pods=changes["pods"],
-            xcom_result=changes.get("xcom_result", self.xcom_result),
-            disruptions=self.disruptions,
+        keep_event_results = len(fresh) < len(self.xcom_result or ())
+        return replace(
+            self,
+            pods=pod_outcomes(pods),
+            xcom_result=self.xcom_result if keep_event_results else fresh,
         )
 
     @property
@@ -254,9 +248,13 @@ class JobResult:
 
         :raises XComResultError: a message that is not JSON, naming the pod and the 4 KiB limit when hit.
         """
+        results = list(self.xcom_result or ())
+        # each result came from a succeeded pod, in the same order; an event of another shape (upstream's)
+        # lists every pod
+        succeeded = [str(p.name) for p in self.pods if p.phase == "succeeded"]
         return parse_xcom_results(
-            list(self.xcom_result or ()),
-            self.pod_names,
+            results,
+            succeeded if len(succeeded) == len(results) else self.pod_names,
             xcom_path=xcom_path,
             unwrap_single=unwrap_single,
             log=log,

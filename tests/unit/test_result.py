@@ -279,3 +279,18 @@ def _model(pod: dict[str, Any]) -> Any:
         data = json.dumps(pod)
 
     return ApiClient().deserialize(Response(), "V1Pod")
+
+
+def test_a_result_that_is_not_json_names_its_own_pod() -> None:
+    pods = [failed_exit_3(), succeeded("b", "not json", created="2026-12-03T00:00:00Z")]
+    result = JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid="u1",
+        pods=pods,
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+    with pytest.raises(XComResultError, match="Pod b wrote /x but it is not JSON"):
+        result.xcom_value(xcom_path="/x", unwrap_single=True)
