@@ -54,17 +54,15 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
-from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
+from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
+from airflow_jobwatch.kube.states import classify_job, classify_pod
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers.ending import (
-    XComResultError,
     failure_text,
     log_ending,
     trigger_failure_respects_retries,
-    xcom_results,
 )
 from airflow_jobwatch.triggers.job import (
-    EMPTY_XCOM_RESULT,
     OUTCOME_FAILED,
     OUTCOME_TIMEOUT,
     STATUS_SUCCESS,
@@ -84,10 +82,6 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 #: Where KubernetesPodOperator users write their result. Used as the base container's
 #: terminationMessagePath when ``do_xcom_push`` is on.
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
-
-#: The kubelet keeps at most this many bytes of a container's termination message (Kubernetes'
-#: ``MaxContainerTerminationMessageLength``, pkg/kubelet/container), which carries the XCom result.
-TERMINATION_MESSAGE_LIMIT_BYTES = 4096
 
 #: A container's terminationMessagePath when nobody sets it (the API server's default).
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -913,15 +907,18 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 if outcome == OUTCOME_FAILED:
                     pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
                     state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
-                    if state.terminal and state.phase == "failed":
+                    # Rebuilt from the pods only while they exist: once cleaned up, the event's message
+                    # (read before they went, or from the result written onto the Job) is the one that
+                    # still names the failing container's exit code.
+                    if pods and state.terminal and state.phase == "failed":
                         message = state.message  # names the failing pod and its container's exit code
                 if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
                     unfinished = job_now
-        summaries = [pod_summary(p) for p in pods] if pods else list(event.get("pods") or [])
+        result = JobResult.from_payload(event).with_fresh_pods(pods, self.base_container_name)
         log_ending(
             self.log,
             {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
-            summaries,
+            [p.as_dict() for p in result.pods],
         )
         try:
             if self.get_logs:
@@ -943,7 +940,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     raise AirflowTaskTimeout(text)
                 raise AirflowException(text)
             if self.do_xcom_push:
-                return self._xcom_value(event, pods)
+                return self._xcom_value(result)
             return None
         finally:
             if unfinished is not None:
@@ -981,6 +978,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         condition normally has them all; the bounded re-read covers a list answered before that.
         """
         want = _ended_pods_counted(job)
+        if not pods:
+            # None listed by a consistent read made after the Job ended: they were deleted (a TTL, a user,
+            # an earlier cleanup), not late; the event's result stands, and waiting would not bring them.
+            return pods
         deadline = time.monotonic() + _POD_SETTLE_SECONDS
         delay = 0.1
         while True:
@@ -1139,33 +1140,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         finally:
             response.release_conn()
 
-    def _xcom_value(self, event: dict[str, Any], pods: list[k8s.V1Pod]) -> Any:
-        # The pods as read after the end are the freshest; the event's copy serves when they are gone
-        # (TTL, deleted) and for upstream's events.
-        raw = event.get("xcom_result") or []
-        fresh = [m for m in (self._termination_message(p) for p in pods) if m is not None]
-        if len(fresh) >= len(raw):
-            raw = fresh
-        pod_names = event.get("pod_names") or [p.metadata.name for p in pods]
+    def _xcom_value(self, result: JobResult) -> Any:
+        """The value the task returns, read by the one reader the trigger uses too
+        (:class:`~airflow_jobwatch.kube.result.JobResult`)."""
         try:
-            return xcom_results(
-                list(raw),
-                list(pod_names),
-                xcom_path=self.xcom_path,
-                unwrap_single=self.unwrap_single,
-                log=self.log,
-            )
+            return result.xcom_value(xcom_path=self.xcom_path, unwrap_single=self.unwrap_single, log=self.log)
         except XComResultError as e:
             raise AirflowException(str(e)) from None
-
-    def _termination_message(self, pod: k8s.V1Pod) -> str | None:
-        if (pod.status and pod.status.phase) != "Succeeded":
-            return None
-        for cs in pod.status.container_statuses or []:
-            if cs.name == self.base_container_name:
-                terminated = cs.state.terminated if cs.state else None
-                return (terminated.message if terminated else None) or EMPTY_XCOM_RESULT
-        return None
 
     def on_kill(self) -> None:
         """The task was killed: delete the Job, as upstream does, with ``on_kill_propagation_policy``

@@ -18,6 +18,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from airflow_jobwatch.kube.result import (
+    EMPTY_XCOM_RESULT,
+    RESULT_ANNOTATION,
+    RESULT_ANNOTATION_LIMIT_BYTES,
+    TERMINATION_MESSAGE_LIMIT_BYTES,
+    JobResult,
+    XComResultError,
+    parse_xcom_results,
+)
+
+__all__ = [
+    "EMPTY_XCOM_RESULT",
+    "TERMINATION_MESSAGE_LIMIT_BYTES",
+    "XComResultError",
+    "end_from_triggerer",
+    "failure_text",
+    "log_ending",
+    "xcom_results",
+]
+
 #: ``[jobwatch] resume_hold_seconds``: a resume that fires this soon after the task deferred is held
 #: until this many seconds after the deferral, so that the scheduler has drained the executor's SUCCESS
 #: for the worker that deferred while the task instance is still DEFERRED or SCHEDULED with
@@ -32,17 +52,6 @@ def resume_hold_seconds() -> float:
     from airflow_jobwatch import config as jobwatch_config
 
     return jobwatch_config.get_float(RESUME_HOLD_OPTION, minimum=0)
-
-
-#: What a succeeded pod's empty termination message reads as (the base container wrote no result).
-EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
-
-#: The kubelet keeps at most this many bytes of a container's termination message.
-TERMINATION_MESSAGE_LIMIT_BYTES = 4096
-
-
-class XComResultError(ValueError):
-    """A pod's XCom result cannot be read as JSON; the message says which pod and why."""
 
 
 def plural(count: int, word: str) -> str:
@@ -75,46 +84,8 @@ def failure_text(event: dict[str, Any], *, disruption_retries: int | None = None
     return text
 
 
-def xcom_results(
-    raw: list[Any],
-    pod_names: list[str],
-    *,
-    xcom_path: str,
-    unwrap_single: bool,
-    log: Any,
-) -> Any:
-    """The return value from the pods' termination messages (one per succeeded pod), as the operator
-    returns it; logs what it reads.
-
-    :raises XComResultError: a message that is not JSON, naming the pod and the 4 KiB limit when hit.
-    """
-    results: list[Any] = []
-    for index, text in enumerate(raw):
-        if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
-            log.info("xcom result file is empty.")
-            results.append(None)
-            continue
-        if not isinstance(text, str) or not text.strip():
-            results.append(None)
-            continue
-        log.info("xcom result: \n%s", text)
-        try:
-            results.append(json.loads(text))
-        except ValueError:
-            pod = pod_names[index] if index < len(pod_names) else "?"
-            size = len(text.encode())
-            if size >= TERMINATION_MESSAGE_LIMIT_BYTES:
-                raise XComResultError(
-                    f"The XCom result of pod {pod} does not fit: it travels as the base container's "
-                    f"termination message ({xcom_path}), which the kubelet cuts to "
-                    f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
-                    f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
-                    f"write the data elsewhere (object storage, a volume) and return its location."
-                ) from None
-            raise XComResultError(f"Pod {pod} wrote {xcom_path} but it is not JSON: {text[:200]!r}") from None
-    if unwrap_single and len(results) == 1:
-        return results[0]
-    return results
+#: The return value from the pods' termination messages (kept under its old name).
+xcom_results = parse_xcom_results
 
 
 def log_ending(log: Any, event: dict[str, Any], pods: list[dict[str, Any]]) -> None:
@@ -216,18 +187,15 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
         return None
     log = trigger.log
     xcoms: dict[str, Any] = {"job": xcom_json(payload.get("job"))}
+    result = JobResult.from_payload(payload)
+    xcom_path = str(plan.get("xcom_path"))
+    unwrap_single = bool(plan.get("unwrap_single", True))
     error: str | None = None
     value: Any = None
     if outcome == "success":
         if plan.get("push_return"):
             try:
-                value = xcom_results(
-                    list(payload.get("xcom_result") or []),
-                    list(payload.get("pod_names") or []),
-                    xcom_path=str(plan.get("xcom_path")),
-                    unwrap_single=bool(plan.get("unwrap_single", True)),
-                    log=_Quiet(),
-                )
+                value = result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single)
             except XComResultError as e:
                 if not may_fail:
                     return None
@@ -239,13 +207,7 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     if logs is not None:
         await write_pod_logs(trigger, payload, logs)
     if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
-        xcom_results(
-            list(payload.get("xcom_result") or []),
-            list(payload.get("pod_names") or []),
-            xcom_path=str(plan.get("xcom_path")),
-            unwrap_single=bool(plan.get("unwrap_single", True)),
-            log=log,
-        )
+        result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single, log=log)
     await cleanup_pods(trigger, payload, str(plan.get("on_finish_action") or "delete_pod"))
     if error is not None:
         log.error("Task failed with exception: %s", error)
@@ -362,13 +324,6 @@ def _decoded(line: bytes) -> str:
     return line.decode("utf-8", errors="backslashreplace")
 
 
-class _Quiet:
-    """A logger that says nothing (a dry run of :func:`xcom_results`)."""
-
-    def info(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-
 def _base_succeeded(pod: Any, base: str) -> bool:
     for cs in (pod.status.container_statuses or []) if pod.status else []:
         if cs.name == base and cs.state and cs.state.terminated and cs.state.terminated.exit_code == 0:
@@ -379,7 +334,12 @@ def _base_succeeded(pod: Any, base: str) -> bool:
 async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: str) -> None:
     """``on_finish_action`` on the Job's pods, as the operator does it after a resume: a pod kept or not
     succeeded gets upstream's ``already_checked`` label, then it is deleted or not by upstream's rule.
-    Best effort: a failure here is logged and never changes the task's outcome."""
+    Best effort: a failure here is logged and never changes the task's outcome.
+
+    The result is made durable before any pod it was read from is deleted: it is written onto the Job
+    (:func:`persist_result`), so that a second run of this trigger (another triggerer, a restart before
+    the event was saved) reports the same result. When it cannot be written, every pod is kept.
+    """
     uid = payload.get("uid")
     if not uid:
         return
@@ -388,7 +348,6 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
 
     from airflow_jobwatch.kube import client as kube_client
 
-    keep = on_finish_action in ("keep_pod", "delete_active_pod")
     base = trigger.base_container_name
     try:
         api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
@@ -398,6 +357,18 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
         )
         return
     try:
+        if on_finish_action != "keep_pod":
+            unsaved = await persist_result(api, trigger.namespace, trigger.job_name, payload)
+            if unsaved is not None:
+                trigger.log.warning(
+                    "Keeping the pods of Job %s/%s (on_finish_action %s not applied): %s",
+                    trigger.namespace,
+                    trigger.job_name,
+                    on_finish_action,
+                    unsaved,
+                )
+                on_finish_action = "keep_pod"
+        keep = on_finish_action in ("keep_pod", "delete_active_pod")
         core = CoreV1Api(api)
         listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
         pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
@@ -430,3 +401,44 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
         )
     finally:
         await api.close()
+
+
+async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:
+    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``), where a later reader
+    of the same Job takes it from (:meth:`JobResult.read`); None when written, else why it was not
+    (too large, the Job gone or replaced, the API refused), in which case the pods must be kept."""
+    from kubernetes_asyncio.client import BatchV1Api
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    result = JobResult.from_payload(payload)
+    text = result.to_annotation()
+    if text is None:
+        return (
+            f"its result is larger than {RESULT_ANNOTATION_LIMIT_BYTES} bytes, too large to keep on the Job, "
+            "so the pods that hold it are kept"
+        )
+    batch = BatchV1Api(api)
+    try:
+        # The uid is checked on the Job as it is now: a Job re-created under this name is not annotated
+        # with another Job's result (a reader also checks the uid written in the result).
+        job = await batch.read_namespaced_job(name, namespace)
+        if result.uid and job.metadata.uid != result.uid:
+            return "the Job was replaced by another one of the same name"
+        await batch.patch_namespaced_job(
+            name,
+            namespace,
+            {"metadata": {"annotations": {RESULT_ANNOTATION: text}}},
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        )
+    except ApiException as e:
+        from airflow_jobwatch.kube.errors import access_denied_from_exception
+
+        denied = access_denied_from_exception(
+            e, verb="patch", resource="jobs", group="batch", namespace=namespace
+        )
+        if denied is not None:
+            return f"the result could not be written onto the Job: {denied.message()}"
+        return f"the result could not be written onto the Job: HTTP {e.status} {e.reason}"
+    except Exception as e:
+        return f"the result could not be written onto the Job: {type(e).__name__}: {e}"
+    return None

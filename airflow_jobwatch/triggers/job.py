@@ -48,12 +48,11 @@ from airflow_jobwatch import metrics
 from airflow_jobwatch.kube import client as kube_client
 from airflow_jobwatch.kube.informer import InformerConfig
 from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
+from airflow_jobwatch.kube.result import JobResult, without_result_annotation
 from airflow_jobwatch.kube.states import (
     DEFAULT_FATAL_WAITING_REASONS,
     TERMINAL_PHASES,
     classify_job,
-    classify_pod,
-    pod_summary,
 )
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
@@ -109,9 +108,6 @@ OUTCOME_FAILED = "failed"
 OUTCOME_DELETED = "deleted"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_ERROR = "error"
-
-#: What upstream's XCom sidecar reports for an empty ``return.json``; our event uses the same marker.
-EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
 
 #: Propagation policies ``on_kill`` may send (the API server's own list).
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
@@ -437,39 +433,35 @@ class JobTrigger(BaseTrigger):
         job: dict[str, Any] | None = None,
         pods: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        ordered = sorted(pods or [], key=_pod_sort_key)
+        result = JobResult.read(
+            outcome=outcome,
+            reason=reason,
+            message=message,
+            uid=_uid(job) or self.job_uid,
+            pods=pods or [],
+            base_container=self.base_container_name,
+            do_xcom_push=self.do_xcom_push,
+            disruptions=self.notes.disruption_list(),
+            job=job,
+        )
+        read = result.to_payload()
         return {
             # upstream's keys, with upstream's meaning
-            "status": STATUS_SUCCESS if outcome == OUTCOME_SUCCESS else STATUS_ERROR,
-            "message": message,
+            "status": read["status"],
+            "message": read["message"],
             "name": self.job_name,
             "namespace": self.namespace,
-            "job": client_job_dict(job),
-            "pod_names": [str((p.get("metadata") or {}).get("name")) for p in ordered],
+            "job": client_job_dict(without_result_annotation(job)),
+            "pod_names": read["pod_names"],
             "pod_namespace": self.namespace,
-            "xcom_result": self._xcom_results(ordered) if self.do_xcom_push else None,
+            "xcom_result": read["xcom_result"],
             # ours
-            "outcome": outcome,
-            "reason": reason,
-            "uid": _uid(job) or self.job_uid,
-            "pods": [pod_summary(p) for p in ordered],
-            "disruptions": self.notes.disruption_list(),
+            "outcome": read["outcome"],
+            "reason": read["reason"],
+            "uid": read["uid"],
+            "pods": read["pods"],
+            "disruptions": read["disruptions"],
         }
-
-    def _xcom_results(self, pods: list[dict[str, Any]]) -> list[str]:
-        """The base container's termination message of every succeeded pod (oldest first)."""
-        results = []
-        for pod in pods:
-            # classified, not the raw phase: the kubelet reports the container terminated a moment
-            # before the pod's phase; kube/states reads a pod whose containers all succeeded as succeeded
-            if classify_pod(pod).phase != "succeeded":
-                continue
-            status = pod.get("status") or {}
-            for cs in status.get("containerStatuses") or []:
-                if cs.get("name") == self.base_container_name:
-                    terminated = (cs.get("state") or {}).get("terminated") or {}
-                    results.append(terminated.get("message") or EMPTY_XCOM_RESULT)
-        return results
 
     def _ours(self, job: dict[str, Any] | None) -> dict[str, Any] | None:
         """``job`` if it is the Job this trigger waits for (same uid when the uid is known)."""
@@ -583,7 +575,7 @@ class JobTrigger(BaseTrigger):
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
         answered, job = await self._read_job(watch, GET_PROJECTED)
         if answered and job is not None and _uid(job) == payload["uid"]:
-            payload["job"] = client_job_dict(job)
+            payload["job"] = client_job_dict(without_result_annotation(job))
 
     # -- running ---------------------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -1100,8 +1092,3 @@ def _pods_final(payload: dict[str, Any]) -> bool:
         counted = max(counted, 1)  # a Job succeeds through at least one succeeded pod
     ended = sum(1 for pod in payload["pods"] if pod["phase"] in TERMINAL_PHASES)
     return ended == len(payload["pods"]) and ended >= counted
-
-
-def _pod_sort_key(pod: dict[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))

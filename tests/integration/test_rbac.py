@@ -23,14 +23,15 @@ NAMESPACE = "airflow"
 #: executor: create/read/list/patch/delete pods in jobwatch_executor.py, list+watch in the watcher child;
 #: api-server: JobWatchExecutor.get_task_log (list pods, read log);
 #: triggerer: JobTrigger's shared informers (list+watch jobs and pods), its GET of the Job, on_kill delete
-#: (and deletecollection of its pods with delete_pods_on_kill);
+#: (and deletecollection of its pods with delete_pods_on_kill); ending a task itself: the result written
+#: onto the Job (patch jobs) before on_finish_action labels and deletes the pods (patch, delete pods);
 #: worker: KubernetesJobOperator (create/read/list/delete jobs, list/read/patch/delete pods and
 #: deletecollection on kill, read logs) and its in-worker JobTrigger wait (list+watch jobs and pods).
 NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "scheduler": {("", "pods", v) for v in ("create", "get", "list", "watch", "patch", "delete")},
     "api-server": {("", "pods", "list"), ("", "pods/log", "get")},
-    "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "delete")}
-    | {("", "pods", v) for v in ("list", "watch", "deletecollection")},
+    "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "patch", "delete")}
+    | {("", "pods", v) for v in ("list", "watch", "patch", "delete", "deletecollection")},
     "worker": {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
     | {("", "pods", v) for v in ("get", "list", "watch", "patch", "delete", "deletecollection")}
     | {("", "pods/log", "get")},
@@ -226,6 +227,69 @@ async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path)
         assert 'verbs: ["delete"]' in str(info.value) and "HTTP response headers" not in str(info.value)
     finally:
         await admin.close()
+
+
+async def _end_from_the_triggerer(sandbox: Any, tmp_path: Path, name: str) -> tuple[Any, Any, list[Any]]:
+    """Run a Job to its end and end its task from the triggerer (on_finish_action delete_pod) with the
+    triggerer's credentials; return the Job and the pods left afterwards, read as admin."""
+    import structlog.testing
+    from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
+
+    from airflow_jobwatch.triggers.ending import end_from_triggerer
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    admin = await admin_client(sandbox, tmp_path)
+    try:
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job(name))
+        trigger = JobTrigger(
+            name,
+            NAMESPACE,
+            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+            job_uid=job.metadata.uid,
+            base_container_name="c",
+            end_task={"on_finish_action": "delete_pod", "push_return": False, "fail": True},
+        )
+        with structlog.testing.capture_logs() as entries:
+            event = await end_from_triggerer(trigger, await trigger.wait())
+        assert type(event).__name__ == "TaskSuccessEvent"
+        pods = (
+            await CoreV1Api(admin).list_namespaced_pod(
+                NAMESPACE, label_selector=f"controller-uid={job.metadata.uid}"
+            )
+        ).items
+        left = [p for p in pods if not p.metadata.deletion_timestamp]
+        return await BatchV1Api(admin).read_namespaced_job(name, NAMESPACE), entries, left
+    finally:
+        await admin.close()
+
+
+@needs_rbac
+async def test_triggerer_role_from_the_doc_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path) -> None:
+    from airflow_jobwatch.kube.result import stored_result
+
+    sandbox.load_rbac_manifests(doc_manifests("triggerer"))
+    job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, "ended-here")
+    assert stored_result(job) is not None
+    assert left == []
+    assert not [e for e in entries if e.get("log_level") == "warning"], entries
+
+
+@needs_rbac
+async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
+    sandbox: Any, tmp_path: Path
+) -> None:
+    from airflow_jobwatch.kube.result import stored_result
+
+    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "patch"))
+    job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, "kept-pods")
+    assert stored_result(job) is None
+    assert len(left) == 1  # the result is still on its pod: nothing was deleted
+    warnings = [
+        str(e.get("event")) % tuple(e.get("positional_args") or ())
+        for e in entries
+        if e.get("log_level") == "warning"
+    ]
+    assert any("Keeping the pods" in w and 'verbs: ["patch"]' in w for w in warnings), warnings
 
 
 @needs_rbac

@@ -1,0 +1,296 @@
+"""Table-driven tests of kube/result.py, the one reader of a finished Job's result, on pods recorded
+from a real API server (fixtures/README.md) and variants of them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_jobwatch.kube.result import (
+    EMPTY_XCOM_RESULT,
+    RESULT_ANNOTATION,
+    RESULT_ANNOTATION_LIMIT_BYTES,
+    JobResult,
+    PodOutcome,
+    XComResultError,
+    stored_result,
+    termination_messages,
+    without_result_annotation,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BASE = "main"  # the recorded pods' container
+
+
+def load(kind: str, name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / kind / f"{name}.json").read_text())
+
+
+def succeeded(name: str, message: str | None, *, created: str = "2026-12-02T12:19:15Z") -> dict[str, Any]:
+    pod = copy.deepcopy(load("pods", "succeeded"))
+    pod["metadata"]["name"] = name
+    pod["metadata"]["creationTimestamp"] = created
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    if message is not None:
+        terminated["message"] = message
+    return pod
+
+
+def base_exited_pod_running(name: str, message: str) -> dict[str, Any]:
+    """The base container has exited 0 with its result, but the pod is still Running (another
+    container runs on, or the kubelet has not written the phase yet)."""
+    pod = succeeded(name, message)
+    pod["status"]["phase"] = "Running"
+    return pod
+
+
+def failed_exit_3() -> dict[str, Any]:
+    return copy.deepcopy(load("pods", "failed-exit-3"))
+
+
+# (pods, expected outcomes as (phase, exit_code), expected termination messages of the base container)
+READS = [
+    pytest.param([succeeded("a", '{"x": 1}')], [("succeeded", 0)], ['{"x": 1}'], id="succeeded-with-result"),
+    pytest.param([succeeded("a", None)], [("succeeded", 0)], [EMPTY_XCOM_RESULT], id="succeeded-no-result"),
+    pytest.param(
+        [base_exited_pod_running("a", '{"x": 1}')],
+        [("running", None)],
+        [],
+        id="base-exited-but-pod-not-succeeded-carries-none",
+    ),
+    pytest.param([failed_exit_3()], [("failed", 3)], [], id="failed-exit-3"),
+    pytest.param(
+        [
+            succeeded("b", '"second"', created="2026-12-02T12:20:00Z"),
+            succeeded("a", '"first"', created="2026-12-02T12:19:00Z"),
+        ],
+        [("succeeded", 0), ("succeeded", 0)],
+        ['"first"', '"second"'],
+        id="oldest-first",
+    ),
+    pytest.param([load("pods", "evicted-with-condition")], None, [], id="evicted"),
+    pytest.param([load("pods", "running")], [("running", None)], [], id="running"),
+]
+
+
+@pytest.mark.parametrize(("pods", "outcomes", "messages"), READS)
+def test_reads_pods_outcomes_and_results(
+    pods: list[dict[str, Any]], outcomes: list[tuple[str, int | None]] | None, messages: list[str]
+) -> None:
+    result = JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid="u1",
+        pods=pods,
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+    if outcomes is not None:
+        assert [(p.phase, p.exit_code) for p in result.pods] == outcomes
+    assert list(result.xcom_result or ()) == messages
+    assert termination_messages(pods, BASE) == tuple(messages)
+    # the same pods as the kubernetes client's models read the same
+    assert (
+        JobResult.read(
+            outcome="success",
+            reason="Complete",
+            message="m",
+            uid="u1",
+            pods=[_model(p) for p in pods],
+            base_container=BASE,
+            do_xcom_push=True,
+        )
+        == result
+    )
+
+
+def test_without_xcom_push_there_is_no_xcom_result() -> None:
+    result = JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid=None,
+        pods=[succeeded("a", "1")],
+        base_container=BASE,
+        do_xcom_push=False,
+    )
+    assert result.xcom_result is None
+    assert result.to_payload()["xcom_result"] is None
+
+
+def test_payload_keys_and_values() -> None:
+    result = JobResult.read(
+        outcome="failed",
+        reason="BackoffLimitExceeded",
+        message="exited with code 3",
+        uid="u1",
+        pods=[failed_exit_3()],
+        base_container=BASE,
+        do_xcom_push=True,
+        disruptions=[{"pod": "p", "reason": "Evicted"}],
+    )
+    payload = result.to_payload()
+    assert payload["status"] == "error" and payload["outcome"] == "failed"
+    assert payload["pods"] == [
+        {"name": payload["pod_names"][0], "phase": "failed", "exit_code": 3, "reason": "Error"}
+    ]
+    assert payload["xcom_result"] == []
+    assert payload["disruptions"] == [{"pod": "p", "reason": "Evicted"}]
+    assert JobResult.from_payload(payload) == result
+
+
+@pytest.mark.parametrize(
+    ("raw", "unwrap", "value"),
+    [
+        (['{"a": 1}'], True, {"a": 1}),
+        (['{"a": 1}'], False, [{"a": 1}]),
+        ([EMPTY_XCOM_RESULT], True, None),
+        (["1", "2"], True, [1, 2]),
+        ([], True, []),
+    ],
+)
+def test_xcom_value(raw: list[str], unwrap: bool, value: Any) -> None:
+    result = JobResult("success", "Complete", "m", xcom_result=tuple(raw))
+    assert result.xcom_value(xcom_path="/airflow/xcom/return.json", unwrap_single=unwrap) == value
+
+
+def test_xcom_value_cut_at_the_kubelets_limit_names_it() -> None:
+    result = JobResult(
+        "success",
+        "Complete",
+        "m",
+        pods=(PodOutcome("p", "succeeded", 0, None),),
+        xcom_result=(('{"a": "' + "x" * 5000)[:4096],),
+    )
+    with pytest.raises(XComResultError, match="4096 bytes"):
+        result.xcom_value(xcom_path="/airflow/xcom/return.json", unwrap_single=True)
+
+
+def test_fresh_pods_win_unless_they_have_fewer_results() -> None:
+    event = JobResult("success", "Complete", "m", uid="u1", xcom_result=('"old"',))
+    assert event.with_fresh_pods([succeeded("a", '"new"')], BASE).xcom_result == ('"new"',)
+    # pods gone (deleted after the event): the event's copy stays
+    assert event.with_fresh_pods([], BASE) == event
+    # a pod left without its result (the succeeded one was deleted): the event's results stay
+    kept = event.with_fresh_pods([failed_exit_3()], BASE)
+    assert kept.xcom_result == ('"old"',) and [p.exit_code for p in kept.pods] == [3]
+
+
+# -- the result written onto the Job ------------------------------------------------------------------
+
+
+def _job_with(annotation: str | None, uid: str = "u1") -> dict[str, Any]:
+    job = copy.deepcopy(load("jobs", "complete"))
+    job["metadata"]["uid"] = uid
+    job["metadata"]["annotations"] = {"mine": "kept"}
+    if annotation is not None:
+        job["metadata"]["annotations"][RESULT_ANNOTATION] = annotation
+    return job
+
+
+def _result(uid: str = "u1") -> JobResult:
+    return JobResult.read(
+        outcome="failed",
+        reason="BackoffLimitExceeded",
+        message="container 'main' exited with code 3",
+        uid=uid,
+        pods=[failed_exit_3()],
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+
+
+def test_the_annotation_round_trips_and_wins_over_the_pods_left() -> None:
+    written = _result()
+    text = written.to_annotation()
+    assert text is not None
+    job = _job_with(text)
+    assert stored_result(job) == written
+    # a second reader, after the pods were deleted, reads the first reader's result
+    again = JobResult.read(
+        outcome="failed",
+        reason="BackoffLimitExceeded",
+        message="no exit code any more",
+        uid="u1",
+        pods=[],
+        base_container=BASE,
+        do_xcom_push=True,
+        job=job,
+    )
+    assert again == written
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        pytest.param("not json", id="not-json"),
+        pytest.param(json.dumps({"format": 99, "outcome": "success"}), id="unknown-format"),
+        pytest.param(json.dumps(["a list"]), id="not-an-object"),
+    ],
+)
+def test_an_unreadable_annotation_is_ignored(annotation: str) -> None:
+    assert stored_result(_job_with(annotation)) is None
+
+
+def test_another_jobs_result_is_ignored() -> None:
+    text = _result(uid="other").to_annotation()
+    assert text is not None
+    assert stored_result(_job_with(text, uid="u1")) is None
+
+
+def test_a_result_over_the_limit_is_not_written() -> None:
+    big = "x" * 4000
+    pods = [succeeded(f"p{i}", big, created=f"2026-12-02T12:{i // 60:02d}:{i % 60:02d}Z") for i in range(40)]
+    result = JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid="u1",
+        pods=pods,
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+    assert len(json.dumps(list(result.xcom_result or ()))) > RESULT_ANNOTATION_LIMIT_BYTES
+    assert result.to_annotation() is None
+
+
+def test_the_events_job_leaves_the_result_out_and_the_cache_untouched() -> None:
+    job = _job_with("{}")
+    stripped = without_result_annotation(job)
+    assert stripped is not None
+    assert stripped["metadata"]["annotations"] == {"mine": "kept"}
+    assert RESULT_ANNOTATION in job["metadata"]["annotations"]  # the cached copy is not changed
+    alone = _job_with("{}")
+    del alone["metadata"]["annotations"]["mine"]
+    assert "annotations" not in without_result_annotation(alone)["metadata"]  # type: ignore[index]
+    assert without_result_annotation(None) is None
+
+
+def _model(pod: dict[str, Any]) -> Any:
+    """The pod as the kubernetes client's LIST returns it (a V1Pod model)."""
+    from kubernetes.client import ApiClient
+
+    class Response:
+        data = json.dumps(pod)
+
+    return ApiClient().deserialize(Response(), "V1Pod")
+
+
+def test_a_result_that_is_not_json_names_its_own_pod() -> None:
+    pods = [failed_exit_3(), succeeded("b", "not json", created="2026-12-03T00:00:00Z")]
+    result = JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid="u1",
+        pods=pods,
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+    with pytest.raises(XComResultError, match="Pod b wrote /x but it is not JSON"):
+        result.xcom_value(xcom_path="/x", unwrap_single=True)
