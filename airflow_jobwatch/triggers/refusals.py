@@ -17,7 +17,8 @@ triggerer whose Jobs all get their pods never watches events. Once started it li
 namespace watch it belongs to (it stops when that one does, after the last trigger leaves and the
 linger ends). It is best effort: an events watch that fails or is refused (a Role without ``list`` and
 ``watch`` on ``events``) only leaves the reason unsaid; it never fails a trigger. Its informer retries
-with the engine's jittered, bounded backoff.
+failures with the engine's jittered, bounded backoff; a refusal (401/403) is logged once and the watch
+stops until the namespace is watched again.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Refusals:
         self._next_id = 0
         self._task: asyncio.Task[None] | None = None
         self._denied_logged = False
+        self._give_up: asyncio.Task[None] | None = None
         self.informer.subscribe(self._on_event, self._on_health)
 
     def start(self) -> None:
@@ -143,12 +145,20 @@ class Refusals:
                 log.exception("refusal callback for a Job of namespace %s failed", self.namespace)
 
     def _on_health(self, health: InformerHealth) -> None:
-        if health.access_denied and not self._denied_logged:
-            self._denied_logged = True
-            log.warning(
-                "Cannot watch the events of namespace %s, so the reason a Job's pods cannot be created "
-                "is not logged (the wait goes on): %s. Grant list and watch on events to the "
-                "triggerer's Role (see the provider's deploying guide).",
-                self.namespace,
-                health.access_denied,
-            )
+        if not health.access_denied or self._denied_logged:
+            return
+        # Refused (a Role without list or watch on events, as before this watch existed): say so once
+        # and stop asking. Retrying could not help before someone changes the Role, and would log the
+        # refusal at every backoff for as long as the namespace is watched. The next watch of the
+        # namespace (after its last trigger leaves) asks again.
+        self._denied_logged = True
+        log.warning(
+            "Cannot watch the events of namespace %s, so the reason a Job's pods cannot be created "
+            "is not logged (the wait goes on): %s. Grant list and watch on events to the "
+            "triggerer's Role (see the provider's deploying guide).",
+            self.namespace,
+            health.access_denied,
+        )
+        self._give_up = asyncio.get_running_loop().create_task(
+            self.informer.stop(), name=f"jobwatch-refusals-stop-{self.namespace}"
+        )

@@ -220,6 +220,11 @@ async def test_triggerer_role_reads_why_pods_cannot_be_created(
             while not any("cannot create its pods yet" in str(e.get("event")) for e in logs) and not advice:
                 assert asyncio.get_running_loop().time() < deadline, "neither the reason nor the advice"
                 await asyncio.sleep(0.1)
+            if not events_granted:  # refused once, then no more asking: no refusal logged at every backoff
+                asked = sandbox.counters().get("list events", 0)
+                await asyncio.sleep(3.0)  # several backoffs (0.8 s doubling) of an informer that retried
+                assert sandbox.counters().get("list events", 0) == asked >= 1
+                assert not task.done()
             sandbox.set_pod_quota(NAMESPACE, None)
             payload = await asyncio.wait_for(task, 30)
         assert payload["status"] == "success", payload
