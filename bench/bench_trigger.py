@@ -2,6 +2,7 @@
 
     python bench/bench_trigger.py            # 500 Jobs lasting 10-120 s per variant (~5 minutes)
     python bench/bench_trigger.py --quick    # 50 Jobs lasting 5-20 s per variant (~1 minute)
+    python bench/bench_trigger.py --slow-controller  # Jobs waiting for a slow Job controller, 50 and 200
 
 Layout (so that CPU and memory are the triggers' own):
 
@@ -1162,6 +1163,145 @@ def render_live(row: dict[str, Any], args: argparse.Namespace) -> str:
     )
 
 
+SLOW_NAMESPACE = "bench-slow"
+SLOW_HEADING = "### Jobs waiting for a slow Job controller"
+SLOW_NOTE = """One process per Job count: the sandbox in a thread, its Job controller slowed to the given
+number of pods per second in all (`pod_creation_rate`), every pod simulated (no host process); all Jobs are
+created at once, each trigger started as soon as its Job's create is answered, in one triggerer-like event
+loop through the shared registry. A Job waits up to N / rate seconds for its pod, with no event and no
+status; past 5 s without a pod its trigger looks for a refusal. Requests are the sandbox's counters from
+before the first create to the last trigger event, creates left out. `events` is the LISTs and WATCHes of
+the namespace's events: the only requests that could grow with the number of waiting Jobs."""
+
+
+def slow_main(args: argparse.Namespace) -> int:
+    """Jobs waiting for a slow Job controller: requests at two (or more) Job counts."""
+    rows = [_slow_run(n, args.slow_rate, args.slow_job_seconds) for n in args.slow_jobs]
+    print(json.dumps(rows, indent=1))
+    text = render_slow(rows, args)
+    print(text)
+    if not args.no_write:
+        target = ROOT / "docs" / "benchmarks" / "trigger_slow.md"
+        target.write_text(text + "\n")
+        print(f"wrote {target}")
+    return 0
+
+
+def _slow_run(n: int, rate: float, seconds: int) -> dict[str, Any]:
+    from airflow_jobwatch.sandbox.thread import SandboxThread
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-slow-"))
+    sandbox = SandboxThread(namespaces=("default", SLOW_NAMESPACE), simulate_pods=True).start()
+    kubeconfig = sandbox.write_kubeconfig(workdir / "kubeconfig", namespace=SLOW_NAMESPACE)
+    sandbox.set_pod_creation_rate(rate)
+    # When each Job's first pod was committed (wall clock, in the sandbox thread).
+    pod_at: dict[str, float] = {}
+
+    def on_commit(event: Any) -> None:
+        if event.resource == "pods" and event.type == "ADDED":
+            owner = ((event.obj.get("metadata") or {}).get("labels") or {}).get("job-name")
+            if owner:
+                pod_at.setdefault(owner, time.time())
+
+    sandbox._call(lambda sb: sb.store.listeners.append(on_commit))
+    print(f"slow controller: {n} Jobs, {rate} pods/s ...", flush=True)
+    sandbox.reset_counters()
+    try:
+        result = asyncio.run(_slow_loop(sandbox.url, sandbox.token, kubeconfig, n, seconds))
+    finally:
+        counters = sandbox.counters()
+        sandbox.stop()
+    from airflow_jobwatch.triggers.notes import MISSING_PODS_FIRST_CHECK_SECONDS as grace
+
+    created = result["created"]
+    waits = [pod_at[k] - created[k] for k in created if k in pod_at]
+    counted = {k: v for k, v in sorted(counters.items()) if not k.startswith("create ")}
+    return {
+        "jobs": n,
+        "rate": rate,
+        "statuses": result["statuses"],
+        "wall": result["wall"],
+        "waited_past_grace": sum(1 for w in waits if w > grace),
+        "longest_wait": max(waits, default=0.0),
+        "events_requests": sum(v for k, v in counted.items() if k.endswith(" events")),
+        "requests": sum(counted.values()),
+        "counters": counted,
+    }
+
+
+async def _slow_loop(url: str, token: str, kubeconfig: str, n: int, seconds: int) -> dict[str, Any]:
+    import aiohttp
+
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    statuses: dict[str, int] = {}
+    created: dict[str, float] = {}
+
+    async def one(name: str) -> None:
+        trigger = JobTrigger(name, SLOW_NAMESPACE, config_file=kubeconfig)
+        async for event in trigger.run():
+            status = str(event.payload.get("status"))
+            statuses[status] = statuses.get(status, 0) + 1
+            break
+
+    started = time.monotonic()
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as session:
+        tasks: list[asyncio.Task[None]] = []
+
+        async def create(i: int) -> None:
+            name = f"slow-{i:05d}"
+            body = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": name},
+                "spec": {
+                    "backoffLimit": 0,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {"name": CONTAINER, "image": "busybox", "command": ["sleep", str(seconds)]}
+                            ],
+                        }
+                    },
+                },
+            }
+            async with session.post(f"{url}/apis/batch/v1/namespaces/{SLOW_NAMESPACE}/jobs", json=body) as r:
+                if r.status != 201:
+                    raise RuntimeError(f"create {name}: {r.status} {await r.text()}")
+            created[name] = time.time()
+            tasks.append(asyncio.create_task(one(name)))
+
+        await asyncio.gather(*(create(i) for i in range(n)))
+        async with asyncio.timeout(600 + n):
+            await asyncio.gather(*tasks)
+    return {"statuses": statuses, "wall": time.monotonic() - started, "created": created}
+
+
+def render_slow(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    counts = " ".join(str(r["jobs"]) for r in rows)
+    lines = [
+        SLOW_HEADING,
+        "",
+        f"`python bench/bench_trigger.py --slow-controller --slow-jobs {counts} --slow-rate {args.slow_rate}` "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end).",
+        "",
+        "| Jobs | pods/s | Jobs that waited > 5 s for their pod (longest wait) | results "
+        "| events requests (list + watch) | all requests | per Job | wall s |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['jobs']} | {r['rate']:g} | {r['waited_past_grace']} ({r['longest_wait']:.1f} s) | "
+            f"{r['statuses']} | "
+            f"{r['events_requests']} | {r['requests']} | {r['requests'] / r['jobs']:.2f} | {r['wall']:.1f} |"
+        )
+    lines += ["", "Requests by kind: " + "; ".join(f"{r['jobs']} Jobs: {r['counters']}" for r in rows), ""]
+    lines.append(SLOW_NOTE)
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="50 Jobs of 5-20 s instead of 500 of 10-120 s")
@@ -1214,6 +1354,14 @@ def main() -> int:
     parser.add_argument("--live-ended", type=int, default=5000)
     parser.add_argument("--live-rate", type=float, default=38.0, help="Jobs created per second")
     parser.add_argument("--live-command", nargs="+", default=["true"], help="each live Job's command")
+    parser.add_argument(
+        "--slow-controller",
+        action="store_true",
+        help="Jobs waiting for a Job controller slowed to --slow-rate pods/s: requests at each --slow-jobs count",
+    )
+    parser.add_argument("--slow-jobs", type=int, nargs="+", default=[50, 200])
+    parser.add_argument("--slow-rate", type=float, default=10.0, help="pods per second, in all")
+    parser.add_argument("--slow-job-seconds", type=int, default=1, help="how long each Job's pod runs")
     parser.add_argument("--foreign-jobs", type=int, default=20000)
     parser.add_argument("--foreign-pods", type=int, default=50000)
     parser.add_argument("--seed", type=int, default=7)
@@ -1236,6 +1384,8 @@ def main() -> int:
         return foreign_main(args)
     if args.live:
         return live_main(args)
+    if args.slow_controller:
+        return slow_main(args)
 
     from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
     from airflow_jobwatch.sandbox.process import SandboxProcess

@@ -59,7 +59,7 @@ __all__ = [
     "KubeApiError",
 ]
 
-Kind = Literal["pods", "jobs"]
+Kind = Literal["pods", "jobs", "events"]
 
 # kind -> (API group/version prefix, plural, kind, apiVersion). Items of a LIST carry no kind/apiVersion
 # (only the List does), watch event objects do; we fill them in on listed items so every object a
@@ -67,6 +67,8 @@ Kind = Literal["pods", "jobs"]
 _RESOURCES: dict[str, tuple[str, str, str, str]] = {
     "pods": ("/api/v1", "pods", "Pod", "v1"),
     "jobs": ("/apis/batch/v1", "jobs", "Job", "batch/v1"),
+    # core/v1 Events: what the Job controller records when the API refuses a Job's pods (FailedCreate).
+    "events": ("/api/v1", "events", "Event", "v1"),
 }
 
 # A watch the server closes this soon after opening, without sending a single event, is counted as a
@@ -653,7 +655,7 @@ class Informer:
 
     :param api_client: a ``kubernetes_asyncio.client.ApiClient`` (config, auth, TLS, HTTP session). The
         informer never closes it; several informers may share one.
-    :param kind: ``"pods"`` (core/v1) or ``"jobs"`` (batch/v1).
+    :param kind: ``"pods"`` (core/v1), ``"jobs"`` (batch/v1) or ``"events"`` (core/v1).
     :param namespace: a namespace, or None for all namespaces.
     :param label_selector: e.g. ``"airflow-worker=3,app in (a,b)"``; None for no filter.
     :param field_selector: e.g. ``"status.phase!=Succeeded"``; None for no filter.

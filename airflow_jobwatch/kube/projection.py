@@ -35,7 +35,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 
-__all__ = ["JOB_FIELDS", "POD_FIELDS", "Spec", "project", "project_job", "project_pod", "projector"]
+__all__ = [
+    "EVENT_FIELDS",
+    "JOB_FIELDS",
+    "POD_FIELDS",
+    "Spec",
+    "project",
+    "project_event",
+    "project_job",
+    "project_pod",
+    "projector",
+]
 
 Spec: TypeAlias = bool | dict[str, "Spec"] | list["Spec"]
 
@@ -104,6 +114,24 @@ JOB_FIELDS: dict[str, Spec] = {
 }
 
 
+#: An Event (core/v1) keeps whom it is about, why, what it says and when: what the trigger reads of a
+#: Job's ``FailedCreate`` events (triggers/refusals.py). Its ``source``, ``reportingInstance`` and
+#: ``related`` are not kept.
+EVENT_FIELDS: dict[str, Spec] = {
+    "kind": True,
+    "apiVersion": True,
+    "metadata": {"name": True, "namespace": True, "uid": True, "resourceVersion": True},
+    "involvedObject": {"kind": True, "name": True, "namespace": True, "uid": True},
+    "reason": True,
+    "message": True,
+    "type": True,
+    "count": True,
+    "firstTimestamp": True,
+    "lastTimestamp": True,
+    "eventTime": True,
+}
+
+
 def project(value: Any, spec: Spec) -> Any:
     """``value`` reduced to what ``spec`` keeps (a new object; ``value`` is not modified)."""
     if spec is True:
@@ -132,6 +160,14 @@ def project_job(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def projector(kind: Literal["pods", "jobs"]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def project_event(event: dict[str, Any]) -> dict[str, Any]:
+    """The stored form of an Event (see :data:`EVENT_FIELDS`)."""
+    result: dict[str, Any] = project(event, EVENT_FIELDS)
+    return result
+
+
+def projector(kind: Literal["pods", "jobs", "events"]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """The projection function for an informer of ``kind``."""
+    if kind == "events":
+        return project_event
     return project_pod if kind == "pods" else project_job

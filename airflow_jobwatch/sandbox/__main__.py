@@ -28,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--pod-start-delay", type=float, default=0.0, help="seconds a pod stays Pending")
     p.add_argument(
+        "--pod-creation-rate",
+        type=float,
+        default=None,
+        metavar="PODS_PER_SECOND",
+        help="the Job controller creates at most this many pods per second (default: at once)",
+    )
+    p.add_argument(
         "--fail-images",
         default=None,
         metavar="PATTERN",
@@ -128,6 +135,7 @@ async def _main(args: argparse.Namespace) -> None:
         history_window=args.history_window,
         bookmark_interval=args.bookmark_interval or None,
         pod_start_delay=args.pod_start_delay,
+        pod_creation_rate=args.pod_creation_rate,
         kubelet=not args.no_kubelet,
         job_controller=not args.no_job_controller,
         token=args.token,

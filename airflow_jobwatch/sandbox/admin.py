@@ -40,6 +40,7 @@ FAULT_ACTIONS = frozenset(
         "shutdown_node",
         "set_pod_quota",
         "pod_quota_usage",
+        "set_pod_creation_rate",
         "set_kueue",
         "kueue_preempt",
         "kueue_state",

@@ -19,7 +19,9 @@ Also: ``parallelism``/``completions`` (NonIndexed), ``backoffLimit``, ``activeDe
 "False" with JobResumed on resume), ``podFailurePolicy`` (``Ignore`` / ``FailJob`` / ``Count`` rules on
 exit codes and pod conditions such as ``DisruptionTarget``; an ignored pod is replaced without counting
 against ``backoffLimit``), pod creates refused by the API (a quota's 403: a ``FailedCreate`` event and a
-retry with back-off), ``ttlSecondsAfterFinished`` (the Job and its pods deleted, with
+retry with back-off), a limited pod creation rate (:meth:`JobController.set_pod_creation_rate`:
+Jobs wait their turn for pods, first come first served, as behind a busy controller's rate limiter),
+``ttlSecondsAfterFinished`` (the Job and its pods deleted, with
 Foreground propagation like the TTL-after-finished controller), pods that vanish without a terminal
 phase (counted as failed, like a tracked pod deleted by node loss).
 """
@@ -31,6 +33,7 @@ import calendar
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from . import events
@@ -147,6 +150,13 @@ class JobController:
         # Back-off of the next create after the API refused one (e.g. a quota's 403), per job uid.
         self._create_backoff: dict[str, float] = {}
         self._stopped = False
+        # Pod creation rate (pods per second; None: at once). While it is set, a Job that wants a pod
+        # queues for a permit, first come first served; one permit is handed out every 1/rate seconds.
+        self._rate: float | None = None
+        self._queue: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (ns, name, uid)
+        self._permits: dict[str, int] = {}  # job uid -> permits granted and not yet used
+        self._pacer: asyncio.TimerHandle | None = None
+        self._last_permit_at = 0.0
 
     def start(self) -> None:
         self.sb.store.listeners.append(self._on_event)
@@ -160,6 +170,74 @@ class JobController:
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        if self._pacer is not None:
+            self._pacer.cancel()
+            self._pacer = None
+
+    # ---- a slow controller ---------------------------------------------------------------------------
+    @property
+    def pod_creation_rate(self) -> float | None:
+        return self._rate
+
+    def set_pod_creation_rate(self, rate: float | None) -> None:
+        """Create at most ``rate`` pods per second in all (None: as fast as Jobs ask, the default).
+
+        A real kube-controller-manager lags like this when many Jobs arrive at once: its work queue and
+        its client's rate limit (``--kube-api-qps``) let Jobs wait seconds to minutes for their pods,
+        with no event and no error. Jobs queue first come, first served; changing the rate takes
+        effect at once, and None releases every waiting Job.
+        """
+        if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
+            raise ValueError(
+                f"pod_creation_rate must be a number of pods per second > 0, or None; got {rate!r}"
+            )
+        self._rate = None if rate is None else float(rate)
+        if self._pacer is not None:
+            self._pacer.cancel()
+            self._pacer = None
+        if self._rate is None:
+            waiting, self._queue = list(self._queue), OrderedDict()
+            self._permits.clear()
+            for ns, name, _uid in waiting:
+                self._mark(ns, name)
+        else:
+            self._pace()
+
+    def _may_create(self, job: dict[str, Any]) -> bool:
+        """Whether the rate lets this Job create a pod now (uses its permit); else it queues for one."""
+        if self._rate is None:
+            return True
+        meta = job["metadata"]
+        uid = meta["uid"]
+        if self._permits.get(uid, 0) > 0:
+            self._permits[uid] -= 1
+            if not self._permits[uid]:
+                del self._permits[uid]
+            return True
+        self._queue[(meta.get("namespace", ""), meta["name"], uid)] = None
+        self._pace()
+        return False
+
+    def _pace(self) -> None:
+        """Hand the first queued Job a permit every 1/rate seconds (one timer, however many wait)."""
+        if self._pacer is not None or self._rate is None or not self._queue or self._stopped:
+            return
+        interval = 1.0 / self._rate
+        delay = max(0.0, self._last_permit_at + interval - time.monotonic())
+        self._pacer = asyncio.get_running_loop().call_later(delay, self._grant)
+
+    def _grant(self) -> None:
+        self._pacer = None
+        while self._queue:
+            (ns, name, uid), _ = self._queue.popitem(last=False)
+            entry = self.sb.store.get("jobs", ns, name)
+            if entry is None or entry.obj["metadata"].get("uid") != uid:
+                continue  # gone or replaced while it waited: the next in line gets the permit
+            self._permits[uid] = self._permits.get(uid, 0) + 1
+            self._last_permit_at = time.monotonic()
+            self._mark(ns, name)
+            break
+        self._pace()
 
     # ---- work queue --------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
@@ -171,6 +249,7 @@ class JobController:
                 self._not_before.pop(meta.get("uid", ""), None)
                 self._not_before.pop("create:" + meta.get("uid", ""), None)
                 self._create_backoff.pop(meta.get("uid", ""), None)
+                self._permits.pop(meta.get("uid", ""), None)
                 return
             self._mark(ns, meta["name"])
         elif event.resource == "pods":
@@ -541,6 +620,8 @@ class JobController:
         meta = job["metadata"]
         if time.time() < self._not_before.get("create:" + meta["uid"], 0.0):
             return False  # a refused create is retried by its timer
+        if not self._may_create(job):
+            return False  # queued for a permit (set_pod_creation_rate); marked again when it gets one
         template = clone(job["spec"].get("template") or {})
         tmeta = template.get("metadata") or {}
         name = meta["name"]

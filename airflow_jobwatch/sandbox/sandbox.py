@@ -42,6 +42,8 @@ class Sandbox:
     :param kubelet: run pods as local subprocesses (False: pods stay Pending, unscheduled).
     :param job_controller: run the Job controller (False: Jobs get no pods and no status).
     :param pod_start_delay: seconds a pod stays Pending (ContainerCreating) before its containers start.
+    :param pod_creation_rate: pods per second the Job controller creates in all (None: at once); see
+        :meth:`set_pod_creation_rate`.
     :param inherit_env: container processes get this process's environment overlaid with the
         container's ``env``, and ``PATH`` starting with the directory of ``sys.executable``.
     :param token: bearer token clients must send (random when None).
@@ -78,6 +80,7 @@ class Sandbox:
         kubelet: bool = True,
         job_controller: bool = True,
         pod_start_delay: float = 0.0,
+        pod_creation_rate: float | None = None,
         inherit_env: bool = True,
         token: str | None = None,
         namespaces: Iterable[str] = ("default",),
@@ -101,6 +104,10 @@ class Sandbox:
             raise ValueError(f"bookmark_interval must be > 0 seconds or None, got {bookmark_interval}")
         if pod_start_delay < 0:
             raise ValueError(f"pod_start_delay must be >= 0 seconds, got {pod_start_delay}")
+        if pod_creation_rate is not None and not pod_creation_rate > 0:
+            raise ValueError(
+                f"pod_creation_rate must be > 0 pods per second or None, got {pod_creation_rate}"
+            )
         if token_ttl is not None and token_ttl <= 0:
             raise ValueError(f"token_ttl must be > 0 seconds or None, got {token_ttl}")
         parse_service_account(service_account)  # fail early on a malformed one
@@ -136,6 +143,7 @@ class Sandbox:
         self.ca_pem: bytes | None = None
         self.bookmark_interval = bookmark_interval
         self.pod_start_delay = pod_start_delay
+        self._pod_creation_rate = pod_creation_rate
         self.inherit_env = inherit_env
         self.token = token or secrets.token_urlsafe(24)
         self.auth = Authenticator(self.token, signing_key)
@@ -197,6 +205,8 @@ class Sandbox:
             self.kubelet.start()
         if self.job_controller is not None:
             self.job_controller.start()
+            if self._pod_creation_rate is not None:
+                self.job_controller.set_pod_creation_rate(self._pod_creation_rate)
         if self._in_cluster_options is not None:
             self.enable_in_cluster(**self._in_cluster_options)
         return self
@@ -692,6 +702,17 @@ class Sandbox:
     def pod_quota_usage(self, namespace: str) -> dict[str, Any] | None:
         """The namespace's pod quota with its ``status.used`` (None when there is none)."""
         return self.pod_quota.usage(namespace)
+
+    def set_pod_creation_rate(self, rate: float | None) -> None:
+        """Let the Job controller create at most ``rate`` pods per second in all (None: at once), like a
+        busy kube-controller-manager: Jobs wait for their pods first come, first served, with no event."""
+        if rate is not None and not (
+            isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0
+        ):
+            raise ValueError(f"pod_creation_rate must be > 0 pods per second or None, got {rate!r}")
+        self._pod_creation_rate = rate
+        if self.job_controller is not None:
+            self.job_controller.set_pod_creation_rate(rate)
 
     def set_kueue(self, capacity: int | None, cluster_queue: str = "cluster-queue") -> None:
         """Run a minimal Kueue with ``capacity`` admitted Jobs at a time (None: off). Jobs labelled

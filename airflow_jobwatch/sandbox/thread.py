@@ -257,6 +257,10 @@ class SandboxThread:
         result: dict[str, Any] | None = self._call(lambda sb: sb.pod_quota_usage(namespace))
         return result
 
+    def set_pod_creation_rate(self, rate: float | None) -> None:
+        """See :meth:`Sandbox.set_pod_creation_rate`."""
+        self._call(lambda sb: sb.set_pod_creation_rate(rate))
+
     def set_kueue(self, capacity: int | None, cluster_queue: str = "cluster-queue") -> None:
         """See :meth:`Sandbox.set_kueue`."""
         self._call(lambda sb: sb.set_kueue(capacity, cluster_queue))

@@ -478,7 +478,7 @@ class JobTrigger(BaseTrigger):
         job = self._ours(watch.job(self.job_name))
         if job is not None:
             pods = watch.pods_of(_uid(job))
-            self.notes.observe(job, pods, watch.api_client)  # disruptions, Kueue, refused pods: logged once
+            self.notes.observe(job, pods, watch.refusals)  # disruptions, Kueue, refused pods: logged once
             return self._payload_from_state(job, pods, deleted=False)
         tomb = watch.tombstone(self.job_name)
         if tomb is not None and self._ours(tomb[0]) is not None:

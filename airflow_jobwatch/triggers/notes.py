@@ -14,9 +14,11 @@ what happened *during* the wait, which no single Job object shows, and tells the
   logged once.
 * **Pods that cannot be created.** A Job that runs no pod because the API refuses its pods (a
   ResourceQuota's 403, an admission webhook) keeps waiting too; the reason, which only the Job's
-  ``FailedCreate`` events carry, is read with one event LIST after the Job has shown no pod for
-  :data:`MISSING_PODS_FIRST_CHECK_SECONDS`, then at most every :data:`MISSING_PODS_RECHECK_SECONDS`
-  while it lasts, and logged once per distinct reason (not at every poll).
+  ``FailedCreate`` events carry, comes from the namespace's shared watch of those events
+  (``triggers/refusals.py``), which the trigger joins once the Job has shown no pod for
+  :data:`MISSING_PODS_FIRST_CHECK_SECONDS`, and leaves when the Job has pods again. Each distinct
+  reason is logged once. No request is sent for one Job: a Job that only waits for a slow Job
+  controller costs nothing.
 
 What is noticed lives in the trigger instance: a trigger moved to another triggerer starts counting
 disruptions again from the pods it can still see (the deleted ones are gone from the API).
@@ -28,13 +30,14 @@ import asyncio
 import contextvars
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_jobwatch.kube.states import pod_disruption
+from airflow_jobwatch.triggers.refusals import Refusals
 
 __all__ = [
     "MISSING_PODS_FIRST_CHECK_SECONDS",
-    "MISSING_PODS_RECHECK_SECONDS",
     "QUEUE_LABEL",
     "REASON_DISRUPTION_RETRIES",
     "WaitNotes",
@@ -47,14 +50,11 @@ REASON_DISRUPTION_RETRIES = "DisruptionRetriesExceeded"
 #: Kueue's queue label on a Job (what ``KubernetesStartKueueJobOperator`` sets).
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
-#: How long a Job that should run pods may show none before its events are read for the reason. The Job
-#: controller creates the first pod within milliseconds when nothing refuses it, so a few seconds
-#: separate "not yet" from "refused" without an event LIST for every healthy Job.
+#: How long a Job that should run pods may show none before the trigger looks for the reason in the
+#: namespace's refusal events. The Job controller creates the first pod within milliseconds when nothing
+#: refuses it and it is not busy, so a triggerer whose Jobs all get their pods in time never opens the
+#: events watch (triggers/refusals.py).
 MISSING_PODS_FIRST_CHECK_SECONDS = 5.0
-
-#: While pods stay missing, how often the events are read again (a new reason is logged; the same one
-#: is not). One LIST per 30 s per blocked Job is negligible next to what the refusals cost the server.
-MISSING_PODS_RECHECK_SECONDS = 30.0
 
 # The generated pod name differs in every refused attempt; it is not part of the reason.
 _POD_NAME = re.compile(r'pods "[^"]*"')
@@ -101,9 +101,8 @@ class WaitNotes:
         self._was_suspended: bool | None = None
         self._suspended_at: float | None = None
         self._missing_since: float | None = None
-        self._missing_checked_at: float | None = None
         self._missing_reasons: set[str] = set()
-        self._check: asyncio.Task[None] | None = None
+        self._unlisten: Callable[[], None] | None = None  # set while listening for refusals
         self._timer: asyncio.TimerHandle | None = None
         self._context: contextvars.Context | None = None
         #: How many times the trigger looked at its Job (0 until its watch is synced).
@@ -126,12 +125,21 @@ class WaitNotes:
             emit(message, *args)
 
     # -- what the trigger calls ------------------------------------------------------------------------
-    def observe(self, job: dict[str, Any], pods: list[dict[str, Any]], api_client: Any = None) -> None:
-        """Note what the Job and its pods show now (cheap; the event LIST runs in its own task)."""
+    def observe(
+        self,
+        job: dict[str, Any],
+        pods: list[dict[str, Any]],
+        refusals: Callable[[], Refusals | None] | None = None,
+    ) -> None:
+        """Note what the Job and its pods show now (cheap: no request).
+
+        :param refusals: gives the namespace's shared refusal watch, starting it on the first call
+            (``NamespaceWatch.refusals``); None: the reason pods cannot be created is not looked for.
+        """
         self.observations += 1
         self._observe_disruptions(pods)
         self._observe_suspension(job)
-        self._observe_missing_pods(job, pods, api_client)
+        self._observe_missing_pods(job, pods, refusals)
 
     def disruption_list(self) -> list[dict[str, Any]]:
         """The disruptions seen, oldest first, for the event payload."""
@@ -151,8 +159,13 @@ class WaitNotes:
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._check is not None:
-            self._check.cancel()
+            self._timer = None
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        if self._unlisten is not None:
+            unlisten, self._unlisten = self._unlisten, None
+            unlisten()
 
     # -- disruptions -----------------------------------------------------------------------------------
     def _observe_disruptions(self, pods: list[dict[str, Any]]) -> None:
@@ -228,7 +241,9 @@ class WaitNotes:
             )
 
     # -- pods that cannot be created -------------------------------------------------------------------
-    def _observe_missing_pods(self, job: dict[str, Any], pods: list[dict[str, Any]], api_client: Any) -> None:
+    def _observe_missing_pods(
+        self, job: dict[str, Any], pods: list[dict[str, Any]], refusals: Callable[[], Refusals | None] | None
+    ) -> None:
         status = job.get("status") or {}
         live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         missing = not _suspended(job) and not _finished(job) and not live and not (status.get("active") or 0)
@@ -236,57 +251,43 @@ class WaitNotes:
         now = time.monotonic()
         if not missing:
             self._missing_since = None
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._stop_listening()
             if self._missing_reasons:
                 self._say("info", "Job %s/%s has its pods now", self.namespace, self.job_name)
                 self._missing_reasons.clear()
             return
         if self._missing_since is None:
             self._missing_since = now
-        if (
-            api_client is None
-            or self._timer is not None
-            or (self._check is not None and not self._check.done())
-        ):
+        if refusals is None or self._timer is not None or self._unlisten is not None:
             return
-        due = self._missing_since + MISSING_PODS_FIRST_CHECK_SECONDS
-        if self._missing_checked_at is not None:
-            due = max(due, self._missing_checked_at + MISSING_PODS_RECHECK_SECONDS)
         uid = (job.get("metadata") or {}).get("uid")
         if not uid:
             return
-        loop = asyncio.get_running_loop()
 
         def start() -> None:
             self._timer = None
-            if self._missing_since is not None:  # still missing
-                self._check = loop.create_task(self._explain_missing(api_client, uid))
+            if self._missing_since is None or self._unlisten is not None:
+                return  # it got its pods meanwhile
+            source = refusals()
+            if source is None:
+                return
+            self._unlisten = source.listen(uid, self._refused)
+            latest = source.reason(uid)
+            if latest is not None:
+                self._refused(latest)
 
-        self._timer = loop.call_later(max(0.0, due - now), start)
+        due = self._missing_since + MISSING_PODS_FIRST_CHECK_SECONDS
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, due - now), start)
 
-    async def _explain_missing(self, api_client: Any, uid: str) -> None:
-        """One LIST of the Job's events; log a FailedCreate reason not logged before."""
-        from kubernetes_asyncio.client import CoreV1Api
-
-        self._missing_checked_at = time.monotonic()
-        try:
-            events = await CoreV1Api(api_client).list_namespaced_event(
-                self.namespace, field_selector=f"involvedObject.uid={uid}"
-            )
-        except Exception as e:  # best effort: the wait goes on either way
-            self.log.debug("Could not read the events of Job %s/%s: %s", self.namespace, self.job_name, e)
+    def _refused(self, message: str) -> None:
+        """A ``FailedCreate`` event of the Job, from the shared watch: log a reason not logged before."""
+        if self._missing_since is None:
             return
-        refused = [
-            e
-            for e in events.items
-            if e.reason == "FailedCreate" or (e.type == "Warning" and "forbidden" in (e.message or ""))
-        ]
-        if not refused:
-            return
-        latest = max(
-            refused, key=lambda e: (str(e.last_timestamp or e.event_time or ""), e.metadata.name or "")
-        )
-        reason = _POD_NAME.sub('pods "..."', latest.message or latest.reason or "")
-        if reason in self._missing_reasons or self._missing_since is None:
+        reason = _POD_NAME.sub('pods "..."', message)
+        if reason in self._missing_reasons:
             return
         self._missing_reasons.add(reason)
         self._say(
@@ -294,7 +295,7 @@ class WaitNotes:
             "Job %s/%s cannot create its pods yet, so it keeps waiting (the Job controller retries): %s",
             self.namespace,
             self.job_name,
-            latest.message,
+            message,
         )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
+from airflow_jobwatch.triggers.refusals import Refusals
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,9 @@ class NamespaceWatch:
         self._api_client: Any = None
         self.jobs: Informer | None = None
         self.pods: Informer | None = None
+        # The namespace's FailedCreate events, watched only once a trigger's Job shows no pod for a
+        # while (see refusals()).
+        self._refusals: Refusals | None = None
         self.refcount = 0
         # job name -> callbacks of the triggers waiting for that Job
         self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
@@ -311,10 +315,22 @@ class NamespaceWatch:
             if informer is not None:
                 with contextlib.suppress(Exception):
                     await informer.stop()
+        if self._refusals is not None:
+            with contextlib.suppress(Exception):
+                await self._refusals.stop()
         if self._api_client is not None:
             with contextlib.suppress(Exception):
                 await self._api_client.close()
             self._api_client = None
+
+    def refusals(self) -> Refusals | None:
+        """The shared watch of this namespace's ``FailedCreate`` events (triggers/refusals.py), started
+        by the first call: a trigger calls it only once its Job has shown no pod past a grace, so a
+        triggerer whose Jobs all get pods never watches events. None until the watch has its client."""
+        if self._refusals is None and self._api_client is not None and not self._stopping:
+            self._refusals = Refusals(self._api_client, self.key.namespace, config=self._config)
+            self._refusals.start()
+        return self._refusals
 
     @property
     def api_client(self) -> Any:

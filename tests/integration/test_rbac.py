@@ -22,19 +22,22 @@ NAMESPACE = "airflow"
 #: What each component calls (verb, resource), from the code:
 #: executor: create/read/list/patch/delete pods in jobwatch_executor.py, list+watch in the watcher child;
 #: api-server: JobWatchExecutor.get_task_log (list pods, read log);
-#: triggerer: JobTrigger's shared informers (list+watch jobs and pods), its GET of the Job, on_kill delete
+#: triggerer: JobTrigger's shared informers (list+watch jobs and pods; list+watch the FailedCreate events
+#: once a Job shows no pod for a while, triggers/refusals.py), its GET of the Job, on_kill delete
 #: (and deletecollection of its pods with delete_pods_on_kill); ending a task itself: the result written
 #: onto the Job (patch jobs) before on_finish_action labels and deletes the pods (patch, delete pods);
 #: worker: KubernetesJobOperator (create/read/list/delete jobs, list/read/patch/delete pods and
-#: deletecollection on kill, read logs) and its in-worker JobTrigger wait (list+watch jobs and pods).
+#: deletecollection on kill, read logs) and its in-worker JobTrigger wait (list+watch jobs, pods, events).
 NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "scheduler": {("", "pods", v) for v in ("create", "get", "list", "watch", "patch", "delete")},
     "api-server": {("", "pods", "list"), ("", "pods/log", "get")},
     "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "patch", "delete")}
-    | {("", "pods", v) for v in ("list", "watch", "patch", "delete", "deletecollection")},
+    | {("", "pods", v) for v in ("list", "watch", "patch", "delete", "deletecollection")}
+    | {("", "events", v) for v in ("list", "watch")},
     "worker": {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
     | {("", "pods", v) for v in ("get", "list", "watch", "patch", "delete", "deletecollection")}
-    | {("", "pods/log", "get")},
+    | {("", "pods/log", "get")}
+    | {("", "events", v) for v in ("list", "watch")},
 }
 SERVICE_ACCOUNTS = {
     "scheduler": "airflow-scheduler",
@@ -173,6 +176,67 @@ async def test_triggerer_role_from_the_doc(sandbox: Any, tmp_path: Path) -> None
         assert (await trigger.wait())["status"] == "success"
         await trigger.on_kill()  # delete is granted too
     finally:
+        await admin.close()
+
+
+@needs_rbac
+@pytest.mark.parametrize("events_granted", [True, False], ids=["doc-role", "without-events"])
+async def test_triggerer_role_reads_why_pods_cannot_be_created(
+    sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, events_granted: bool
+) -> None:
+    """With the doc's Role the quota's refusal reaches the task log; without ``list`` and ``watch`` on events the
+    wait still succeeds, and the triggerer's log says what to grant (once)."""
+    import asyncio
+    import logging
+
+    import structlog.testing
+    from kubernetes_asyncio.client import BatchV1Api
+
+    from airflow_jobwatch.triggers import notes
+    from airflow_jobwatch.triggers.job import JobTrigger
+
+    monkeypatch.setattr(notes, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.3)
+    manifests = doc_manifests("triggerer")
+    if not events_granted:
+        manifests = without(without(manifests, "", "events", "watch"), "", "events", "list")
+    sandbox.load_rbac_manifests(manifests)
+    advice: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: advice.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("airflow_jobwatch.triggers.refusals").addHandler(handler)
+    admin = await admin_client(sandbox, tmp_path)
+    sandbox.set_pod_quota(NAMESPACE, 0, "team-quota")
+    try:
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("capped"))
+        trigger = JobTrigger(
+            "capped",
+            NAMESPACE,
+            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
+            job_uid=job.metadata.uid,
+            poll_interval=0.5,
+        )
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(trigger.wait())
+            deadline = asyncio.get_running_loop().time() + 30
+            while not any("cannot create its pods yet" in str(e.get("event")) for e in logs) and not advice:
+                assert asyncio.get_running_loop().time() < deadline, "neither the reason nor the advice"
+                await asyncio.sleep(0.1)
+            if not events_granted:  # refused once, then no more asking: no refusal logged at every backoff
+                asked = sandbox.counters().get("list events", 0)
+                await asyncio.sleep(3.0)  # several backoffs (0.8 s doubling) of an informer that retried
+                assert sandbox.counters().get("list events", 0) == asked >= 1
+                assert not task.done()
+            sandbox.set_pod_quota(NAMESPACE, None)
+            payload = await asyncio.wait_for(task, 30)
+        assert payload["status"] == "success", payload
+        said = [str(e.get("event")) % tuple(e.get("positional_args") or ()) for e in logs]
+        if events_granted:
+            assert any("exceeded quota: team-quota" in line for line in said), said
+        else:
+            assert "Grant list and watch on events" in " ".join(advice), advice
+            assert not any("cannot create its pods yet" in line for line in said)
+    finally:
+        logging.getLogger("airflow_jobwatch.triggers.refusals").removeHandler(handler)
         await admin.close()
 
 

@@ -134,7 +134,6 @@ async def test_job_over_quota_keeps_waiting_and_says_why_once(
     sandbox, kubeconfig, k8s_async_client, monkeypatch
 ):
     monkeypatch.setattr(notes, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.3)
-    monkeypatch.setattr(notes, "MISSING_PODS_RECHECK_SECONDS", 0.3)
     sandbox.set_pod_quota(NS, 0, "team-quota")
     await create_job(k8s_async_client, job_manifest("capped", ["true"]))
     with structlog.testing.capture_logs() as logs:

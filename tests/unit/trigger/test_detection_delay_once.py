@@ -30,7 +30,7 @@ class _Watch:
     """What ``_Wait`` reads from a synced NamespaceWatch."""
 
     synced = True
-    api_client = None  # the notes' one event read for pod-less Jobs; these Jobs have pods
+    refusals = None  # the namespace's refusal watch, for pod-less Jobs; these Jobs have pods
 
     def __init__(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         self._job, self.pods = job, pods

@@ -101,3 +101,73 @@ def test_disruption_retries_round_trips() -> None:
     classpath, kwargs = JobTrigger("j", "ns", disruption_retries=2).serialize()
     assert kwargs["disruption_retries"] == 2
     assert JobTrigger(**kwargs).disruption_retries == 2
+
+
+class FakeRefusals:
+    """The shared refusal watch's interface (triggers/refusals.py), fed by the test instead of a watch."""
+
+    def __init__(self, latest: str | None = None) -> None:
+        self.latest = latest
+        self.listeners: dict[str, list[Any]] = {}
+        self.opened = 0
+
+    def source(self) -> FakeRefusals:
+        self.opened += 1
+        return self
+
+    def reason(self, job_uid: str) -> str | None:
+        return self.latest
+
+    def listen(self, job_uid: str, callback: Any) -> Any:
+        self.listeners.setdefault(job_uid, []).append(callback)
+        return lambda: self.listeners[job_uid].remove(callback)
+
+    def refuse(self, job_uid: str, message: str) -> None:
+        for callback in list(self.listeners.get(job_uid, [])):
+            callback(message)
+
+
+QUOTA = 'Error creating: pods "{}" is forbidden: exceeded quota: q, requested: pods=1, used: pods=1, limited: pods=1'
+
+
+async def test_a_job_without_pods_reads_its_refusals_from_the_shared_watch_after_the_grace(
+    monkeypatch,
+) -> None:
+    import asyncio
+
+    from airflow_jobwatch.triggers import notes as notes_module
+
+    monkeypatch.setattr(notes_module, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.05)
+    wait, log = notes()
+    job = load("jobs", "new-empty-status")
+    uid = job["metadata"]["uid"]
+    refusals = FakeRefusals(latest=QUOTA.format("bad-fac2-aaaaa"))
+    wait.observe(job, [], refusals.source)
+    assert refusals.opened == 0  # within the grace: not even the shared watch is asked
+    await asyncio.sleep(0.2)
+    for _ in range(5):  # every later decision of the trigger: no new listener, no request
+        wait.observe(job, [], refusals.source)
+    assert refusals.opened == 1 and len(refusals.listeners[uid]) == 1
+    refusals.refuse(uid, QUOTA.format("bad-fac2-bbbbb"))  # the same reason for another generated pod
+    assert log.text().count("cannot create its pods yet") == 1
+    refusals.refuse(uid, "Error creating: admission webhook denied the request")
+    assert log.text().count("cannot create its pods yet") == 2
+    wait.observe(load("jobs", "started-active"), [load("pods", "running")], refusals.source)
+    assert refusals.listeners[uid] == []  # it stopped listening once the Job had its pods
+    assert "Job default/bad-fac2 has its pods now" in log.text()
+    wait.close()
+
+
+async def test_a_job_that_gets_its_pods_within_the_grace_never_asks(monkeypatch) -> None:
+    import asyncio
+
+    from airflow_jobwatch.triggers import notes as notes_module
+
+    monkeypatch.setattr(notes_module, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.05)
+    wait, log = notes()
+    refusals = FakeRefusals(latest=QUOTA.format("x"))
+    wait.observe(load("jobs", "new-empty-status"), [], refusals.source)
+    wait.observe(load("jobs", "started-active"), [load("pods", "running")], refusals.source)
+    await asyncio.sleep(0.2)
+    assert refusals.opened == 0 and not log.lines
+    wait.close()
