@@ -67,6 +67,7 @@ from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
     OUTCOME_FAILED,
     OUTCOME_TIMEOUT,
+    OUTCOME_UNKNOWN,
     STATUS_SUCCESS,
     JobTrigger,
 )
@@ -898,6 +899,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
         stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
         ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
+
+        An ``unknown`` outcome (the Job vanished while the trigger's watch was reconnecting, and how it
+        ended was not seen) fails the task with the event's message as it is: nothing here can learn more
+        (the Job is gone), and the message gives no advice to run it again.
         """
         name, ns, uid = _event_identity(event)
         status = event.get("status")
@@ -910,7 +915,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job_now = self._read_job_now(ns, name, uid)
             if job_now is not None:
                 fatal = self._trigger(context, name, ns, uid)._fatal_reasons
-                if outcome == OUTCOME_FAILED:
+                if outcome == OUTCOME_UNKNOWN:
+                    pass  # only another Job of that name can be read now: it says nothing of ours
+                elif outcome == OUTCOME_FAILED:
                     pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
                     state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
                     if state.terminal and state.phase == "failed":
