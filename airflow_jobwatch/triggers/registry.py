@@ -296,6 +296,11 @@ class NamespaceWatch:
         self._tombstones: OrderedDict[str, _Tombstone] = OrderedDict()
         # Job uid -> name, for the tombstones: a pod event of a deleted Job updates its tombstone
         self._tombstone_names: dict[str, str] = {}
+        # Job uid -> (job name, pod uid -> final copy) of pods that ended and were then deleted, kept only
+        # while a trigger waits for that Job's name: a Job removed with Foreground propagation (as
+        # ttlSecondsAfterFinished does) loses its pods before its own DELETED event, and the pod watch
+        # can be ahead of the Job watch, so their final states (exit code, XCom) must outlive the pods.
+        self._ended_pods: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {}
         self._created_at = time.monotonic()
         self._last_error: str | None = None
         self._ready: asyncio.Task[None] | None = None
@@ -435,10 +440,15 @@ class NamespaceWatch:
         return self.jobs.by_name(self.key.namespace, name)
 
     def pods_of(self, job_uid: str | None) -> list[dict[str, Any]]:
-        """The cached pods the Job controller created for the Job with this uid."""
+        """The cached pods the Job controller created for the Job with this uid, and the final copies of
+        those of its pods that ended and were deleted while a trigger waited for the Job."""
         if not job_uid:
             return []
-        return list(self._pods_by_job.get(job_uid, {}).values())
+        pods = list(self._pods_by_job.get(job_uid, {}).values())
+        gone = self._ended_pods.get(job_uid)
+        if gone is not None:
+            pods.extend(gone[1].values())
+        return pods
 
     def tombstone(self, name: str) -> Tombstone | None:
         """The last state of the Job of this name that was deleted (or vanished) recently, with the
@@ -510,6 +520,9 @@ class NamespaceWatch:
                 uids.pop(lid, None)
                 if not uids:
                     self._listener_uids.pop(job_name, None)
+            if job_name not in self._listeners:  # nobody waits for it any more
+                for uid in [uid for uid, (name, _) in self._ended_pods.items() if name == job_name]:
+                    del self._ended_pods[uid]
 
         return remove
 
@@ -557,6 +570,7 @@ class NamespaceWatch:
             )
             for pod in self.pods_of(uid):
                 tomb.learn(_uid(pod) or "", pod)
+            self._ended_pods.pop(uid or "", None)  # the tombstone holds them now
             self._tombstones[name] = tomb
             if uid:
                 self._tombstone_names[uid] = name
@@ -575,12 +589,21 @@ class NamespaceWatch:
         pod_uid = _uid(event.obj)
         if owner is None or pod_uid is None:
             return
+        labels = (event.obj.get("metadata") or {}).get("labels") or {}
+        job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
         if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
             pods = self._pods_by_job.get(owner)
             if pods is not None:
                 pods.pop(pod_uid, None)
                 if not pods:
                     del self._pods_by_job[owner]
+            phase = (event.obj.get("status") or {}).get("phase")
+            if (
+                phase in ("Succeeded", "Failed")
+                and job_name in self._listeners
+                and owner not in self._tombstone_names
+            ):
+                self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = _slim_pod(event.obj)
         else:
             self._pods_by_job.setdefault(owner, {})[pod_uid] = event.obj
         # While its Job's tombstone lives, a pod keeps updating it: the pod watch can lag behind the Job
@@ -590,9 +613,6 @@ class NamespaceWatch:
         tomb = self._tombstones.get(tomb_name) if tomb_name is not None else None
         if tomb is not None and tomb.job_uid == owner:
             tomb.learn(pod_uid, event.obj)
-        job_name = ((event.obj.get("metadata") or {}).get("labels") or {}).get(
-            "batch.kubernetes.io/job-name"
-        ) or ((event.obj.get("metadata") or {}).get("labels") or {}).get("job-name")
         self._notify(job_name)
 
     def _on_health(self, health: InformerHealth) -> None:
