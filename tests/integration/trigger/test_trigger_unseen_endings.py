@@ -14,12 +14,15 @@ import json
 from typing import Any
 
 import pytest
+from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
 from airflow_jobwatch.triggers import job as job_module
+from airflow_jobwatch.triggers.ending import end_from_triggerer
 from airflow_jobwatch.triggers.registry import NamespaceWatch, get_registry
 
 from .conftest import NS, collect, complete_without_pods, create_job, job_manifest, make_trigger, wait_until
+from .test_job_operator import make_context, make_operator
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.sandbox(job_controller=False, kubelet=False)]
 
@@ -222,3 +225,24 @@ async def test_a_job_recreated_under_its_name_before_the_trigger_came_ends_the_w
     [event] = await collect(trigger, limit=20)
     assert event["outcome"] == "deleted", event
     assert event["uid"] == old["metadata"]["uid"]
+
+
+async def test_the_operator_fails_an_unknown_ending_with_its_message(sandbox, kubeconfig, k8s_async_client):
+    """The task fails with the trigger's words, resumed on a worker (the triggerer does not end it)."""
+    op = make_operator(
+        kubeconfig, cmds=["true"], deferrable=True, wait_until_job_complete=True, get_logs=False
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(make_context())
+    trigger = deferred.value.trigger
+    waiting = asyncio.create_task(trigger.wait())
+    await wait_until(lambda: _cached(trigger.job_name), what="the Job in the synced cache")
+    await _delete_job_in_a_relist_gap(sandbox, k8s_async_client, trigger.job_name)
+    payload = await waiting
+    assert payload["outcome"] == "unknown", payload
+    assert await end_from_triggerer(trigger, payload) is None  # resumed, not ended from the triggerer
+    with pytest.raises(AirflowException) as raised:
+        await asyncio.to_thread(op.execute_complete, make_context(), payload)
+    assert "unknown: FinalStateUnknown:" in str(raised.value)
+    assert "its final state is unknown" in str(raised.value)
+    assert "retry" not in str(raised.value)
