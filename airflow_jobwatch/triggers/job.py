@@ -856,10 +856,13 @@ class _Wait:
     def offer(self, payload: dict[str, Any]) -> None:
         """A terminal decision from the cache: DONE at once, unless it is a success/failure whose pods the
         pod watch has not yet shown final: then HOLDING (re-decided on every change) until they are, or
-        for _POD_SETTLE_SECONDS at most."""
+        for _POD_SETTLE_SECONDS at most. An ``unknown`` (a Job gone unseen) whose pods still show running
+        is held the same way: the pod watch, which relists on its own, may yet deliver the final state
+        that proves how the Job ended."""
         if self.result.done():
             return
-        if payload["outcome"] not in (OUTCOME_SUCCESS, OUTCOME_FAILED) or _pods_final(payload):
+        held = (OUTCOME_SUCCESS, OUTCOME_FAILED, OUTCOME_UNKNOWN)
+        if payload["outcome"] not in held or _pods_final(payload):
             self.done(payload)
             return
         self.held = payload

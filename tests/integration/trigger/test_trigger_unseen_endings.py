@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -93,7 +94,9 @@ async def _set_pod_phase(api_client: Any, name: str, phase: str, **terminated: A
     )
 
 
-async def _delete_job_in_a_relist_gap(sandbox: Any, api_client: Any, name: str) -> None:
+async def _delete_job_in_a_relist_gap(
+    sandbox: Any, api_client: Any, name: str, *, inside: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Open a relist window and delete the Job inside it: every watch is dropped and answered 410 from
     then on, so the informers must list, and every LIST fails until the Job is gone."""
     sandbox.set_error_rate(1.0, verbs=["list"])
@@ -104,6 +107,8 @@ async def _delete_job_in_a_relist_gap(sandbox: Any, api_client: Any, name: str) 
         await wait_until(
             lambda: sandbox.counters().get("list jobs", 0) > lists_before, what="a failing relist of the Jobs"
         )
+        if inside is not None:
+            await inside()
         await BatchV1Api(api_client).delete_namespaced_job(name, NS, propagation_policy="Orphan")
         await wait_until(lambda: sandbox.get_object("jobs", NS, name) is None, what="the Job's removal")
     finally:
@@ -130,22 +135,30 @@ async def test_a_job_that_vanished_in_a_relist_gap_is_unknown_not_deleted(
     assert event["uid"] == job["metadata"]["uid"]
 
 
-async def test_a_vanished_job_whose_pod_succeeded_is_a_success(sandbox, kubeconfig, k8s_async_client):
-    """The pod's final state, seen before the gap, proves how a one-completion Job ended."""
+@pytest.mark.parametrize("when", ["before the gap", "in the gap"])
+async def test_a_vanished_job_whose_pod_succeeded_is_a_success(sandbox, kubeconfig, k8s_async_client, when):
+    """The pod's final state proves how a one-completion Job ended: seen before the gap, or delivered by
+    the pod watch's own relist after the Job's (an `unknown` with running pods waits for it, briefly)."""
     job = await create_job(k8s_async_client, job_manifest("proved", ["true"]))
     pod = await _create_pod(k8s_async_client, job)
-
     trigger = make_trigger(
         sandbox, kubeconfig, "proved", job["metadata"]["uid"], poll_interval=60, do_xcom_push=True
     )
     waiting = asyncio.create_task(collect(trigger))
     await wait_until(lambda: _cached("proved"), what="the Job in the synced cache")
-    await _set_pod_phase(k8s_async_client, pod, "Succeeded", exitCode=0, message='{"v": 1}')
-    await wait_until(
-        lambda: [p["status"]["phase"] for p in _watch().pods_of(job["metadata"]["uid"])] == ["Succeeded"],
-        what="the pod's success in the cache",
-    )
-    await _delete_job_in_a_relist_gap(sandbox, k8s_async_client, "proved")
+
+    async def succeed() -> None:
+        await _set_pod_phase(k8s_async_client, pod, "Succeeded", exitCode=0, message='{"v": 1}')
+
+    if when == "before the gap":
+        await succeed()
+        await wait_until(
+            lambda: [p["status"]["phase"] for p in _watch().pods_of(job["metadata"]["uid"])] == ["Succeeded"],
+            what="the pod's success in the cache",
+        )
+        await _delete_job_in_a_relist_gap(sandbox, k8s_async_client, "proved")
+    else:
+        await _delete_job_in_a_relist_gap(sandbox, k8s_async_client, "proved", inside=succeed)
     [event] = await waiting
     assert (event["outcome"], event["reason"]) == ("success", "Complete"), event
     assert event["xcom_result"] == ['{"v": 1}']
