@@ -67,7 +67,6 @@ from airflow_jobwatch.triggers.job import (
     EMPTY_XCOM_RESULT,
     OUTCOME_FAILED,
     OUTCOME_TIMEOUT,
-    OUTCOME_UNKNOWN,
     STATUS_SUCCESS,
     JobTrigger,
 )
@@ -915,9 +914,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job_now = self._read_job_now(ns, name, uid)
             if job_now is not None:
                 fatal = self._trigger(context, name, ns, uid)._fatal_reasons
-                if outcome == OUTCOME_UNKNOWN:
-                    pass  # only another Job of that name can be read now: it says nothing of ours
-                elif outcome == OUTCOME_FAILED:
+                if outcome == OUTCOME_FAILED:
                     pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
                     state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
                     if state.terminal and state.phase == "failed":
