@@ -555,3 +555,14 @@ def test_vanished_job_keeps_a_terminal_state_it_was_last_seen_in() -> None:
     job = _vanished_job()
     job["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
     assert vanished_job_state(job).phase == "succeeded"
+
+
+def test_a_projected_job_keeps_what_says_whether_its_pods_prove_its_outcome() -> None:
+    """The cache stores most Jobs projected: a vanished one must still show its pod failure policy, or a
+    disrupted pod that the policy ignores would be taken for the failure that ended it."""
+    from airflow_jobwatch.kube.projection import project_job
+    from airflow_jobwatch.kube.states import vanished_job_state
+
+    job = _vanished_job(podFailurePolicy={"rules": [{"action": "Ignore", "onPodConditions": []}]})
+    state = vanished_job_state(project_job(job), [_vanished_pod("Failed", 3)])
+    assert (state.terminal, state.reason) == (False, "FinalStateUnknown")
