@@ -86,7 +86,7 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "60",
                     },
                     "resync_interval_seconds": {
-                        "description": "Safety-net relist period: every this many seconds the engine lists again and reconciles,\nin case the server never sent an event. 0 disables it.\n",
+                        "description": "Safety-net relist period of the executor's watcher: every this many seconds it lists again\nand reconciles, in case the server never sent an event. 0 disables it. The triggerer's\nwatches never relist on a timer (a relist stops watching while it lists).\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,

@@ -21,8 +21,8 @@ Who reads what:
 * Pod ``status``: phase, reason, message, conditions (DisruptionTarget, PodScheduled), and the container
   statuses' state and lastState (exit codes, reasons, termination messages, waiting reasons), ``started``
   and ``restartCount`` (whether a disrupted pod ever ran).
-* Job ``spec``: ``suspend`` (read), and the scalar sizing and limit fields (kept for messages and users of
-  the cache); Job ``status``: whole. The pod template is dropped (see :data:`JOB_FIELDS`).
+* Job ``spec``: ``suspend`` (read), the scalar sizing and limit fields (kept for messages and users of
+  the cache), and the pod failure and success policies (whether a vanished Job's pods prove its outcome); Job ``status``: whole. The pod template is dropped (see :data:`JOB_FIELDS`).
 
 A spec is ``True`` (keep the value whole), a dict of key -> spec (keep those keys of a mapping, each
 projected by its own spec), or a one-element list ``[spec]`` (a list whose items are each projected by
@@ -109,6 +109,10 @@ JOB_FIELDS: dict[str, Spec] = {
         "ttlSecondsAfterFinished": True,
         "podReplacementPolicy": True,
         "managedBy": True,
+        # whether what a Job's pods show proves its outcome (states.vanished_job_state): a policy can
+        # fail a Job at a pod's first failure, or let a disrupted pod's failure not count
+        "podFailurePolicy": True,
+        "successPolicy": True,
     },
     "status": True,
 }

@@ -23,6 +23,10 @@ Rules, each answering a way real monitoring code has gone wrong (see ``docs/arch
 * ``deleted=True`` means we will never see the object again (a DELETED watch event or a tombstone
   after a relist). A terminal object keeps its outcome (a Succeeded pod seen only in its DELETED event
   is a success); anything else failed with reason ``Deleted``, because nobody will ever finish it.
+* A Job that *vanished* (gone at a relist, its deletion never seen) is not a deleted one: what
+  happened between the last state we saw and its removal is unknown. :func:`vanished_job_state`
+  reports the last state when that was already terminal, what its pods' final states prove for a
+  simple Job, and otherwise reason ``FinalStateUnknown``, not terminal, and no advice to run it again.
 * A pod can be *disrupted*: stopped by the cluster rather than by its own code (scheduler preemption,
   eviction, node shutdown, node loss, garbage collection). :func:`pod_disruption` recognises it from
   the ``DisruptionTarget`` condition (Kubernetes 1.26+) or, failing that, ``status.reason``, and says
@@ -53,7 +57,12 @@ __all__ = [
     "classify_pod",
     "pod_disruption",
     "pod_summary",
+    "vanished_job_state",
 ]
+
+#: The reason of a Job that vanished while nobody watched, whose end was not seen and cannot be derived
+#: (client-go's name for the same tombstone is ``DeletedFinalStateUnknown``).
+FINAL_STATE_UNKNOWN = "FinalStateUnknown"
 
 Phase = Literal["pending", "running", "succeeded", "failed", "suspended"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"succeeded", "failed"})
@@ -835,6 +844,81 @@ def _live_job_state(
             )
         return ObjectState("pending", False, None, f"Job '{name}' has not started a pod yet{deleting}.")
     return ObjectState("running", False, None, f"Job '{name}' is running{deleting} ({counts}).")
+
+
+def vanished_job_state(
+    job: Mapping[str, Any] | Any,
+    pods: Iterable[Mapping[str, Any] | Any] | None = None,
+    *,
+    fatal_waiting_reasons: Collection[str] = DEFAULT_FATAL_WAITING_REASONS,
+) -> ObjectState:
+    """What a Job means that vanished while the watch was away (a relist no longer listed it): its
+    deletion was not seen, so neither was what it did in between.
+
+    * The last state seen was terminal: that outcome stands (it was observed).
+    * Otherwise the pods' final states decide only where they prove the Job's outcome on their own: a
+      Job of one completion (not indexed, no ``podFailurePolicy`` or ``successPolicy``) succeeded when
+      one of its pods succeeded, and failed (``BackoffLimitExceeded``) when more of its pods failed than
+      ``backoffLimit`` allows and none still ran.
+    * Otherwise the state is not terminal, with reason :data:`FINAL_STATE_UNKNOWN`: the Job may have
+      succeeded, failed, or been deleted while running. Its message says so and gives no advice to run
+      it again (a non-idempotent Job that did succeed must not run twice).
+
+    :param job: the last state seen of the Job (API JSON or a client model).
+    :param pods: the freshest copy seen of each of its pods (their DELETED events carry final states).
+    :param fatal_waiting_reasons: as for :func:`classify_job`.
+    """
+    obj = to_dict(job)
+    own = _own_pods(obj, pods)
+    last = classify_job(obj, own, fatal_waiting_reasons=fatal_waiting_reasons)
+    if last.terminal:
+        return last
+    name = _display_name(obj)
+    spec = _map(obj.get("spec"))
+    simple = (
+        (_int(spec.get("completions")) or 1) == 1
+        and _str(spec.get("completionMode")) in (None, "NonIndexed")
+        and not spec.get("podFailurePolicy")
+        and not spec.get("successPolicy")
+    )
+    if simple:
+        states = [(pod, classify_pod(pod, fatal_waiting_reasons=fatal_waiting_reasons)) for pod in own]
+        won = next((pod for pod, state in states if state.phase == "succeeded"), None)
+        if won is not None:
+            return ObjectState(
+                "succeeded",
+                True,
+                "Complete",
+                f"Job '{name}' succeeded: its pod '{_display_name(won)}' succeeded (the Job itself "
+                "vanished while the watch was reconnecting, and its pod's final state says how it ended).",
+                exit_code=0,
+            )
+        backoff = _int(spec.get("backoffLimit"))
+        failed = sum(1 for _, state in states if state.phase == "failed")
+        live = any(not state.terminal for _, state in states)
+        if not live and failed > (6 if backoff is None else backoff):
+            culprit, problem = _job_culprit(own, fatal_waiting_reasons)
+            text = (
+                f"Job '{name}' failed (BackoffLimitExceeded): {failed} of its pods failed"
+                + (f"; pod '{culprit}': {problem.describe()}" if problem is not None else "")
+                + " (the Job itself vanished while the watch was reconnecting; its pods' final states "
+                "say how it ended)"
+            )
+            return ObjectState(
+                "failed",
+                True,
+                "BackoffLimitExceeded",
+                _sentence(text),
+                exit_code=problem.exit_code if problem else None,
+            )
+    return ObjectState(
+        last.phase,
+        False,
+        FINAL_STATE_UNKNOWN,
+        f"Job '{name}' vanished while the watch was reconnecting; its final state is unknown (last seen "
+        f"{last.phase}: {last.message.rstrip('.')}). Whether it succeeded, failed or was deleted was "
+        "not seen: check its results and its pods' logs before running it again.",
+    )
 
 
 def _own_pods(

@@ -892,6 +892,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
         stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
         ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
+
+        An ``unknown`` outcome (the Job vanished while the trigger's watch was reconnecting, and how it
+        ended was not seen) fails the task with the event's message as it is: nothing here can learn more
+        (the Job is gone), and the message gives no advice to run it again.
         """
         name, ns, uid = _event_identity(event)
         status = event.get("status")

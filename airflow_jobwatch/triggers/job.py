@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import datetime
 import random
 import time
@@ -51,8 +52,12 @@ from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from
 from airflow_jobwatch.kube.result import JobResult, without_result_annotation
 from airflow_jobwatch.kube.states import (
     DEFAULT_FATAL_WAITING_REASONS,
+    FINAL_STATE_UNKNOWN,
     TERMINAL_PHASES,
     classify_job,
+    classify_pod,
+    pod_summary,
+    vanished_job_state,
 )
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
@@ -108,6 +113,9 @@ OUTCOME_FAILED = "failed"
 OUTCOME_DELETED = "deleted"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_ERROR = "error"
+#: The Job vanished while the watch was away (a relist no longer listed it) and neither its last state
+#: nor its pods' final states say how it ended: it may have succeeded, failed or been deleted.
+OUTCOME_UNKNOWN = "unknown"
 
 #: Propagation policies ``on_kill`` may send (the API server's own list).
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
@@ -185,9 +193,10 @@ class JobTrigger(BaseTrigger):
 
     and adds:
 
-    * ``outcome``: ``success``, ``failed``, ``deleted``, ``timeout`` or ``error``;
+    * ``outcome``: ``success``, ``failed``, ``deleted``, ``unknown``, ``timeout`` or ``error``
+      (``unknown``: the Job vanished while the watch was reconnecting, and how it ended was not seen);
     * ``reason``: a short word (``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``,
-      ``ErrImagePull``, ``Deleted``, ``Timeout``, ``ApiUnreachable``...);
+      ``ErrImagePull``, ``Deleted``, ``FinalStateUnknown``, ``Timeout``, ``ApiUnreachable``...);
     * ``uid``: the Job's uid;
     * ``pods``: one ``{"name", "phase", "exit_code", "reason"}`` per pod;
     * ``disruptions``: one ``{"pod", "reason", "message", "started", "node", "detail"}`` per pod of the
@@ -209,9 +218,7 @@ class JobTrigger(BaseTrigger):
         trigger serializes it as the absolute deadline, so a trigger moved to another triggerer keeps
         the same deadline. None waits without a deadline.
     :param poll_interval: safety-net period in seconds: how often the trigger re-reads the shared cache
-        and, when its Job is missing from it, asks the API server directly. The first trigger of a
-        namespace also uses it as its informers' relist period if ``[jobwatch] resync_interval_seconds``
-        is 0. Defaults to 30.
+        and, when its Job is missing from it, asks the API server directly. Defaults to 30.
     :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
         ``kube.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
         ImagePullBackOff, ...).
@@ -398,12 +405,12 @@ class JobTrigger(BaseTrigger):
         return key, factory
 
     def _informer_config(self) -> InformerConfig:
-        config = informer_config_from_airflow()
-        if config.resync_interval_seconds is None:
-            config = informer_config_from_airflow(
-                resync_interval_seconds=self.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
-            )
-        return config
+        """The shared informers' settings, without a periodic relist whatever ``[jobwatch]
+        resync_interval_seconds`` says: a relist closes the watch before it lists, and a Job that ends
+        and is removed in between (``ttlSecondsAfterFinished: 0``) would only be seen gone, its end
+        unknown. The watch itself resumes from its last resourceVersion and relists only after a 410,
+        when it must."""
+        return dataclasses.replace(informer_config_from_airflow(), resync_interval_seconds=None)
 
     @contextlib.asynccontextmanager
     async def watching(self, *, sync_timeout: float = 10.0) -> AsyncIterator[NamespaceWatch]:
@@ -481,9 +488,20 @@ class JobTrigger(BaseTrigger):
             self.notes.observe(job, pods, watch.refusals)  # disruptions, Kueue, refused pods: logged once
             return self._payload_from_state(job, pods, deleted=False)
         tomb = watch.tombstone(self.job_name)
-        if tomb is not None and self._ours(tomb[0]) is not None:
-            return self._payload_from_state(tomb[0], tomb[1], deleted=True)
+        if tomb is not None and self._ours(tomb.job) is not None:
+            if tomb.observed:  # its DELETED event was seen: it says how the Job ended
+                return self._payload_from_state(tomb.job, tomb.pods, deleted=True)
+            return self._payload_from_vanished(tomb.job, tomb.pods)
         return False
+
+    def _payload_from_vanished(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
+        """The payload for a Job that vanished while the watch was away: what its last state or its
+        pods' final states prove, else ``unknown`` (never "deleted", which was not seen either)."""
+        state = vanished_job_state(job, pods, fatal_waiting_reasons=self._fatal_reasons)
+        if state.terminal:
+            outcome = OUTCOME_SUCCESS if state.phase == "succeeded" else OUTCOME_FAILED
+            return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
+        return self._payload(OUTCOME_UNKNOWN, FINAL_STATE_UNKNOWN, state.message, job=job, pods=pods)
 
     def _payload_from_state(
         self, job: dict[str, Any], pods: list[dict[str, Any]], *, deleted: bool
@@ -566,7 +584,7 @@ class JobTrigger(BaseTrigger):
         (``deleted``) keeps what the cache had of it, and a payload without a Job (never read: an
         ``error`` before the cache answered) stays without one.
         """
-        if payload.get("outcome") == OUTCOME_DELETED or not payload.get("uid"):
+        if payload.get("outcome") in (OUTCOME_DELETED, OUTCOME_UNKNOWN) or not payload.get("uid"):
             return
         cached = payload.get("job")
         if cached is None:
@@ -817,6 +835,9 @@ class _Wait:
         self.held: dict[str, Any] | None = None
         self.hold_timer: asyncio.TimerHandle | None = None
         self.deadline_timer: asyncio.TimerHandle | None = None
+        #: While the safety net (_watching) sleeps: resolved by on_change when the cache stops holding
+        #: our Job, to wake it.
+        self.poke: asyncio.Future[None] | None = None
 
     # -- DONE ------------------------------------------------------------------------------------------
     def done(self, payload: dict[str, Any]) -> None:
@@ -829,10 +850,13 @@ class _Wait:
     def offer(self, payload: dict[str, Any]) -> None:
         """A terminal decision from the cache: DONE at once, unless it is a success/failure whose pods the
         pod watch has not yet shown final: then HOLDING (re-decided on every change) until they are, or
-        for _POD_SETTLE_SECONDS at most."""
+        for _POD_SETTLE_SECONDS at most. An ``unknown`` (a Job gone unseen) whose pods still show running
+        is held the same way: the pod watch, which relists on its own, may yet deliver the final state
+        that proves how the Job ended."""
         if self.result.done():
             return
-        if payload["outcome"] not in (OUTCOME_SUCCESS, OUTCOME_FAILED) or _pods_final(payload):
+        held = (OUTCOME_SUCCESS, OUTCOME_FAILED, OUTCOME_UNKNOWN)
+        if payload["outcome"] not in held or _pods_final(payload):
             self.done(payload)
             return
         self.held = payload
@@ -850,6 +874,10 @@ class _Wait:
         decision = self.trigger._decide(self.watch)
         if isinstance(decision, dict):
             self.offer(decision)
+        elif decision is False and self.poke is not None and not self.poke.done():
+            # The cache holds no Job of ours under this name (e.g. another Job was created under it):
+            # the safety net confirms at once what became of ours, instead of at its next poll.
+            self.poke.set_result(None)
 
     def on_deadline(self) -> None:
         if self.result.done():
@@ -884,7 +912,12 @@ class _Wait:
             try:
                 key, factory = await t._watch_key_and_factory()
                 subscription = await get_registry().subscribe(
-                    key, factory, job_name=t.job_name, on_change=self.on_change, config=t._informer_config
+                    key,
+                    factory,
+                    job_name=t.job_name,
+                    on_change=self.on_change,
+                    config=t._informer_config,
+                    job_uid=t.job_uid,
                 )
             except asyncio.CancelledError:
                 raise
@@ -1013,12 +1046,15 @@ class _Wait:
             # Until the result, the timeout, or the watch's health changes (it also wakes us every
             # second while the API fails): no timer of our own ticks while the watch is merely syncing.
             changed = watch.changed()
+            self.poke = poke = self.loop.create_future()
             try:
                 await asyncio.wait(
-                    (self.result, changed), timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
+                    (self.result, changed, poke), timeout=wait_for, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 watch.forget(changed)
+                self.poke = None
+                poke.cancel()
 
 
 class _Response:

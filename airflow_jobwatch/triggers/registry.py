@@ -12,7 +12,9 @@ there, and hands each trigger a :class:`Subscription` that
 * calls the trigger back, synchronously and only for events about *its* Job or that Job's pods, so that
   300 triggers cost one dictionary lookup per event, not 300 evaluations,
 * remembers the last state of a Job that was deleted (a Job whose ``ttlSecondsAfterFinished`` is 0 is
-  gone a moment after it completed; its DELETED event still says how it ended),
+  gone a moment after it completed; its DELETED event still says how it ended), whether its deletion
+  was seen (a DELETED event) or only inferred (gone at a relist: its end is unknown), and keeps
+  learning its pods' final states from their later events,
 * stores the Jobs its triggers wait for whole (every version the watch delivers once a trigger listens
   for the name), and the namespace's other Jobs projected, so a waiting trigger's event carries the
   whole Job with no GET,
@@ -28,16 +30,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import weakref
+import zlib
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
+from airflow_jobwatch.kube.informer import (
+    EventType,
+    Informer,
+    InformerConfig,
+    InformerEvent,
+    InformerHealth,
+    compare_resource_versions,
+)
+from airflow_jobwatch.kube.projection import JOB_FIELDS, METADATA_FIELDS, POD_FIELDS, Spec, project
 from airflow_jobwatch.triggers.refusals import Refusals
 
 log = logging.getLogger(__name__)
@@ -49,6 +61,7 @@ __all__ = [
     "InformerRegistry",
     "NamespaceWatch",
     "Subscription",
+    "Tombstone",
     "WatchKey",
     "get_registry",
 ]
@@ -78,8 +91,13 @@ GET_PROJECTED = "projected"
 #: How many deleted Jobs' last states are kept, and for how long. A trigger normally reads a tombstone
 #: within milliseconds of the DELETED event (it is called back from it); the bound only matters for a
 #: trigger that subscribes after its Job is already gone, e.g. a trigger moved to this triggerer just
-#: after a TTL deletion. Ten minutes outlasts any triggerer hand-over; 10,000 entries of a few KiB each
-#: cap the memory at tens of MiB even in a namespace that churns through Jobs.
+#: after a TTL deletion. Ten minutes outlasts any triggerer hand-over. Any Job of the namespace gets one,
+#: since a trigger moved here may still subscribe to it; each keeps only what a decision reads (see
+#: ``_TOMBSTONE_JOB_FIELDS``), packed (see :func:`_pack`). Measured with tracemalloc
+#: (``bench/bench_tombstones.py``), a finished Job with one pod, labelled and annotated as the operator
+#: makes them, costs about 1.6 KiB (2.0 KiB for a Job a trigger waits for, which keeps its whole Job:
+#: the event carries it), against 12.6 KiB when a tombstone held the cache's copies as dicts: the
+#: 10,000-entry cap bounds them at about 16 MiB.
 TOMBSTONE_MAX_ENTRIES = 10_000
 TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
@@ -142,11 +160,83 @@ ClientFactory = Callable[[], Awaitable[Any]]
 """Coroutine function returning a ``kubernetes_asyncio.client.ApiClient`` for the watch's cluster."""
 
 
-@dataclass
+#: What a tombstone keeps of a Job and of each of its pods: what ``kube/states.py`` and the pod summary
+#: read, minus the labels and annotations of the Job (nothing decides on them) and the annotations of its
+#: pods (Airflow's own, often the biggest part of a projected pod). Labels of a pod stay: they tie it
+#: to its Job.
+_TOMBSTONE_METADATA: dict[str, Spec] = {
+    key: spec for key, spec in METADATA_FIELDS.items() if key not in ("labels", "annotations")
+}
+_TOMBSTONE_JOB_FIELDS: dict[str, Spec] = {**JOB_FIELDS, "metadata": _TOMBSTONE_METADATA}
+_TOMBSTONE_POD_FIELDS: dict[str, Spec] = {
+    **POD_FIELDS,
+    "metadata": {**_TOMBSTONE_METADATA, "labels": True},
+}
+
+
+def _slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = project(pod, _TOMBSTONE_POD_FIELDS)
+    return result
+
+
+def _slim_job(job: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = project(job, _TOMBSTONE_JOB_FIELDS)
+    return result
+
+
+def _pack(obj: dict[str, Any]) -> bytes:
+    """A tombstone's copy of an object: compact JSON, deflated. A tombstone is written once and read
+    by its trigger a few times at most, so a decode per read costs less than keeping dicts."""
+    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 6)
+
+
+def _unpack(packed: bytes) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(zlib.decompress(packed))
+    return obj
+
+
+def _rv(obj: dict[str, Any]) -> str | None:
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) else None
+
+
+@dataclass(slots=True)
 class _Tombstone:
+    job: bytes  # packed
+    job_uid: str | None
+    #: pod uid -> (resourceVersion, packed copy): the freshest copy seen of each pod, from the index at
+    #: the Job's end or from a later event of that pod
+    pods: dict[str, tuple[str | None, bytes]]
+    at: float
+    #: True when the Job's DELETED event was seen; False when it vanished at a relist (end unseen)
+    observed: bool
+
+    def learn(self, pod_uid: str, pod: dict[str, Any]) -> None:
+        """Keep ``pod`` unless the copy held is newer (higher resourceVersion); when the versions cannot
+        be compared, the later arrival wins."""
+        held = self.pods.get(pod_uid)
+        rv = _rv(pod)
+        if held is not None:
+            order = compare_resource_versions(held[0], rv)
+            if order is not None and order > 0:
+                return
+        self.pods[pod_uid] = (rv, _pack(_slim_pod(pod)))
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """A deleted Job as the watch last saw it.
+
+    :param job: the Job's last state.
+    :param pods: the freshest copy seen of each of its pods (a pod's DELETED event carries its final
+        state, and it may arrive after the Job's).
+    :param observed: the Job's deletion was seen (a DELETED event, which carries its final state); False
+        when it vanished while the watch was away (a relist no longer listed it): its end is unknown.
+    """
+
     job: dict[str, Any]
     pods: list[dict[str, Any]]
-    at: float
+    observed: bool
 
 
 def _uid(obj: dict[str, Any]) -> str | None:
@@ -202,10 +292,19 @@ class NamespaceWatch:
         self.refcount = 0
         # job name -> callbacks of the triggers waiting for that Job
         self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
+        # job name -> the uid each of those triggers waits for (None: any Job of that name)
+        self._listener_uids: dict[str, dict[int, str | None]] = {}
         self._next_listener_id = 0
         # controller uid -> pod uid -> pod; fed only by the pod informer's events
         self._pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
         self._tombstones: OrderedDict[str, _Tombstone] = OrderedDict()
+        # Job uid -> name, for the tombstones: a pod event of a deleted Job updates its tombstone
+        self._tombstone_names: dict[str, str] = {}
+        # Job uid -> (job name, pod uid -> final copy) of pods that ended and were then deleted, kept only
+        # while a trigger waits for that Job's name: a Job removed with Foreground propagation (as
+        # ttlSecondsAfterFinished does) loses its pods before its own DELETED event, and the pod watch
+        # can be ahead of the Job watch, so their final states (exit code, XCom) must outlive the pods.
+        self._ended_pods: dict[str, tuple[str, dict[str, dict[str, Any]]]] = {}
         self._created_at = time.monotonic()
         self._last_error: str | None = None
         self._ready: asyncio.Task[None] | None = None
@@ -357,16 +456,25 @@ class NamespaceWatch:
         return self.jobs.by_name(self.key.namespace, name)
 
     def pods_of(self, job_uid: str | None) -> list[dict[str, Any]]:
-        """The cached pods the Job controller created for the Job with this uid."""
+        """The cached pods the Job controller created for the Job with this uid, and the final copies of
+        those of its pods that ended and were deleted while a trigger waited for the Job."""
         if not job_uid:
             return []
-        return list(self._pods_by_job.get(job_uid, {}).values())
+        pods = list(self._pods_by_job.get(job_uid, {}).values())
+        gone = self._ended_pods.get(job_uid)
+        if gone is not None:
+            pods.extend(gone[1].values())
+        return pods
 
-    def tombstone(self, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        """The last Job (and its pods at that moment) seen in a DELETED event for this name, if recent."""
+    def tombstone(self, name: str) -> Tombstone | None:
+        """The last state of the Job of this name that was deleted (or vanished) recently, with the
+        freshest copy seen of each of its pods; None if there is none."""
         self._expire_tombstones()
         tomb = self._tombstones.get(name)
-        return (tomb.job, tomb.pods) if tomb else None
+        if tomb is None:
+            return None
+        pods = [_unpack(packed) for _, packed in tomb.pods.values()]
+        return Tombstone(job=_unpack(tomb.job), pods=pods, observed=tomb.observed)
 
     def api_failing_for(self) -> float | None:
         """Seconds the API has been failing without a success in between, or None if it is fine.
@@ -407,10 +515,15 @@ class NamespaceWatch:
         return self._last_error
 
     # -- subscriptions -----------------------------------------------------------------------------
-    def listen(self, job_name: str, callback: Callable[[], None]) -> Callable[[], None]:
+    def listen(
+        self, job_name: str, callback: Callable[[], None], *, job_uid: str | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback`` on every event about the Job ``job_name`` or its pods; ``job_uid`` (when
+        known) is the uid the caller waits for: a Job of that name with another uid is not its Job."""
         lid = self._next_listener_id
         self._next_listener_id += 1
         self._listeners.setdefault(job_name, {})[lid] = callback
+        self._listener_uids.setdefault(job_name, {})[lid] = job_uid
 
         def remove() -> None:
             callbacks = self._listeners.get(job_name)
@@ -418,6 +531,14 @@ class NamespaceWatch:
                 callbacks.pop(lid, None)
                 if not callbacks:
                     self._listeners.pop(job_name, None)
+            uids = self._listener_uids.get(job_name)
+            if uids is not None:
+                uids.pop(lid, None)
+                if not uids:
+                    self._listener_uids.pop(job_name, None)
+            if job_name not in self._listeners:  # nobody waits for it any more
+                for uid in [uid for uid, (name, _) in self._ended_pods.items() if name == job_name]:
+                    del self._ended_pods[uid]
 
         return remove
 
@@ -450,17 +571,33 @@ class NamespaceWatch:
         if name is None:
             return
         if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
-            self._tombstones[name] = _Tombstone(
-                job=event.obj, pods=self.pods_of(_uid(event.obj)), at=time.monotonic()
+            uid = _uid(event.obj)
+            old = self._tombstones.pop(name, None)
+            if old is not None:
+                self._tombstone_names.pop(old.job_uid or "", None)
+            # A Job a trigger waits for keeps its whole last state (the event carries the whole Job, as
+            # upstream's does); any other Job only what a decision reads.
+            tomb = _Tombstone(
+                job=_pack(event.obj if name in self._listeners else _slim_job(event.obj)),
+                job_uid=uid,
+                pods={},
+                at=time.monotonic(),
+                observed=event.type is EventType.DELETED,
             )
-            self._tombstones.move_to_end(name)
+            for pod in self.pods_of(uid):
+                tomb.learn(_uid(pod) or "", pod)
+            self._ended_pods.pop(uid or "", None)  # the tombstone holds them now
+            self._tombstones[name] = tomb
+            if uid:
+                self._tombstone_names[uid] = name
             self._expire_tombstones()
         elif event.type is EventType.ADDED:
             # A new Job under this name: any tombstone is of an older incarnation; keep it only if
             # the uid differs so a trigger waiting for the old uid still learns it was deleted.
-            tomb = self._tombstones.get(name)
-            if tomb is not None and _uid(tomb.job) == _uid(event.obj):
+            older = self._tombstones.get(name)
+            if older is not None and older.job_uid == _uid(event.obj):
                 del self._tombstones[name]
+                self._tombstone_names.pop(older.job_uid or "", None)
         self._notify(name)
 
     def _on_pod_event(self, event: InformerEvent) -> None:
@@ -468,17 +605,30 @@ class NamespaceWatch:
         pod_uid = _uid(event.obj)
         if owner is None or pod_uid is None:
             return
+        labels = (event.obj.get("metadata") or {}).get("labels") or {}
+        job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
         if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
             pods = self._pods_by_job.get(owner)
             if pods is not None:
                 pods.pop(pod_uid, None)
                 if not pods:
                     del self._pods_by_job[owner]
+            phase = (event.obj.get("status") or {}).get("phase")
+            if (
+                phase in ("Succeeded", "Failed")
+                and job_name in self._listeners
+                and owner not in self._tombstone_names
+            ):
+                self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = _slim_pod(event.obj)
         else:
             self._pods_by_job.setdefault(owner, {})[pod_uid] = event.obj
-        job_name = ((event.obj.get("metadata") or {}).get("labels") or {}).get(
-            "batch.kubernetes.io/job-name"
-        ) or ((event.obj.get("metadata") or {}).get("labels") or {}).get("job-name")
+        # While its Job's tombstone lives, a pod keeps updating it: the pod watch can lag behind the Job
+        # watch, and a pod's last events (its DELETED one included) carry its final state, exit code
+        # and termination message (the XCom value), which the Job's DELETED event did not have.
+        tomb_name = self._tombstone_names.get(owner)
+        tomb = self._tombstones.get(tomb_name) if tomb_name is not None else None
+        if tomb is not None and tomb.job_uid == owner:
+            tomb.learn(pod_uid, event.obj)
         self._notify(job_name)
 
     def _on_health(self, health: InformerHealth) -> None:
@@ -501,8 +651,16 @@ class NamespaceWatch:
 
     def _any_job_missing(self) -> bool:
         """Whether a trigger waits for a Job that the synced cache does not hold (deleted, or not yet
-        delivered: its trigger confirms which; a tombstone may answer for it, or be of another uid)."""
-        return any(self.job(name) is None for name in self._listeners)
+        delivered: its trigger confirms which; a tombstone may answer for it, or be of another uid).
+        A Job of the same name with another uid than the one a trigger waits for is not its Job, so it
+        counts as missing (it was re-created under that name)."""
+        for name, uids in self._listener_uids.items():
+            cached = self.job(name)
+            if cached is None:
+                return True
+            if any(uid is not None and uid != _uid(cached) for uid in uids.values()):
+                return True
+        return False
 
     def _expire_tombstones(self) -> None:
         cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS
@@ -510,6 +668,7 @@ class NamespaceWatch:
             oldest = next(iter(self._tombstones.values()))
             if len(self._tombstones) > TOMBSTONE_MAX_ENTRIES or oldest.at < cutoff:
                 self._tombstones.popitem(last=False)
+                self._tombstone_names.pop(oldest.job_uid or "", None)
             else:
                 break
 
@@ -572,6 +731,7 @@ class InformerRegistry:
         job_name: str,
         on_change: Callable[[], None],
         config: InformerConfig | Callable[[], InformerConfig],
+        job_uid: str | None = None,
     ) -> Subscription:
         """Join (or start) the shared watch for ``key`` and be called back on changes to ``job_name``.
 
@@ -604,7 +764,7 @@ class InformerRegistry:
             self.linger_reuses += 1
         watch.refcount += 1
         self._report(watch, opened=opened)
-        remove = watch.listen(job_name, on_change)
+        remove = watch.listen(job_name, on_change, job_uid=job_uid)
         try:
             await asyncio.shield(watch.ensure_started())
         except BaseException:

@@ -491,3 +491,78 @@ def test_a_false_disruption_condition_is_no_disruption() -> None:
     obj["status"]["conditions"][0]["status"] = "False"
     assert pod_disruption(obj) is None
     assert classify_pod(obj).reason == "Error"
+
+
+def _vanished_job(**spec: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+        "spec": {"backoffLimit": 0, **spec},
+        "status": {"active": 1, "startTime": "2026-12-06T20:00:00Z"},
+    }
+
+
+def _vanished_pod(phase: str, exit_code: int | None = None) -> dict[str, object]:
+    state: dict[str, object] = {"running": {}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code, "reason": "Error" if exit_code else "Completed"}}
+    return {
+        "metadata": {
+            "name": "j-pod",
+            "uid": "p",
+            "ownerReferences": [{"kind": "Job", "uid": "u", "controller": True}],
+        },
+        "status": {"phase": phase, "containerStatuses": [{"name": "base", "state": state}]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "pods", "phase", "terminal", "reason"),
+    [
+        ({}, [], "running", False, "FinalStateUnknown"),
+        ({}, [_vanished_pod("Running")], "running", False, "FinalStateUnknown"),
+        ({}, [_vanished_pod("Succeeded", 0)], "succeeded", True, "Complete"),
+        ({}, [_vanished_pod("Failed", 3)], "failed", True, "BackoffLimitExceeded"),
+        # one failure is within backoffLimit 1: the Job may have run another pod, unseen
+        ({"backoffLimit": 1}, [_vanished_pod("Failed", 3)], "running", False, "FinalStateUnknown"),
+        # what its pods prove holds only for a Job of one completion without policies
+        ({"completions": 2}, [_vanished_pod("Succeeded", 0)], "running", False, "FinalStateUnknown"),
+        (
+            {"podFailurePolicy": {"rules": []}},
+            [_vanished_pod("Failed", 3)],
+            "running",
+            False,
+            "FinalStateUnknown",
+        ),
+    ],
+)
+def test_vanished_job_reports_only_what_was_seen(
+    spec: dict[str, object], pods: list[dict[str, object]], phase: str, terminal: bool, reason: str
+) -> None:
+    from airflow_jobwatch.kube.states import vanished_job_state
+
+    state = vanished_job_state(_vanished_job(**spec), pods)
+    assert (state.phase, state.terminal, state.reason) == (phase, terminal, reason)
+    assert "retry" not in state.message
+    if not terminal:
+        assert "vanished while the watch was reconnecting; its final state is unknown" in state.message
+    if reason == "BackoffLimitExceeded":
+        assert state.exit_code == 3 and "exit" in state.message
+
+
+def test_vanished_job_keeps_a_terminal_state_it_was_last_seen_in() -> None:
+    from airflow_jobwatch.kube.states import vanished_job_state
+
+    job = _vanished_job()
+    job["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+    assert vanished_job_state(job).phase == "succeeded"
+
+
+def test_a_projected_job_keeps_what_says_whether_its_pods_prove_its_outcome() -> None:
+    """The cache stores most Jobs projected: a vanished one must still show its pod failure policy, or a
+    disrupted pod that the policy ignores would be taken for the failure that ended it."""
+    from airflow_jobwatch.kube.projection import project_job
+    from airflow_jobwatch.kube.states import vanished_job_state
+
+    job = _vanished_job(podFailurePolicy={"rules": [{"action": "Ignore", "onPodConditions": []}]})
+    state = vanished_job_state(project_job(job), [_vanished_pod("Failed", 3)])
+    assert (state.terminal, state.reason) == (False, "FinalStateUnknown")

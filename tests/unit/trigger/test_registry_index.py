@@ -76,9 +76,9 @@ def test_deleted_job_leaves_a_tombstone_with_its_pods(watch):
     watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-1", "p1", "a", "ua")))
     final = _job("a", "ua", conditions=[{"type": "Complete", "status": "True"}])
     watch._on_job_event(InformerEvent(EventType.DELETED, final))
-    job, pods = watch.tombstone("a")
-    assert job is final
-    assert [p["metadata"]["name"] for p in pods] == ["a-1"]
+    tomb = watch.tombstone("a")
+    assert tomb.job["status"] == final["status"] and tomb.observed
+    assert [p["metadata"]["name"] for p in tomb.pods] == ["a-1"]
     # a new Job under the same name keeps the old incarnation's tombstone (different uid) ...
     watch._on_job_event(InformerEvent(EventType.ADDED, _job("a", "ua2")))
     assert watch.tombstone("a") is not None
@@ -86,6 +86,48 @@ def test_deleted_job_leaves_a_tombstone_with_its_pods(watch):
     watch._on_job_event(InformerEvent(EventType.DELETED, _job("a", "ua2")))
     watch._on_job_event(InformerEvent(EventType.ADDED, _job("a", "ua2")))
     assert watch.tombstone("a") is None
+
+
+def test_a_vanished_job_leaves_a_tombstone_that_says_its_end_was_not_seen(watch):
+    watch._on_job_event(InformerEvent(EventType.DELETED_UNKNOWN, _job("a", "ua")))
+    assert watch.tombstone("a").observed is False
+
+
+def test_a_deleted_jobs_tombstone_keeps_each_pods_freshest_copy(watch):
+    """Pod events after the Job's DELETED (its DELETED included) update the tombstone; an older copy
+    arriving late does not replace a newer one."""
+    running = _pod("a-1", "p1", "a", "ua")
+    running["metadata"]["resourceVersion"] = "5"
+    watch._on_pod_event(InformerEvent(EventType.ADDED, running))
+    watch._on_job_event(InformerEvent(EventType.DELETED, _job("a", "ua")))
+    final = _pod("a-1", "p1", "a", "ua")
+    final["metadata"].update(resourceVersion="9", annotations={"big": "x" * 1000})
+    final["status"] = {"phase": "Succeeded"}
+    watch._on_pod_event(InformerEvent(EventType.DELETED, final))
+    stale = dict(running, metadata=dict(running["metadata"], resourceVersion="7"))
+    watch._on_pod_event(InformerEvent(EventType.MODIFIED, stale))
+    [pod] = watch.tombstone("a").pods
+    assert pod["status"]["phase"] == "Succeeded"
+    assert "annotations" not in pod["metadata"]  # only what a decision reads is kept
+    # another Job's pods never touch it
+    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("b-1", "p2", "b", "ub")))
+    assert [p["metadata"]["uid"] for p in watch.tombstone("a").pods] == ["p1"]
+
+
+def test_a_job_of_another_uid_under_a_listened_name_counts_as_missing(watch):
+    class _Jobs:
+        def __init__(self, job: dict[str, Any]) -> None:
+            self.job = job
+
+        def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+            return self.job if name == "a" else None
+
+    watch.jobs = _Jobs(_job("a", "new"))  # type: ignore[assignment]
+    remove = watch.listen("a", lambda: None, job_uid="new")
+    assert watch._any_job_missing() is False
+    remove()
+    watch.listen("a", lambda: None, job_uid="old")
+    assert watch._any_job_missing() is True
 
 
 def test_tombstones_are_bounded(watch, monkeypatch):
