@@ -55,8 +55,6 @@ from airflow_jobwatch.kube.states import (
     FINAL_STATE_UNKNOWN,
     TERMINAL_PHASES,
     classify_job,
-    classify_pod,
-    pod_summary,
     vanished_job_state,
 )
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
