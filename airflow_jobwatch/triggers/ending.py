@@ -284,7 +284,9 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
             core = CoreV1Api(api)
             try:
                 listed = await core.list_namespaced_pod(
-                    trigger.namespace, label_selector=f"controller-uid={uid}"
+                    trigger.namespace,
+                    label_selector=f"controller-uid={uid}",
+                    _request_timeout=pod_logs.READ_TIMEOUT,
                 )
             except Exception as e:
                 log.warning("Could not read the Job's pods: %s", e)

@@ -55,6 +55,10 @@ _ROOM_BYTES = 64 * 1024
 #: supervisor that stopped reading must not keep the task from ending).
 _DRAIN_SECONDS = 60.0
 
+#: (connect, read) timeouts of each log request, in seconds: a request that hangs gives its slot of
+#: :data:`READ_CONCURRENCY` back (the log is then a warning), instead of keeping other tasks waiting.
+READ_TIMEOUT = (10.0, 60.0)
+
 _semaphores: dict[int, asyncio.Semaphore] = {}
 
 
@@ -203,7 +207,7 @@ async def read_into(core: Any, tail: Tail, pod: str, namespace: str, container: 
 
     try:
         response = await core.read_namespaced_pod_log(
-            pod, namespace, container=container, _preload_content=False
+            pod, namespace, container=container, _preload_content=False, _request_timeout=READ_TIMEOUT
         )
     except ApiException as e:
         tail.warning(
