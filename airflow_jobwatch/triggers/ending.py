@@ -314,7 +314,8 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
                     )
         finally:
             await api.close()
-    await pod_logs.write(log, tail, on_finish_action)
+        async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
+            await pod_logs.write(log, tail, on_finish_action)
 
 
 def _base_succeeded(pod: Any, base: str) -> bool:

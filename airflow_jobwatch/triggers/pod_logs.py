@@ -60,6 +60,7 @@ _DRAIN_SECONDS = 60.0
 READ_TIMEOUT = (10.0, 60.0)
 
 _semaphores: dict[int, asyncio.Semaphore] = {}
+_locks: dict[int, asyncio.Lock] = {}
 
 
 def max_bytes() -> tuple[int, str | None]:
@@ -89,6 +90,20 @@ def reading() -> asyncio.Semaphore:
         _semaphores.clear()  # one loop at a time in a triggerer; a test's earlier loops are gone
         semaphore = _semaphores[id(loop)] = asyncio.Semaphore(READ_CONCURRENCY)
     return semaphore
+
+
+def writing() -> asyncio.Lock:
+    """One trigger at a time writes pod logs, or waits for the log socket to drain, in the process.
+
+    The socket is one FIFO for the whole process, read at the supervisor's pace, so writing two logs at
+    once is no faster; and a trigger waiting for the socket to empty would wait as long as another one
+    kept writing. Taken in turn, each write and each wait is as short as the supervisor allows."""
+    loop = asyncio.get_running_loop()
+    lock = _locks.get(id(loop))
+    if lock is None:
+        _locks.clear()
+        lock = _locks[id(loop)] = asyncio.Lock()
+    return lock
 
 
 # -- the log socket ------------------------------------------------------------------------------------
@@ -142,7 +157,11 @@ async def wait_unread_below(limit: int, *, deadline: float, fd: int | None = Non
 async def drained(log: Any, *, seconds: float = _DRAIN_SECONDS) -> None:
     """Return once the supervisor has read every log line this process wrote (at most ``seconds``), so
     that the lines a trigger logged before it ends reach the task's log, not the triggerer's."""
-    if not await wait_unread_below(0, deadline=time.monotonic() + seconds):
+    if log_channel() is None:
+        return
+    async with writing():
+        done = await wait_unread_below(0, deadline=time.monotonic() + seconds)
+    if not done:
         log.warning("The triggerer did not read this trigger's log lines within %.0f s", seconds)
 
 

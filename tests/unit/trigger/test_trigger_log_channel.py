@@ -86,3 +86,64 @@ def test_the_triggerers_airflow_decides_whether_a_failure_ends_here(
 
     monkeypatch.setattr(airflow, "__version__", version)
     assert may_fail_here(plan) is expected
+
+
+class _SocketLog:
+    """A logger that writes each record as a blocking, unbuffered write to a socket, as the triggerer's
+    subprocess writes its log records to its supervisor."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def _write(self, message: str, *args: object) -> None:
+        self.sock.sendall((message % args).encode() + b" " + b"." * 300 + b"\n")  # a JSON envelope's size
+
+    info = warning = error = _write
+
+
+async def test_two_tasks_logs_at_once_all_read_and_the_loop_never_blocked(monkeypatch) -> None:
+    writer, reader = socket.socketpair()
+    monkeypatch.setattr(pod_logs, "log_channel", lambda: writer.fileno())
+    got: list[bytes] = []
+
+    def supervisor() -> None:  # 4 KiB a pass, with its database work between passes
+        reader.settimeout(10)
+        while chunk := reader.recv(4096):
+            got.append(chunk)
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=supervisor, daemon=True)
+    thread.start()
+    longest_gap = 0.0
+
+    async def tick() -> None:
+        nonlocal longest_gap
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            longest_gap, last = max(longest_gap, now - last), now
+
+    async def task(name: str) -> None:
+        tail = pod_logs.Tail(10_000_000)
+        tail.start(f"pod-{name}", "base", kept=True)
+        for i in range(2000):
+            tail.add(f"{name} line {i:05d}")
+        log = _SocketLog(writer)
+        async with pod_logs.writing():
+            await pod_logs.write(log, tail, "keep_pod")
+        log.info("Deleting pod: pod-%s", name)
+        await pod_logs.drained(log)
+        text = b"".join(got).decode()
+        # everything this task wrote was read before it would end the task
+        assert text.count(f"{name} line ") == 2000 and f"Deleting pod: pod-{name}" in text
+
+    ticker = asyncio.create_task(tick())
+    try:
+        await asyncio.wait_for(asyncio.gather(task("a"), task("b")), 60)
+    finally:
+        ticker.cancel()
+        writer.close()
+        thread.join(10)
+        reader.close()
+    assert longest_gap < 0.2, longest_gap  # Airflow warns of a blocked triggerer loop past 0.2 s
