@@ -120,6 +120,13 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "15",
                     },
+                    "trigger_log_max_bytes": {
+                        "description": "JobTrigger: the most of a task's pod logs (get_logs=True), in bytes of log lines, that the\ntrigger writes into the task's log when it ends the task itself. The tail is kept, and a\nline says how much of which container's log was left out and where the full log is (the\npod, if on_finish_action keeps it). A task that resumes on a worker gets its whole logs\nthere. A whole number from 1024 to 268435456 (256 MiB).\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "1048576",
+                    },
                     "watcher_unresponsive_after_seconds": {
                         "description": "JobWatchExecutor: a KubernetesJobWatcher child process whose event loop has not beaten for\nthis long is presumed wedged; it is killed and replaced (with backoff), and the replacement\nstarts with a fresh list so that nothing that happened meanwhile is lost.\n",
                         "version_added": "0.1.0",

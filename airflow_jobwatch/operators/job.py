@@ -57,11 +57,7 @@ from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_argum
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
 from airflow_jobwatch.operators.disruption import add_disruption_rule
-from airflow_jobwatch.triggers.ending import (
-    failure_text,
-    log_ending,
-    trigger_failure_respects_retries,
-)
+from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import (
     OUTCOME_FAILED,
     OUTCOME_TIMEOUT,
@@ -211,7 +207,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ``active_deadline_seconds`` or ``execution_timeout``).
     :param startup_check_interval_seconds: the period of upstream's pod start check; not used here.
     :param schedule_timeout_seconds: upstream's wait for pods to be scheduled; not used here.
-    :param get_logs: copy the pods' container logs into the task log.
+    :param get_logs: copy the pods' container logs into the task log. A deferred task whose ending can
+        run in the triggerer gets them from the trigger, which keeps the last
+        ``[jobwatch] trigger_log_max_bytes`` of them; a task that resumes on a worker gets them all there.
     :param base_container_name: the container whose result and exit decide (default ``base``).
     :param base_container_status_polling_interval: upstream's container polling period; not used here
         (container ends arrive with the watch).
@@ -675,18 +673,15 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         """What the trigger needs to end the task itself, or None when the task must resume on a worker.
 
         The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
-        log lines and the pods' logs (``get_logs``), ``on_finish_action`` and the failure message. The
+        log lines and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
+        ``on_finish_action`` and the failure message. The
         task resumes on a worker when something else must run there: a subclass's own
         ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
         or a mapped task downstream that maps over the result. A failure ends from the triggerer only
-        where Airflow then respects ``retries`` (3.3.1 and later), or when this try is the last one.
+        where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or when this try is
+        the last one (decided in the triggerer: :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
         """
         if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
-            return None
-        # A task that asks for its pods' logs resumes on a worker, which writes them to the task log:
-        # Airflow's triggerer does not route every line a trigger logs to the task's trigger log (a burst
-        # of pod log lines at the trigger's end partly reached only the triggerer's own log).
-        if self.get_logs:
             return None
         callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
         if any(getattr(self, name, None) for name in callbacks):
@@ -708,7 +703,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             "push_return": bool(self.do_xcom_push),
             "xcom_path": self.xcom_path,
             "unwrap_single": bool(self.unwrap_single),
-            "fail": last_try or trigger_failure_respects_retries(),
+            # whether a failure may end here is decided in the triggerer, by its own Airflow version
+            "last_try": last_try,
             "logs": (
                 {
                     "container_logs": _json_names(self.container_logs),

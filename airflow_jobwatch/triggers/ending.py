@@ -9,8 +9,9 @@ state, and the scheduler ignores the stale event for it.
 
 The operator decides at defer time whether everything it does after the wait can run in the triggerer
 (see :func:`end_plan_allowed`); the trigger then does exactly that here: the ``job`` and return-value
-XComs, the same log lines, ``on_finish_action`` on the pods, and the same failure message. Anything
-else resumes on a worker, held for at most ``[jobwatch] resume_hold_seconds`` after the deferral.
+XComs, the same log lines, the pods' logs (``get_logs``, see :mod:`~airflow_jobwatch.triggers.pod_logs`),
+``on_finish_action`` on the pods, and the same failure message. Anything else resumes on a worker, held
+for at most ``[jobwatch] resume_hold_seconds`` after the deferral; a task ended here is never held.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from airflow_jobwatch.kube.result import (
     XComResultError,
     parse_xcom_results,
 )
+from airflow_jobwatch.triggers import pod_logs
 
 __all__ = [
     "EMPTY_XCOM_RESULT",
@@ -35,6 +37,7 @@ __all__ = [
     "end_from_triggerer",
     "failure_text",
     "log_ending",
+    "may_fail_here",
     "xcom_results",
 ]
 
@@ -179,7 +182,7 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
 
     plan = trigger.end_task or {}
     outcome = payload.get("outcome")
-    may_fail = bool(plan.get("fail"))
+    may_fail = may_fail_here(plan)
     if outcome == "failed":
         if not may_fail or not job_finished(payload.get("job")):
             return None
@@ -205,22 +208,29 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     log_ending(log, payload, list(payload.get("pods") or []))
     logs = plan.get("logs")
     if logs is not None:
-        await write_pod_logs(trigger, payload, logs)
+        await write_pod_logs(trigger, payload, {"on_finish_action": plan.get("on_finish_action"), **logs})
     if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
         result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single, log=log)
     await cleanup_pods(trigger, payload, str(plan.get("on_finish_action") or "delete_pod"))
     if error is not None:
         log.error("Task failed with exception: %s", error)
+        await pod_logs.drained(log)  # every line above in the task's log before the task ends
         return TaskFailedEvent(xcoms=xcoms)
     if value is not None:
         xcoms["return_value"] = xcom_json(value)
+    await pod_logs.drained(log)
     return TaskSuccessEvent(xcoms=xcoms)
 
 
-#: Bytes read from a log stream at a time, and the longest line kept whole (a longer one is cut into
-#: pieces), so that memory stays bounded whatever a container writes.
-_LOG_CHUNK_BYTES = 64 * 1024
-_MAX_LINE_BYTES = 1024 * 1024
+def may_fail_here(plan: dict[str, Any]) -> bool:
+    """Whether a failed Job's task may fail from this triggerer: on its last try, or where this
+    triggerer's Airflow sends a task with retries left to UP_FOR_RETRY. Decided here, not by the worker
+    that deferred: during an upgrade the two run different Airflow versions, and the triggerer's is the
+    one that handles the ``TaskFailedEvent``. (A plan from an earlier release carries its worker's
+    answer as ``fail``.)"""
+    if "last_try" in plan:
+        return bool(plan["last_try"]) or trigger_failure_respects_retries()
+    return bool(plan.get("fail"))
 
 
 def requested_containers(
@@ -248,7 +258,8 @@ def requested_containers(
 
 async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, Any]) -> None:
     """Every requested container's log of every pod of the Job into the task log, as the operator
-    writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, never held whole. A log
+    writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, pods oldest first. At most
+    ``[jobwatch] trigger_log_max_bytes`` of lines, the tail, with a note where lines were left out. A log
     that cannot be read is a warning."""
     uid = payload.get("uid")
     if not uid:
@@ -258,70 +269,53 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
     from airflow_jobwatch.kube import client as kube_client
 
     log = trigger.log
-    try:
-        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
-    except Exception as e:
-        log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
-        return
-    try:
-        core = CoreV1Api(api)
+    limit, problem = pod_logs.max_bytes()
+    if problem is not None:
+        log.warning("%s", problem)
+    on_finish_action = str(logs.get("on_finish_action") or "delete_pod")
+    tail = pod_logs.Tail(limit)
+    async with pod_logs.reading():
         try:
-            listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
+            api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
         except Exception as e:
-            log.warning("Could not read the Job's pods: %s", e)
+            log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
             return
-        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
-        for pod in pods:
-            spec = pod.spec
-            containers = requested_containers(
-                log,
-                pod.metadata.name,
-                [c.name for c in (spec.init_containers or [])] if spec else [],
-                [c.name for c in (spec.containers or [])] if spec else [],
-                logs,
+        try:
+            core = CoreV1Api(api)
+            try:
+                listed = await core.list_namespaced_pod(
+                    trigger.namespace,
+                    label_selector=f"controller-uid={uid}",
+                    _request_timeout=pod_logs.READ_TIMEOUT,
+                )
+            except Exception as e:
+                log.warning("Could not read the Job's pods: %s", e)
+                return
+            pods = sorted(
+                listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name)
             )
-            for container in containers:
-                await _write_container_log(log, core, pod.metadata.name, trigger.namespace, container)
-    finally:
-        await api.close()
-
-
-async def _write_container_log(log: Any, core: Any, pod: str, namespace: str, container: str) -> None:
-    from kubernetes_asyncio.client.exceptions import ApiException
-
-    try:
-        response = await core.read_namespaced_pod_log(
-            pod, namespace, container=container, _preload_content=False
-        )
-    except ApiException as e:
-        log.warning(
-            "Could not read the log of container %s of pod %s: HTTP %s %s", container, pod, e.status, e.reason
-        )
-        return
-    except Exception as e:
-        log.warning("Could not read the log of container %s of pod %s: %s", container, pod, e)
-        return
-    partial = b""
-    try:
-        async for chunk in response.content.iter_chunked(_LOG_CHUNK_BYTES):
-            partial += chunk
-            *complete, partial = partial.split(b"\n")
-            for line in complete:
-                log.info("[%s] [%s] %s", pod, container, _decoded(line.rstrip(b"\r")))
-            while len(partial) > _MAX_LINE_BYTES:
-                log.info("[%s] [%s] %s", pod, container, _decoded(partial[:_MAX_LINE_BYTES]))
-                partial = partial[_MAX_LINE_BYTES:]
-        if partial:
-            log.info("[%s] [%s] %s", pod, container, _decoded(partial.rstrip(b"\r")))
-    except Exception as e:  # a log is a nice-to-have; never fail the task for it
-        log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod, e)
-    finally:
-        response.release()
-
-
-def _decoded(line: bytes) -> str:
-    """UTF-8, undecodable bytes escaped (as upstream's operator decodes log lines)."""
-    return line.decode("utf-8", errors="backslashreplace")
+            for pod in pods:
+                spec = pod.spec
+                containers = requested_containers(
+                    tail,
+                    pod.metadata.name,
+                    [c.name for c in (spec.init_containers or [])] if spec else [],
+                    [c.name for c in (spec.containers or [])] if spec else [],
+                    logs,
+                )
+                kept = pod_logs.pod_kept(
+                    on_finish_action,
+                    pod.status.phase if pod.status else None,
+                    _base_succeeded(pod, trigger.base_container_name),
+                )
+                for container in containers:
+                    await pod_logs.read_into(
+                        core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
+                    )
+        finally:
+            await api.close()
+        async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
+            await pod_logs.write(log, tail, on_finish_action)
 
 
 def _base_succeeded(pod: Any, base: str) -> bool:

@@ -25,7 +25,8 @@ NAMESPACE = "airflow"
 #: triggerer: JobTrigger's shared informers (list+watch jobs and pods; list+watch the FailedCreate events
 #: once a Job shows no pod for a while, triggers/refusals.py), its GET of the Job, on_kill delete
 #: (and deletecollection of its pods with delete_pods_on_kill); ending a task itself: the result written
-#: onto the Job (patch jobs) before on_finish_action labels and deletes the pods (patch, delete pods);
+#: onto the Job (patch jobs) before on_finish_action labels and deletes the pods (patch, delete pods),
+#: and the pods' logs with get_logs (read logs);
 #: worker: KubernetesJobOperator (create/read/list/delete jobs, list/read/patch/delete pods and
 #: deletecollection on kill, read logs) and its in-worker JobTrigger wait (list+watch jobs, pods, events).
 NEEDS: dict[str, set[tuple[str, str, str]]] = {
@@ -33,6 +34,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "api-server": {("", "pods", "list"), ("", "pods/log", "get")},
     "triggerer": {("batch", "jobs", v) for v in ("get", "list", "watch", "patch", "delete")}
     | {("", "pods", v) for v in ("list", "watch", "patch", "delete", "deletecollection")}
+    | {("", "pods/log", "get")}
     | {("", "events", v) for v in ("list", "watch")},
     "worker": {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
     | {("", "pods", v) for v in ("get", "list", "watch", "patch", "delete", "deletecollection")}
@@ -304,14 +306,19 @@ async def _end_from_the_triggerer(sandbox: Any, tmp_path: Path, name: str) -> tu
 
     admin = await admin_client(sandbox, tmp_path)
     try:
-        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job(name))
+        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job(name, "echo from the job"))
         trigger = JobTrigger(
             name,
             NAMESPACE,
             config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
             job_uid=job.metadata.uid,
             base_container_name="c",
-            end_task={"on_finish_action": "delete_pod", "push_return": False, "fail": True},
+            end_task={
+                "on_finish_action": "delete_pod",
+                "push_return": False,
+                "fail": True,
+                "logs": {"container_logs": True, "init_container_logs": None},  # get_logs=True
+            },
         )
         with structlog.testing.capture_logs() as entries:
             event = await end_from_triggerer(trigger, await trigger.wait())
@@ -335,7 +342,8 @@ async def test_triggerer_role_from_the_doc_ends_a_task_and_cleans_up(sandbox: An
     job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, "ended-here")
     assert stored_result(job) is not None
     assert left == []
-    assert not [e for e in entries if e.get("log_level") == "warning"], entries
+    assert not [e for e in entries if e.get("log_level") == "warning"], entries  # the log read too
+    assert any(str(e.get("event")).endswith("] [c] from the job") for e in entries), entries
 
 
 @needs_rbac

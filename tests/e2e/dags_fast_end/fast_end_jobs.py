@@ -1,8 +1,8 @@
 """Deferrable Jobs that end within a second of their task's deferral: half succeed, half fail
 (``JOBWATCH_FAST_END_COUNT`` of each kind, 25 by default).
 
-Half of each kind read no pod logs (``get_logs=False``: the trigger ends the task itself), the other
-half do (the task resumes on a worker).
+Half of each kind read no pod logs (``get_logs=False``), the other half do (``get_logs=True``, the
+trigger writes them); either way the trigger ends the task itself, with no worker resume.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 from airflow.utils.json import XComDecoder
 
 from airflow_jobwatch.operators.job import KubernetesJobOperator
-from airflow_jobwatch.triggers.ending import end_from_triggerer
+from airflow_jobwatch.triggers.ending import end_from_triggerer, may_fail_here
 
 from .conftest import NS
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator
@@ -50,7 +50,7 @@ async def test_success_ends_from_the_triggerer_with_the_resumes_xcoms_and_lines(
         ],
         deferrable=True,
         wait_until_job_complete=True,
-        get_logs=False,  # a task that asks for its pods' logs resumes (test_what_must_run_on_a_worker_resumes)
+        get_logs=False,  # the pods' logs from the trigger: test_trigger_pod_logs.py
         on_finish_action="keep_pod",
         do_xcom_push=True,
         xcom_path=str(path),
@@ -83,7 +83,7 @@ async def test_failure_ends_from_the_triggerer_with_the_operators_message(sandbo
         retries=0,
     )
     trigger = _deferred(op, make_context())
-    assert trigger.end_task is not None and trigger.end_task["fail"] is True
+    assert trigger.end_task is not None and may_fail_here(trigger.end_task)
     payload = await trigger.wait()
     with pytest.raises(AirflowException) as raised, structlog.testing.capture_logs() as worker_entries:
         op.execute_complete(make_context(), payload)
@@ -103,9 +103,8 @@ async def test_failure_ends_from_the_triggerer_with_the_operators_message(sandbo
         {"on_failure_callback": lambda context: None},
         {"on_success_callback": lambda context: None},
         {"multiple_outputs": True},
-        {"get_logs": True},
     ],
-    ids=["on_failure_callback", "on_success_callback", "multiple_outputs", "get_logs"],
+    ids=["on_failure_callback", "on_success_callback", "multiple_outputs"],
 )
 def test_what_must_run_on_a_worker_resumes(sandbox, kubeconfig, change: dict[str, Any]) -> None:
     op = make_operator(kubeconfig, cmds=["true"], deferrable=True, wait_until_job_complete=True, **change)
