@@ -80,3 +80,14 @@ def test_the_scan_finds_what_it_forbids() -> None:
     # the kubernetes client's `_request_timeout` is an argument users set in `kube_client_request_args`
     allowed = "`AIRFLOW__CORE__EXECUTOR`, `__init__`, `kubernetes_conn_id`, my_dags/tests/ folder, `_request_timeout`"
     assert not [w for w, p in FORBIDDEN if p.search(allowed)], allowed
+
+
+def test_the_testing_page_shows_every_dag_file_its_examples_run() -> None:
+    """A reader copies the examples: each `run_dag("path")` names a file that a block of the page shows,
+    a block whose first line is `# path`."""
+    text = (DOCS / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    shown = {block.splitlines()[0][2:].strip() for block in blocks if block.startswith("# ")}
+    used = {m for block in blocks for m in re.findall(r"run_dag\(\s*\"([^\"]+)\"", block)}
+    assert used, "the page runs no DAG file"
+    assert not used - shown, f"testing.md runs DAG files it never shows: {sorted(used - shown)}"
