@@ -194,6 +194,23 @@ def test_generate_pod_yaml_without_a_pod_template_is_a_clear_error(tmp_path):
     assert "[kubernetes_executor] pod_template_file" in proc.stderr
 
 
+def test_generate_pod_yaml_with_a_malformed_pod_template_says_where_in_one_line(tmp_path):
+    template = tmp_path / "pod_template.yaml"
+    template.write_text("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: base\n    image: [x\n")
+    env = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags_example"),
+        "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
+    }
+    proc = airflow("generate-pod-yaml", "executor_basics", "succeed", home=tmp_path, env=env)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"airflow jobwatch generate-pod-yaml: cannot build the worker pod of executor_basics.succeed: "
+        f"the pod template file {template}:7:1 is not valid YAML: "
+    ), proc.stderr
+
+
 def test_config_list_shows_the_values_in_force_as_the_docs_say(tmp_path):
     """The docs send users to `airflow config list --section jobwatch` for the values in force; without
     --show-values Airflow 3 prints the options commented out, without values."""
