@@ -133,9 +133,12 @@ def run_dag(
             "result_path": str(result_path),
         }
         (home / "spec.json").write_text(json.dumps(spec))
-        output = _run_child(home, folder, path.parent, env, during, timeout)
+        output, returncode = _run_child(home, folder, path.parent, env, during, timeout)
         if not result_path.exists():
-            raise DagRunError(f"running DAG {dag_id or path.name} from {path} failed:\n{_tail(output)}")
+            raise DagRunError(
+                f"running DAG {dag_id or path.name} from {path} failed: "
+                f"{_why_the_run_ended(output, returncode)}\n{_tail(output)}"
+            )
         raw = json.loads(result_path.read_text())
         if raw.get("error"):
             raise DagRunError(f"{raw['error']}\n{_tail(output)}")
@@ -200,7 +203,7 @@ def _run_child(
     extra_env: Mapping[str, str] | None,
     during: Callable[[], Any] | None,
     timeout: float,
-) -> str:
+) -> tuple[str, int]:
     env = {k: v for k, v in os.environ.items() if k != "AIRFLOW_CONFIG"}
     env.update(
         AIRFLOW_HOME=str(home),
@@ -248,7 +251,30 @@ def _run_child(
                 helper.join(timeout)
     if failure:
         raise failure[0]
-    return log_path.read_text(errors="replace")
+    return log_path.read_text(errors="replace"), proc.returncode
+
+
+def _why_the_run_ended(output: str, returncode: int) -> str:
+    """The cause, in words, of a run whose process ended before it wrote its result."""
+    if returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    started = [(m["task"], int(m["index"])) for m in _START.finditer(output)]
+    ended = {(m["task"], int(m["index"])) for m in _END.finditer(output)}
+    running = [key for key in started if key not in ended]
+    if not running:
+        return f"the run's process {how} before it could report the run."
+    task_id, map_index = running[-1]
+    task = task_id if map_index < 0 else f"{task_id}[{map_index}]"
+    return (
+        f"the run's process {how} while task {task!r} ran. dag.test() runs every task in that one "
+        f"process, so a task that ends its process (os._exit(), a signal, the kernel's OOM killer) ends "
+        f"the whole run; under an executor, only that task would fail. Its output:"
+    )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -153,6 +153,28 @@ def _airflow_cli(
     return subprocess.run([str(exe), *args], env=full_env, capture_output=True, text=True, timeout=240)
 
 
+def test_the_installation_check_shows_what_the_page_says_it_shows(tmp_path):
+    """The `airflow providers get` line of the installation page whose comment promises the
+    configuration sections, run as written, prints them."""
+    import re
+    import shlex
+
+    page = (ROOT / "docs" / "installation.md").read_text()
+    block = re.search(r"### Check the installation\n\n```bash\n(.*?)```", page, re.S)
+    assert block, "the installation page has no 'Check the installation' block"
+    checked = 0
+    for line in block.group(1).splitlines():
+        command, _, comment = line.partition("#")
+        words = shlex.split(command)
+        if words[:3] != ["airflow", "providers", "get"] or "configuration" not in comment:
+            continue
+        proc = _airflow_cli(*words[1:], home=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "watch_timeout_seconds" in proc.stdout, f"{line!r} shows no configuration"
+        checked += 1
+    assert checked == 1, "no line of the block shows the configuration sections"
+
+
 @pytest.mark.parametrize(
     ("command", "text"),
     [

@@ -265,3 +265,31 @@ def test_inside_the_fixture_everything_a_dag_reads_to_find_the_cluster_is_the_sa
     api = sync_api_client(ClusterConfig(in_cluster=False))
     assert k8s.CoreV1Api(api).list_namespaced_pod("default").items == []
     assert api.configuration.host == jobwatch_sandbox.url
+
+
+@pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
+def test_a_task_that_ends_the_run_process_is_named_with_the_cause(tmp_path: Path) -> None:
+    path = tmp_path / "exits.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import datetime
+            import os
+
+            from airflow.sdk import DAG, task
+
+            with DAG("exits", schedule=None, start_date=datetime.datetime(2026, 1, 1)):
+
+                @task
+                def exit_nonzero():
+                    os._exit(3)
+
+                exit_nonzero()
+            """
+        )
+    )
+    with pytest.raises(DagRunError) as err:
+        run_dag(path)
+    message = str(err.value)
+    assert "the run's process exited with code 3 while task 'exit_nonzero' ran" in message, message[-3000:]
+    assert "os._exit()" in message
