@@ -38,6 +38,26 @@ _START = re.compile(r"\[DAG TEST\] starting task_id=(?P<task>\S+) map_index=(?P<
 _END = re.compile(r"\[DAG TEST\] end task task_id=(?P<task>\S+) map_index=(?P<index>-?\d+)")
 
 
+#: The bounds of ``airflow-jobwatch[testing-<minor>]`` (pyproject.toml) for each Airflow minor whose
+#: ``dag.test()`` fails with the newest libraries pip picks; named when :func:`run_dag` meets the failure.
+TESTING_PINS: dict[str, tuple[str, ...]] = {
+    "3.1": (),
+    "3.2": ("fastapi<0.137", "cadwyn<8", "svcs<26"),
+    "3.3": (),
+}
+# What Airflow's in-process execution API (through which dag.test() runs every task) writes when it does
+# not work with the installed libraries, and which libraries those are: Airflow 3.2.2 with fastapi >= 0.137
+# and its cadwyn 8/9 (a pydantic schema error, raised on every request), and with svcs 26 (its lifespan
+# no longer sets app.state.svcs_registry).
+_LIBRARY_FAILURES = (
+    (
+        re.compile(r"PydanticUserError: Model '\w+' needs a discriminator field"),
+        ("fastapi", "cadwyn", "pydantic"),
+    ),
+    (re.compile(r"'State' object has no attribute 'svcs_registry'"), ("svcs", "fastapi")),
+)
+
+
 class DagRunError(RuntimeError):
     """The DAG could not be run at all (not found, import error, Airflow failed, timeout); a run whose
     tasks fail is not an error: it returns a :class:`DagRunResult` with ``state == "failed"``."""
@@ -142,6 +162,10 @@ def run_dag(
         raw = json.loads(result_path.read_text())
         if raw.get("error"):
             raise DagRunError(f"{raw['error']}\n{_tail(output)}")
+        if raw["state"] != "success":
+            library_failure = _library_failure(output)
+            if library_failure:
+                raise DagRunError(f"{library_failure}\n{_tail(output)}")
         logs = _task_logs(output)
         tasks: dict[str, TaskResult] = {}
         for ti in raw["tasks"]:
@@ -252,6 +276,39 @@ def _run_child(
     if failure:
         raise failure[0]
     return log_path.read_text(errors="replace"), proc.returncode
+
+
+def _library_failure(output: str) -> str | None:
+    """What to install, when the run's tasks failed in Airflow's own execution API because of the
+    libraries installed beside it (before any task's code ran); None otherwise."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for pattern, libraries in _LIBRARY_FAILURES:
+        match = pattern.search(output)
+        if match is None:
+            continue
+        installed = []
+        for name in libraries:
+            try:
+                installed.append(f"{name} {version(name)}")
+            except PackageNotFoundError:
+                pass
+        try:
+            airflow = version("apache-airflow-core")
+        except PackageNotFoundError:
+            airflow = "?"
+        minor = ".".join(airflow.split(".")[:2])
+        pins = TESTING_PINS.get(minor, ())
+        fix = f'pip install "airflow-jobwatch[testing-{minor}]"'
+        if pins:
+            fix += f" (it holds {' '.join(repr(p) for p in pins)})"
+        return (
+            f"the DAG's tasks failed inside Airflow's in-process execution API, which dag.test() runs "
+            f"every task through, before their code ran: {match.group(0)}. Airflow {airflow} does not work "
+            f"with the libraries installed here ({', '.join(installed)}). Install with: {fix}, or with "
+            f"Airflow {airflow}'s constraints file. Its output:"
+        )
+    return None
 
 
 def _why_the_run_ended(output: str, returncode: int) -> str:
