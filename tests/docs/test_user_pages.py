@@ -38,6 +38,10 @@ FORBIDDEN = [
         re.compile(r"airflow_jobwatch\.kube\b|executors\.watcher|credhelper|kube/\w+\.py"),
     ),
     ("an internal class", re.compile(r"\bDirectApiClient\b|\bInformerConfig\b|compact_store")),
+    (
+        "a sentence for the project's own developers",
+        re.compile(r"the project's (?:own |CI)|\bTested by CI\b|\bCI runs\b|`constraints/[\w./-]+`"),
+    ),
     # `_name` in code: a private function or attribute (dunders and environment variables pass)
     ("a private name", re.compile(r"`[^`\n]*(?<![\w.])_(?!request_timeout\b)[a-z]\w*[^`\n]*`")),
 ]
@@ -73,6 +77,7 @@ def test_the_scan_finds_what_it_forbids() -> None:
         "the repository's test harness": "airflow_jobwatch.devtools",
         "an internal module": "python -m airflow_jobwatch.kube.credhelper",
         "a private name": "the `_process_workloads` path",
+        "a sentence for the project's own developers": "the project's CI runs these two blocks",
     }
     for what, sample in samples.items():
         pattern = dict(FORBIDDEN)[what]
