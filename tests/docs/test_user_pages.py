@@ -96,3 +96,29 @@ def test_the_testing_page_shows_every_dag_file_its_examples_run() -> None:
     used = {m for block in blocks for m in re.findall(r"run_dag\(\s*\"([^\"]+)\"", block)}
     assert used, "the page runs no DAG file"
     assert not used - shown, f"testing.md runs DAG files it never shows: {sorted(used - shown)}"
+
+
+def test_the_pages_the_package_page_links_to_render_as_markdown() -> None:
+    """The package page (README-pypi.md) links to these pages in the repository, where Markdown is shown
+    as it is: a MyST directive ({include}, {literalinclude}) would show as raw text there."""
+    linked = re.findall(r"/blob/main/(docs/[\w-]+\.md)", (ROOT / "README-pypi.md").read_text())
+    assert linked
+    directives = [
+        f"{page}: {m.group(0)}"
+        for page in sorted(set(linked))
+        for m in re.finditer(r"```\{\w+\}[^\n]*", (ROOT / page).read_text())
+    ]
+    assert not directives, f"pages linked from the package page use MyST directives: {directives}"
+
+
+def test_the_example_dags_on_the_operators_page_are_the_shipped_files() -> None:
+    """operators.md shows each file of dags_example/ in full, as a block whose first line names it."""
+    text = (DOCS / "operators.md").read_text()
+    blocks = {
+        b.splitlines()[0][2:]: b.split("\n", 1)[1]
+        for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
+        if b.startswith("# dags_example/")
+    }
+    assert blocks, "operators.md shows no example DAG"
+    for name, code in blocks.items():
+        assert code == (ROOT / name).read_text(), f"operators.md's copy of {name} differs from the file"
