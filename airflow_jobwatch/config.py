@@ -118,9 +118,12 @@ def get_float(option: str, *, minimum: float | None = None, source: Any = None) 
     try:
         value = float(raw)
     except ValueError:
-        value = float("nan")
+        raise JobwatchConfigError(
+            f"[{SECTION}] {option} must be {expected}, got {raw!r} (the default is {default(option)!r}; "
+            f"{_where(option)})"
+        ) from None
     if (
-        value != value  # not a number, or NaN
+        value != value  # NaN
         or value in (float("inf"), float("-inf"))
         or (low is not None and (value < low or (not inclusive and value == low)))
     ):
