@@ -12,6 +12,8 @@ value and what was expected, where the user sees it (scheduler start-up, trigger
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -59,23 +61,122 @@ def get_str(option: str, *, source: Any = None) -> str:
     return str(value).strip()
 
 
-def get_float(option: str, *, minimum: float | None = None, source: Any = None) -> float:
-    """The option's value as a number of seconds (or another float).
+#: The range of each numeric option: ``(lowest, inclusive)``. A timeout, a delay or a period of 0 or
+#: less would make a loop spin or never wait, so those must be > 0; where 0 means "off" or "none", >= 0.
+#: Every read of the option (executor, trigger, worker) applies it, so a bad value is refused by the
+#: first component that starts, with the option's name, not by a class deep in the watch engine.
+RANGES: dict[str, tuple[float, bool]] = {
+    "watch_timeout_seconds": (0, False),
+    "watch_stall_timeout_seconds": (0, False),
+    "api_connect_timeout_seconds": (0, False),
+    "backoff_initial_seconds": (0, False),
+    "backoff_max_seconds": (0, False),
+    "backoff_reset_after_seconds": (0, True),
+    "unhealthy_after_seconds": (0, False),
+    "resync_interval_seconds": (0, True),  # 0: no safety-net relist
+    "namespace_watch_linger_seconds": (0, True),
+    "api_failure_tolerance_seconds": (0, True),
+    "resume_hold_seconds": (0, True),
+    "watcher_unresponsive_after_seconds": (0, False),
+    "pod_creation_concurrency": (1, True),
+    "disruption_relaunches": (0, True),
+}
 
-    :param minimum: smallest accepted value (inclusive); anything below raises.
+#: The values ``worker_pod_labels`` accepts.
+WORKER_POD_LABELS = ("upstream", "jobwatch")
+
+#: What the operator and the trigger read (checked in the worker before a Job is created).
+TRIGGER_OPTIONS = (
+    "watch_timeout_seconds",
+    "watch_stall_timeout_seconds",
+    "api_connect_timeout_seconds",
+    "backoff_initial_seconds",
+    "backoff_max_seconds",
+    "backoff_reset_after_seconds",
+    "unhealthy_after_seconds",
+    "resync_interval_seconds",
+    "namespace_watch_linger_seconds",
+    "api_failure_tolerance_seconds",
+    "resume_hold_seconds",
+)
+
+
+def _where(option: str) -> str:
+    return f"set it in airflow.cfg or AIRFLOW__{SECTION.upper()}__{option.upper()}"
+
+
+def get_float(option: str, *, minimum: float | None = None, source: Any = None) -> float:
+    """The option's value as a number of seconds (or another float), within the option's range
+    (:data:`RANGES`).
+
+    :param minimum: smallest accepted value (inclusive) instead of the option's own range.
     :param source: as for :func:`get_str`.
     """
     raw = get_str(option, source=source) or default(option)
+    low, inclusive = (minimum, True) if minimum is not None else RANGES.get(option, (None, True))
+    expected = "a number" if low is None else f"a number {'>=' if inclusive else '>'} {low:g}"
     try:
         value = float(raw)
     except ValueError:
         raise JobwatchConfigError(
-            f"[{SECTION}] {option} must be a number of seconds, got {raw!r} (the default is "
-            f"{default(option)!r}; set it in airflow.cfg or AIRFLOW__{SECTION.upper()}__{option.upper()})"
+            f"[{SECTION}] {option} must be {expected}, got {raw!r} (the default is {default(option)!r}; "
+            f"{_where(option)})"
         ) from None
-    if value != value or (minimum is not None and value < minimum):  # NaN, or below the minimum
-        raise JobwatchConfigError(f"[{SECTION}] {option} = {raw!r} must be a number >= {minimum}")
+    if (
+        value != value  # NaN
+        or value in (float("inf"), float("-inf"))
+        or (low is not None and (value < low or (not inclusive and value == low)))
+    ):
+        raise JobwatchConfigError(
+            f"[{SECTION}] {option} = {raw!r} must be {expected} (the default is {default(option)!r}; "
+            f"{_where(option)})"
+        )
     return value
+
+
+def get_int(option: str, *, source: Any = None) -> int:
+    """The option's value as a whole number, within the option's range (:data:`RANGES`)."""
+    raw = get_str(option, source=source) or default(option)
+    value = get_float(option, source=source)
+    if value != int(value):
+        raise JobwatchConfigError(
+            f"[{SECTION}] {option} must be a whole number, got {raw!r} (the default is "
+            f"{default(option)!r}; {_where(option)})"
+        )
+    return int(value)
+
+
+def check_options(options: Iterable[str] | None = None, *, source: Any = None) -> None:
+    """Read every ``[jobwatch]`` option (or those named), refusing a value of the wrong kind or out of
+    its range with :class:`JobwatchConfigError`: the option, the value and what it accepts. Called
+    where a component starts (the operator before it creates anything), so a typo is reported there
+    and not when a later step first reads the option."""
+    names = list(options) if options is not None else list(_declared())
+    for option in names:
+        kind = _declared()[option].get("type")
+        if kind == "integer":
+            get_int(option, source=source)
+        elif kind == "float":
+            get_float(option, source=source)
+        elif option == "worker_pod_labels":
+            value = get_str(option, source=source).lower()
+            if value not in WORKER_POD_LABELS:
+                raise JobwatchConfigError(
+                    f"[{SECTION}] {option} = {value!r} is not one of {', '.join(WORKER_POD_LABELS)} "
+                    f"(the default is {default(option)!r}; {_where(option)})"
+                )
+    if options is None or {"backoff_initial_seconds", "backoff_max_seconds"} <= set(names):
+        _check_backoff(source)
+
+
+def _check_backoff(source: Any) -> None:
+    initial = get_float("backoff_initial_seconds", source=source)
+    maximum = get_float("backoff_max_seconds", source=source)
+    if maximum < initial:
+        raise JobwatchConfigError(
+            f"[{SECTION}] backoff_max_seconds = {maximum:g} must be >= backoff_initial_seconds "
+            f"({initial:g}): the retry delay starts at the initial value and doubles up to the maximum"
+        )
 
 
 def informer_config(*, resync_interval_seconds: float | None = None, source: Any = None) -> InformerConfig:
@@ -95,6 +196,7 @@ def informer_config(*, resync_interval_seconds: float | None = None, source: Any
         if resync_interval_seconds is not None
         else seconds("resync_interval_seconds", minimum=0)
     )
+    _check_backoff(source)
     try:
         return InformerConfig(
             watch_timeout_seconds=seconds("watch_timeout_seconds"),
@@ -109,7 +211,20 @@ def informer_config(*, resync_interval_seconds: float | None = None, source: Any
     except ValueError as err:
         if isinstance(err, JobwatchConfigError):
             raise
-        raise JobwatchConfigError(f"[{SECTION}] options are inconsistent: {err}") from err
+        # the watch engine's own field names are not the options' (no class name reaches the user)
+        message = re.sub(r"\bInformerConfig\.", "", str(err))
+        raise JobwatchConfigError(f"[{SECTION}] options are inconsistent: {message}") from err
 
 
-__all__ = ["SECTION", "JobwatchConfigError", "default", "get_float", "get_str", "informer_config"]
+__all__ = [
+    "RANGES",
+    "SECTION",
+    "TRIGGER_OPTIONS",
+    "JobwatchConfigError",
+    "check_options",
+    "default",
+    "get_float",
+    "get_int",
+    "get_str",
+    "informer_config",
+]

@@ -11,8 +11,13 @@ def sandbox(args: argparse.Namespace) -> None:
     """Replace this process with ``python -m airflow_jobwatch.sandbox`` so signals reach the sandbox directly."""
     import importlib.util
 
-    # The sandbox ships in the testing distribution, not in the provider that schedulers and workers run.
-    if importlib.util.find_spec("airflow_jobwatch.sandbox") is None:
+    # The sandbox ships in the testing distribution, not in the provider that schedulers and workers run
+    # (where it is missing, the package's import hint raises ModuleNotFoundError).
+    try:
+        found = importlib.util.find_spec("airflow_jobwatch.sandbox") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
         raise SystemExit(
             "airflow jobwatch sandbox: the sandbox is not installed here; "
             'install it with: pip install "airflow-jobwatch[testing]"'

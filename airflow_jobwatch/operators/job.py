@@ -53,9 +53,11 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTim
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
+from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
+from airflow_jobwatch.operators.arguments import check_argument_types
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import (
@@ -388,6 +390,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         disruption_retries: int | None = None,
         **kwargs: Any,
     ) -> None:
+        # Wrong types are refused here, when the DAG is parsed, before any Job spec is built or sent.
+        check_argument_types(
+            f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})",
+            {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")},
+            tuple(self.template_fields),
+        )
         super().__init__(
             # The installed provider may predate some of 10.25's arguments (compat.upstream_arguments).
             **upstream_arguments(
@@ -816,6 +824,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
+        # The [jobwatch] options this task's wait reads (here, in the worker, or in the triggerer):
+        # a bad value is refused before the Job exists, naming the option.
+        jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
         self._warn_unhonoured()
         if self.deferrable and not self.wait_until_job_complete:
             self.log.warning(

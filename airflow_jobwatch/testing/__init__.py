@@ -26,6 +26,7 @@ pays only for this module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -72,11 +73,30 @@ class RunningSandbox:
 
     thread: SandboxThread
     kubeconfig: Path
+    #: The Airflow connection id that reaches the sandbox (the ``jobwatch_sandbox`` fixture defines it).
+    conn_id: str = "kubernetes_default"
+    #: The namespace the connection names; it exists in the sandbox.
+    namespace: str = "default"
 
     @property
     def url(self) -> str:
         """The sandbox's API server URL (``http://127.0.0.1:PORT``)."""
         return self.thread.url
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points Airflow and the Kubernetes clients at this sandbox: the
+        connection ``conn_id`` (``AIRFLOW_CONN_<CONN_ID>``), ``[kubernetes_executor] config_file``,
+        ``in_cluster`` and ``namespace``, and ``KUBECONFIG`` (what a client built with no connection and
+        no ``config_file`` reads). The ``jobwatch_sandbox`` fixture sets all of it for the test."""
+        name, value = self.connection_env(self.conn_id, namespace=self.namespace)
+        return {
+            name: value,
+            "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": str(self.kubeconfig),
+            "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
+            "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": self.namespace,
+            "KUBECONFIG": str(self.kubeconfig),
+        }
 
     def connection_extra(self, *, namespace: str = "default") -> dict[str, Any]:
         """The ``extra`` of an Airflow ``kubernetes`` connection that reaches this sandbox."""
@@ -167,41 +187,95 @@ try:
 except ImportError:  # pragma: no cover - the API above works without pytest
     pytest = None  # type: ignore[assignment]
 
+#: The ``jobwatch_sandbox`` marker's own options; every other one is an option of the sandbox.
+_FIXTURE_OPTIONS = ("conn_id", "namespace")
+#: Spellings users reach for, and the option they mean.
+_OTHER_SPELLINGS = {
+    "kubernetes_conn_id": "conn_id",
+    "connection_id": "conn_id",
+    "conn": "conn_id",
+    "ns": "namespace",
+}
+
+
+def _fixture_options(kwargs: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """``(conn_id, namespace, sandbox options)`` from the marker's keyword options; an option that is
+    neither the fixture's nor the sandbox's is refused with the spelling that is."""
+    import difflib
+    import inspect
+
+    from airflow_jobwatch.sandbox import Sandbox
+
+    sandbox_options = [n for n in inspect.signature(Sandbox.__init__).parameters if n != "self"]
+    known = [*_FIXTURE_OPTIONS, *sandbox_options]
+    for name in kwargs:
+        if name in known:
+            continue
+        right = _OTHER_SPELLINGS.get(name) or next(iter(difflib.get_close_matches(name, known, 1)), None)
+        hint = f"; did you mean {right}=?" if right else ""
+        raise ValueError(
+            f"@pytest.mark.jobwatch_sandbox: unknown option {name}={kwargs[name]!r}{hint} "
+            f"The options are conn_id= and namespace= (the Airflow connection), and the sandbox's: "
+            f"{', '.join(sandbox_options)}"
+        )
+    options = dict(kwargs)
+    conn_id = options.pop("conn_id", DEFAULT_CONN_ID)
+    namespace = options.pop("namespace", "default")
+    for name, value in (("conn_id", conn_id), ("namespace", namespace)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(
+                f"@pytest.mark.jobwatch_sandbox: {name} must be a non-empty string, got {value!r}"
+            )
+    # The connection's namespace exists in the sandbox, beside any the sandbox option names.
+    namespaces = options.get("namespaces", ("default",))
+    if isinstance(namespaces, str):
+        raise ValueError(
+            f"@pytest.mark.jobwatch_sandbox: namespaces must be a list of names, got the string "
+            f"{namespaces!r}; for the connection's namespace, write namespace={namespaces!r}"
+        )
+    options["namespaces"] = (*dict.fromkeys([*namespaces, namespace]),)
+    return conn_id, namespace, options
+
+
 if pytest is not None:
 
     def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line(
             "markers",
-            "jobwatch_sandbox(**options): keyword options of the `jobwatch_sandbox` fixture's sandbox "
-            "(history_window, bookmark_interval, pod_start_delay, ...); namespace=... and conn_id=... "
-            "set the Airflow connection's",
+            "jobwatch_sandbox(**options): options of the `jobwatch_sandbox` fixture: conn_id=... and "
+            "namespace=... (the Airflow connection; the namespace is created in the sandbox), and the "
+            "sandbox's own (history_window, bookmark_interval, pod_start_delay, ...)",
         )
 
     @pytest.fixture
     def jobwatch_sandbox(
         request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     ) -> Iterator[RunningSandbox]:
-        """A running Kubernetes sandbox for one test, and an Airflow ``kubernetes`` connection
-        (``kubernetes_default``, namespace ``default``) that reaches it, in the environment for the
-        test's duration, so that operators, hooks and :func:`run_dag` use it.
+        """A running Kubernetes sandbox for one test, and everything that finds a cluster pointed at it
+        for the test's duration (:attr:`RunningSandbox.env`): the Airflow ``kubernetes`` connection
+        ``kubernetes_default`` (namespace ``default``), ``[kubernetes_executor] config_file`` and
+        ``KUBECONFIG``, so that operators, hooks and :func:`run_dag` use it.
 
-        Options: ``@pytest.mark.jobwatch_sandbox(history_window=1, conn_id="my_k8s", namespace="ns")``.
+        Options: ``@pytest.mark.jobwatch_sandbox(conn_id="my_k8s", namespace="ns", history_window=1)``.
         """
-        options: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
         marker = request.node.get_closest_marker("jobwatch_sandbox")
         if marker is not None:
             if marker.args:
                 raise pytest.UsageError(
-                    "@pytest.mark.jobwatch_sandbox takes keyword options only, e.g. history_window=1"
+                    "@pytest.mark.jobwatch_sandbox takes keyword options only, e.g. namespace='team-a'"
                 )
-            options.update(marker.kwargs)
-        conn_id = str(options.pop("conn_id", DEFAULT_CONN_ID))
-        namespace = str(options.pop("namespace", "default"))
+            kwargs.update(marker.kwargs)
+        try:
+            conn_id, namespace, options = _fixture_options(kwargs)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
         directory = tmp_path_factory.mktemp("jobwatch-sandbox")
         with kubernetes_sandbox(directory / "kubeconfig", **options) as sb:
-            name, value = sb.connection_env(conn_id, namespace=namespace)
+            sb = dataclasses.replace(sb, conn_id=conn_id, namespace=namespace)
             with pytest.MonkeyPatch.context() as mp:
-                mp.setenv(name, value)
+                for name, value in sb.env.items():
+                    mp.setenv(name, value)
                 yield sb
 
 

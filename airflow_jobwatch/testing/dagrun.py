@@ -38,6 +38,26 @@ _START = re.compile(r"\[DAG TEST\] starting task_id=(?P<task>\S+) map_index=(?P<
 _END = re.compile(r"\[DAG TEST\] end task task_id=(?P<task>\S+) map_index=(?P<index>-?\d+)")
 
 
+#: The bounds of ``airflow-jobwatch[testing-<minor>]`` (pyproject.toml) for each Airflow minor whose
+#: ``dag.test()`` fails with the newest libraries pip picks; named when :func:`run_dag` meets the failure.
+TESTING_PINS: dict[str, tuple[str, ...]] = {
+    "3.1": (),
+    "3.2": ("fastapi<0.137", "cadwyn<8", "svcs<26"),
+    "3.3": (),
+}
+# What Airflow's in-process execution API (through which dag.test() runs every task) writes when it does
+# not work with the installed libraries, and which libraries those are: Airflow 3.2.2 with fastapi >= 0.137
+# and its cadwyn 8/9 (a pydantic schema error, raised on every request), and with svcs 26 (its lifespan
+# no longer sets app.state.svcs_registry).
+_LIBRARY_FAILURES = (
+    (
+        re.compile(r"PydanticUserError: Model '\w+' needs a discriminator field"),
+        ("fastapi", "cadwyn", "pydantic"),
+    ),
+    (re.compile(r"'State' object has no attribute 'svcs_registry'"), ("svcs", "fastapi")),
+)
+
+
 class DagRunError(RuntimeError):
     """The DAG could not be run at all (not found, import error, Airflow failed, timeout); a run whose
     tasks fail is not an error: it returns a :class:`DagRunResult` with ``state == "failed"``."""
@@ -133,12 +153,19 @@ def run_dag(
             "result_path": str(result_path),
         }
         (home / "spec.json").write_text(json.dumps(spec))
-        output = _run_child(home, folder, path.parent, env, during, timeout)
+        output, returncode = _run_child(home, folder, path.parent, env, during, timeout)
         if not result_path.exists():
-            raise DagRunError(f"running DAG {dag_id or path.name} from {path} failed:\n{_tail(output)}")
+            raise DagRunError(
+                f"running DAG {dag_id or path.name} from {path} failed: "
+                f"{_why_the_run_ended(output, returncode)}\n{_tail(output)}"
+            )
         raw = json.loads(result_path.read_text())
         if raw.get("error"):
             raise DagRunError(f"{raw['error']}\n{_tail(output)}")
+        if raw["state"] != "success":
+            library_failure = _library_failure(output)
+            if library_failure:
+                raise DagRunError(f"{library_failure}\n{_tail(output)}")
         logs = _task_logs(output)
         tasks: dict[str, TaskResult] = {}
         for ti in raw["tasks"]:
@@ -200,7 +227,7 @@ def _run_child(
     extra_env: Mapping[str, str] | None,
     during: Callable[[], Any] | None,
     timeout: float,
-) -> str:
+) -> tuple[str, int]:
     env = {k: v for k, v in os.environ.items() if k != "AIRFLOW_CONFIG"}
     env.update(
         AIRFLOW_HOME=str(home),
@@ -248,7 +275,63 @@ def _run_child(
                 helper.join(timeout)
     if failure:
         raise failure[0]
-    return log_path.read_text(errors="replace")
+    return log_path.read_text(errors="replace"), proc.returncode
+
+
+def _library_failure(output: str) -> str | None:
+    """What to install, when the run's tasks failed in Airflow's own execution API because of the
+    libraries installed beside it (before any task's code ran); None otherwise."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for pattern, libraries in _LIBRARY_FAILURES:
+        match = pattern.search(output)
+        if match is None:
+            continue
+        installed = []
+        for name in libraries:
+            try:
+                installed.append(f"{name} {version(name)}")
+            except PackageNotFoundError:
+                pass
+        try:
+            airflow = version("apache-airflow-core")
+        except PackageNotFoundError:
+            airflow = "?"
+        minor = ".".join(airflow.split(".")[:2])
+        pins = TESTING_PINS.get(minor, ())
+        fix = f'pip install "airflow-jobwatch[testing-{minor}]"'
+        if pins:
+            fix += f" (it holds {' '.join(repr(p) for p in pins)})"
+        return (
+            f"the DAG's tasks failed inside Airflow's in-process execution API, which dag.test() runs "
+            f"every task through, before their code ran: {match.group(0)}. Airflow {airflow} does not work "
+            f"with the libraries installed here ({', '.join(installed)}). Install with: {fix}, or with "
+            f"Airflow {airflow}'s constraints file. Its output:"
+        )
+    return None
+
+
+def _why_the_run_ended(output: str, returncode: int) -> str:
+    """The cause, in words, of a run whose process ended before it wrote its result."""
+    if returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    started = [(m["task"], int(m["index"])) for m in _START.finditer(output)]
+    ended = {(m["task"], int(m["index"])) for m in _END.finditer(output)}
+    running = [key for key in started if key not in ended]
+    if not running:
+        return f"the run's process {how} before it could report the run."
+    task_id, map_index = running[-1]
+    task = task_id if map_index < 0 else f"{task_id}[{map_index}]"
+    return (
+        f"the run's process {how} while task {task!r} ran. dag.test() runs every task in that one "
+        f"process, so a task that ends its process (os._exit(), a signal, the kernel's OOM killer) ends "
+        f"the whole run; under an executor, only that task would fail. Its output:"
+    )
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -38,6 +38,10 @@ FORBIDDEN = [
         re.compile(r"airflow_jobwatch\.kube\b|executors\.watcher|credhelper|kube/\w+\.py"),
     ),
     ("an internal class", re.compile(r"\bDirectApiClient\b|\bInformerConfig\b|compact_store")),
+    (
+        "a sentence for the project's own developers",
+        re.compile(r"the project's (?:own |CI)|\bTested by CI\b|\bCI runs\b|`constraints/[\w./-]+`"),
+    ),
     # `_name` in code: a private function or attribute (dunders and environment variables pass)
     ("a private name", re.compile(r"`[^`\n]*(?<![\w.])_(?!request_timeout\b)[a-z]\w*[^`\n]*`")),
 ]
@@ -73,6 +77,7 @@ def test_the_scan_finds_what_it_forbids() -> None:
         "the repository's test harness": "airflow_jobwatch.devtools",
         "an internal module": "python -m airflow_jobwatch.kube.credhelper",
         "a private name": "the `_process_workloads` path",
+        "a sentence for the project's own developers": "the project's CI runs these two blocks",
     }
     for what, sample in samples.items():
         pattern = dict(FORBIDDEN)[what]
@@ -80,3 +85,40 @@ def test_the_scan_finds_what_it_forbids() -> None:
     # the kubernetes client's `_request_timeout` is an argument users set in `kube_client_request_args`
     allowed = "`AIRFLOW__CORE__EXECUTOR`, `__init__`, `kubernetes_conn_id`, my_dags/tests/ folder, `_request_timeout`"
     assert not [w for w, p in FORBIDDEN if p.search(allowed)], allowed
+
+
+def test_the_testing_page_shows_every_dag_file_its_examples_run() -> None:
+    """A reader copies the examples: each `run_dag("path")` names a file that a block of the page shows,
+    a block whose first line is `# path`."""
+    text = (DOCS / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    shown = {block.splitlines()[0][2:].strip() for block in blocks if block.startswith("# ")}
+    used = {m for block in blocks for m in re.findall(r"run_dag\(\s*\"([^\"]+)\"", block)}
+    assert used, "the page runs no DAG file"
+    assert not used - shown, f"testing.md runs DAG files it never shows: {sorted(used - shown)}"
+
+
+def test_the_pages_the_package_page_links_to_render_as_markdown() -> None:
+    """The package page (README-pypi.md) links to these pages in the repository, where Markdown is shown
+    as it is: a MyST directive ({include}, {literalinclude}) would show as raw text there."""
+    linked = re.findall(r"/blob/main/(docs/[\w-]+\.md)", (ROOT / "README-pypi.md").read_text())
+    assert linked
+    directives = [
+        f"{page}: {m.group(0)}"
+        for page in sorted(set(linked))
+        for m in re.finditer(r"```\{\w+\}[^\n]*", (ROOT / page).read_text())
+    ]
+    assert not directives, f"pages linked from the package page use MyST directives: {directives}"
+
+
+def test_the_example_dags_on_the_operators_page_are_the_shipped_files() -> None:
+    """operators.md shows each file of dags_example/ in full, as a block whose first line names it."""
+    text = (DOCS / "operators.md").read_text()
+    blocks = {
+        b.splitlines()[0][2:]: b.split("\n", 1)[1]
+        for b in re.findall(r"```python\n(.*?)```", text, flags=re.S)
+        if b.startswith("# dags_example/")
+    }
+    assert blocks, "operators.md shows no example DAG"
+    for name, code in blocks.items():
+        assert code == (ROOT / name).read_text(), f"operators.md's copy of {name} differs from the file"

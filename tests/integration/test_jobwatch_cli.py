@@ -153,6 +153,28 @@ def _airflow_cli(
     return subprocess.run([str(exe), *args], env=full_env, capture_output=True, text=True, timeout=240)
 
 
+def test_the_installation_check_shows_what_the_page_says_it_shows(tmp_path):
+    """The `airflow providers get` line of the installation page whose comment promises the
+    configuration sections, run as written, prints them."""
+    import re
+    import shlex
+
+    page = (ROOT / "docs" / "installation.md").read_text()
+    block = re.search(r"### Check the installation\n\n```bash\n(.*?)```", page, re.S)
+    assert block, "the installation page has no 'Check the installation' block"
+    checked = 0
+    for line in block.group(1).splitlines():
+        command, _, comment = line.partition("#")
+        words = shlex.split(command)
+        if words[:3] != ["airflow", "providers", "get"] or "configuration" not in comment:
+            continue
+        proc = _airflow_cli(*words[1:], home=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "watch_timeout_seconds" in proc.stdout, f"{line!r} shows no configuration"
+        checked += 1
+    assert checked == 1, "no line of the block shows the configuration sections"
+
+
 @pytest.mark.parametrize(
     ("command", "text"),
     [
@@ -192,6 +214,23 @@ def test_generate_pod_yaml_without_a_pod_template_is_a_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "cannot build the worker pod of one.t" in proc.stderr
     assert "[kubernetes_executor] pod_template_file" in proc.stderr
+
+
+def test_generate_pod_yaml_with_a_malformed_pod_template_says_where_in_one_line(tmp_path):
+    template = tmp_path / "pod_template.yaml"
+    template.write_text("apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: base\n    image: [x\n")
+    env = {
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags_example"),
+        "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": str(template),
+    }
+    proc = airflow("generate-pod-yaml", "executor_basics", "succeed", home=tmp_path, env=env)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"airflow jobwatch generate-pod-yaml: cannot build the worker pod of executor_basics.succeed: "
+        f"the pod template file {template}:7:1 is not valid YAML: "
+    ), proc.stderr
 
 
 def test_config_list_shows_the_values_in_force_as_the_docs_say(tmp_path):

@@ -210,3 +210,86 @@ def test_the_example_that_opens_docs_testing_md_passes_as_written(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     assert "1 passed" in proc.stdout
+
+
+@pytest.mark.jobwatch_sandbox(conn_id="my_k8s", namespace="team-a")
+def test_the_marker_as_documented_names_the_connection_and_creates_its_namespace(
+    jobwatch_sandbox: RunningSandbox,
+) -> None:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    hook = KubernetesHook(conn_id="my_k8s")
+    assert hook.get_namespace() == "team-a"
+    # the namespace exists: a Job can be created there (404 `namespaces "team-a" not found` otherwise)
+    assert hook.core_v1_client.read_namespace("team-a").metadata.name == "team-a"
+    assert (jobwatch_sandbox.conn_id, jobwatch_sandbox.namespace) == ("my_k8s", "team-a")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kubernetes_conn_id": "x"}, r"unknown option kubernetes_conn_id='x'; did you mean conn_id=\?"),
+        ({"namespce": "a"}, r"unknown option namespce='a'; did you mean namespace=\?"),
+        ({"history_windw": 1}, r"did you mean history_window=\?"),
+        ({"namespace": 5}, r"namespace must be a non-empty string, got 5"),
+        ({"namespaces": "team-a"}, r"write namespace='team-a'"),
+    ],
+)
+def test_a_misspelt_marker_option_is_refused_with_the_right_spelling(
+    options: dict[str, object], message: str
+) -> None:
+    from airflow_jobwatch.testing import _fixture_options
+
+    with pytest.raises(ValueError, match=message):
+        _fixture_options(options)
+
+
+def test_inside_the_fixture_everything_a_dag_reads_to_find_the_cluster_is_the_sandbox(
+    jobwatch_sandbox: RunningSandbox,
+) -> None:
+    """What the example DAGs read: the connection, ``[kubernetes_executor] config_file`` (which
+    dags_example/deferrable_jobs.py passes as ``config_file``) and, with neither, ``$KUBECONFIG``."""
+    from airflow.configuration import conf
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+
+    kubeconfig = str(jobwatch_sandbox.kubeconfig)
+    assert conf.get("kubernetes_executor", "config_file") == kubeconfig
+    assert conf.getboolean("kubernetes_executor", "in_cluster") is False
+    hook = KubernetesHook(conn_id=None, config_file=conf.get("kubernetes_executor", "config_file"))
+    assert hook.core_v1_client.list_namespaced_pod("default").items == []
+    # no connection and no config_file: the client reads $KUBECONFIG, as kubectl does
+    from kubernetes import client as k8s
+
+    api = sync_api_client(ClusterConfig(in_cluster=False))
+    assert k8s.CoreV1Api(api).list_namespaced_pod("default").items == []
+    assert api.configuration.host == jobwatch_sandbox.url
+
+
+@pytest.mark.slow  # a fresh Airflow per run (~15-50 s on a loaded 2-core machine)
+def test_a_task_that_ends_the_run_process_is_named_with_the_cause(tmp_path: Path) -> None:
+    path = tmp_path / "exits.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import datetime
+            import os
+
+            from airflow.sdk import DAG, task
+
+            with DAG("exits", schedule=None, start_date=datetime.datetime(2026, 1, 1)):
+
+                @task
+                def exit_nonzero():
+                    os._exit(3)
+
+                exit_nonzero()
+            """
+        )
+    )
+    with pytest.raises(DagRunError) as err:
+        run_dag(path)
+    message = str(err.value)
+    assert "the run's process exited with code 3 while task 'exit_nonzero' ran" in message, message[-3000:]
+    assert "os._exit()" in message

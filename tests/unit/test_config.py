@@ -78,3 +78,41 @@ def test_string_options(monkeypatch):
     assert config.get_str("executor_status_file") == ""
     monkeypatch.setenv("AIRFLOW__JOBWATCH__EXECUTOR_STATUS_FILE", " /tmp/x.json ")
     assert config.get_str("executor_status_file") == "/tmp/x.json"
+
+
+def test_a_negative_watch_timeout_names_the_option_value_and_range_not_a_class(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "-5")
+    with pytest.raises(config.JobwatchConfigError) as err:
+        config.informer_config()
+    message = str(err.value)
+    assert "[jobwatch] watch_timeout_seconds = '-5' must be a number > 0" in message
+    assert "AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS" in message
+    assert "InformerConfig" not in message
+
+
+@pytest.mark.parametrize("option", sorted(config.RANGES))
+def test_every_numeric_option_refuses_a_value_below_its_range(monkeypatch, option):
+    low, inclusive = config.RANGES[option]
+    bad = low - 1 if inclusive else low
+    monkeypatch.setenv(f"AIRFLOW__JOBWATCH__{option.upper()}", str(bad))
+    with pytest.raises(config.JobwatchConfigError, match=rf"\[jobwatch\] {option} = '{bad}' must be"):
+        config.check_options()
+
+
+def test_every_numeric_option_has_a_range():
+    numeric = {o for o, spec in _declared().items() if spec["type"] in ("float", "integer")}
+    assert numeric == set(config.RANGES)
+
+
+def test_whole_numbers_and_choices(monkeypatch):
+    config.check_options()  # the defaults pass
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY", "2.5")
+    with pytest.raises(config.JobwatchConfigError, match=r"pod_creation_concurrency must be a whole number"):
+        config.check_options()
+    monkeypatch.delenv("AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WORKER_POD_LABELS", "mine")
+    with pytest.raises(
+        config.JobwatchConfigError, match=r"worker_pod_labels = 'mine' is not one of upstream"
+    ):
+        config.check_options()
+    config.check_options(config.TRIGGER_OPTIONS)  # the worker's options do not include it

@@ -1,0 +1,130 @@
+"""Type checks of KubernetesJobOperator's arguments, when the operator is built (the DAG is parsed).
+
+A value of the wrong type otherwise travels into the Job spec and comes back from the API server as an
+HTTP 400 or 422 about something else (``namespace=123`` as "the namespace of the provided object does
+not match the namespace sent on the request"), after the Job was built. Here it is refused where the DAG
+author looks first, naming the argument, the value and the type expected.
+
+Templated arguments may also hold what Airflow resolves later: a Jinja string (rendered when the task
+runs, possibly to a list with ``render_template_as_native_obj``) or an ``XComArg`` such as
+``other_task.output``. Those are accepted wherever a templated argument is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: Arguments that hold one string: ``(argument, what it is)``.
+STRINGS = {
+    "namespace": "a Kubernetes namespace name",
+    "image": "a container image reference, e.g. 'busybox:1.36'",
+    "name": "the Job's name",
+    "kubernetes_conn_id": "an Airflow connection id",
+    "cluster_context": "a kubeconfig context name",
+    "service_account_name": "a service account name",
+    "image_pull_policy": "'Always', 'IfNotPresent' or 'Never'",
+    "hostname": "the pod's hostname",
+    "subdomain": "the pod's subdomain",
+    "base_container_name": "a container name",
+    "job_template_file": "a path",
+    "pod_template_file": "a path",
+    "priority_class_name": "a PriorityClass name",
+    "schedulername": "a scheduler name",
+    "dnspolicy": "a DNS policy",
+    "runtime_class_name": "a RuntimeClass name",
+    "termination_message_policy": "'File' or 'FallbackToLogsOnError'",
+}
+#: Arguments that hold a list of strings.
+STRING_LISTS = {
+    "cmds": "the container's command, one word per item, e.g. ['sh', '-c', 'echo hello']",
+    "arguments": "the container's arguments, one per item, e.g. ['--date', '{{ ds }}']",
+    "configmaps": "ConfigMap names",
+}
+#: Arguments that hold a list (of Kubernetes objects or their dicts).
+LISTS = (
+    "ports",
+    "volume_mounts",
+    "volumes",
+    "env_from",
+    "secrets",
+    "tolerations",
+    "image_pull_secrets",
+    "init_containers",
+    "host_aliases",
+    "pod_runtime_info_envs",
+)
+#: Arguments that hold a mapping of strings.
+MAPPINGS = ("labels", "annotations", "node_selector")
+#: Arguments that hold a whole number (never a bool).
+INTEGERS = (
+    "backoff_limit",
+    "completions",
+    "parallelism",
+    "ttl_seconds_after_finished",
+    "active_deadline_seconds",
+    "termination_grace_period",
+)
+
+
+def _deferred(value: Any, templated: bool) -> bool:
+    """A value Airflow resolves when the task runs: a Jinja template or an XComArg-like reference."""
+    if not templated:
+        return False
+    if isinstance(value, str) and "{{" in value:
+        return True
+    return hasattr(value, "resolve") and hasattr(value, "iter_references")
+
+
+def _type(value: Any) -> str:
+    name = type(value).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def check_argument_types(owner: str, arguments: Mapping[str, Any], template_fields: tuple[str, ...]) -> None:
+    """Raise :class:`TypeError` for the first argument whose value has the wrong type.
+
+    :param owner: how the operator is named in the message, e.g. ``KubernetesJobOperator(task_id='x')``.
+    :param arguments: the arguments as given (``None`` always passes: it means the default).
+    :param template_fields: the operator's templated arguments (those may hold a template or an XComArg).
+    """
+
+    def refuse(argument: str, value: Any, expected: str) -> TypeError:
+        return TypeError(f"{owner}: {argument} must be {expected}, got {value!r} ({_type(value)})")
+
+    templated = set(template_fields)
+    for argument, value in arguments.items():
+        if value is None or _deferred(value, argument in templated):
+            continue
+        if argument in STRINGS:
+            if argument in ("config_file", "job_template_file", "pod_template_file"):
+                ok = isinstance(value, str | os.PathLike)
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise refuse(argument, value, f"a string ({STRINGS[argument]}) or None")
+        elif argument == "config_file":
+            if not isinstance(value, str | os.PathLike):
+                raise refuse(argument, value, "a path to a kubeconfig file (a string) or None")
+        elif argument in STRING_LISTS:
+            if not isinstance(value, list | tuple):
+                raise refuse(argument, value, f"a list of strings ({STRING_LISTS[argument]}) or None")
+            for index, item in enumerate(value):
+                if not isinstance(item, str) and not _deferred(item, argument in templated):
+                    raise refuse(f"{argument}[{index}]", item, f"a string ({STRING_LISTS[argument]})")
+        elif argument in LISTS:
+            if not isinstance(value, list | tuple):
+                raise refuse(argument, value, "a list or None")
+        elif argument in MAPPINGS:
+            if not isinstance(value, Mapping):
+                raise refuse(argument, value, "a dict of strings, e.g. {'team': 'data'}, or None")
+        elif argument == "env_vars":
+            if not isinstance(value, list | tuple | Mapping):
+                raise refuse(argument, value, "a dict {name: value} or a list of V1EnvVar, or None")
+        elif argument in INTEGERS:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise refuse(argument, value, "a whole number (int) or None")
+        elif argument == "job_poll_interval":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise refuse(argument, value, "a number of seconds > 0")
