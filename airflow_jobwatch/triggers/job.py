@@ -78,7 +78,7 @@ CLASSPATH = "airflow_jobwatch.triggers.job.JobTrigger"
 DEFAULT_POLL_INTERVAL_SECONDS = 30.0
 
 #: How long the watch is given to deliver a Job that the synced cache lacks, twice: before the trigger
-#: GETs it, and again after that GET answered 404, before it is reported deleted.
+#: GETs it, and again after that GET answered 404, before its final state is reported unknown.
 #:
 #: * Before the GET: an operator defers right after its Job's create is answered, so the trigger
 #:   usually subscribes before the shared watch has delivered the new Job (milliseconds later). GETting
@@ -111,8 +111,9 @@ OUTCOME_FAILED = "failed"
 OUTCOME_DELETED = "deleted"
 OUTCOME_TIMEOUT = "timeout"
 OUTCOME_ERROR = "error"
-#: The Job vanished while the watch was away (a relist no longer listed it) and neither its last state
-#: nor its pods' final states say how it ended: it may have succeeded, failed or been deleted.
+#: The Job vanished while the watch was away (a relist no longer listed it), or was gone before the
+#: watch ever saw it, and neither its last state nor its pods' final states say how it ended: it may
+#: have succeeded, failed or been deleted.
 OUTCOME_UNKNOWN = "unknown"
 
 #: Propagation policies ``on_kill`` may send (the API server's own list).
@@ -192,7 +193,8 @@ class JobTrigger(BaseTrigger):
     and adds:
 
     * ``outcome``: ``success``, ``failed``, ``deleted``, ``unknown``, ``timeout`` or ``error``
-      (``unknown``: the Job vanished while the watch was reconnecting, and how it ended was not seen);
+      (``unknown``: the Job vanished while the watch was reconnecting, or was gone before the watch
+      saw it, and how it ended was not seen);
     * ``reason``: a short word (``Complete``, ``BackoffLimitExceeded``, ``DeadlineExceeded``,
       ``ErrImagePull``, ``Deleted``, ``FinalStateUnknown``, ``Timeout``, ``ApiUnreachable``...);
     * ``uid``: the Job's uid;
@@ -500,6 +502,24 @@ class JobTrigger(BaseTrigger):
             outcome = OUTCOME_SUCCESS if state.phase == "succeeded" else OUTCOME_FAILED
             return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
         return self._payload(OUTCOME_UNKNOWN, FINAL_STATE_UNKNOWN, state.message, job=job, pods=pods)
+
+    def _payload_never_seen(self, watch: NamespaceWatch) -> dict[str, Any]:
+        """The payload for a Job the watch never saw end and the API server no longer has (a GET
+        answered 404, or found another Job of its name): ``unknown``. Neither its end nor its deletion
+        was seen, so it is not "deleted" either: a Job that completed and was removed by
+        ``ttlSecondsAfterFinished`` before the trigger started looks exactly like this."""
+        other = watch.job(self.job_name)
+        replaced = other is not None and self.job_uid is not None and _uid(other) != self.job_uid
+        what = f"Job {self.namespace}/{self.job_name}" + (f" (uid {self.job_uid})" if self.job_uid else "")
+        gone = "was replaced by another Job of the same name" if replaced else "no longer exists"
+        return self._payload(
+            OUTCOME_UNKNOWN,
+            FINAL_STATE_UNKNOWN,
+            f"{what} {gone}, and the trigger's watch never saw it end: its final state is unknown. "
+            "Whether it succeeded, failed or was deleted while running was not seen (a Job removed "
+            "by ttlSecondsAfterFinished before the trigger started ends this way): check its results "
+            "and its pods' logs before running it again.",
+        )
 
     def _payload_from_state(
         self, job: dict[str, Any], pods: list[dict[str, Any]], *, deleted: bool
@@ -813,7 +833,7 @@ class _Wait:
              |         --the watch delivers it within 2 s--> back to WATCHING
              |         --still missing after 2 s--> CONFIRMING (one GET)
              |               --found terminal--------------------------------> DONE
-             |               --404, no DELETED event within 2 s---------------> DONE (deleted)
+             |               --404, no DELETED event within 2 s---------------> DONE (unknown)
              |   --API failing longer than the tolerance---------------------> DONE (error)
              |   --deadline (the cache is looked at once more first)----------> DONE (timeout, or held)
              v
@@ -982,14 +1002,7 @@ class _Wait:
                 confirm_at = time.monotonic() + _MISSING_GRACE_SECONDS
             elif missing_since is not None:
                 if time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
-                    self.done(
-                        t._payload(
-                            OUTCOME_DELETED,
-                            "Deleted",
-                            f"Job {t.namespace}/{t.job_name} no longer exists; it was deleted before "
-                            "its result could be read.",
-                        )
-                    )
+                    self.done(t._payload_never_seen(watch))
                     break
             elif time.monotonic() >= confirm_at:
                 # CONFIRMING. Still missing: either it was deleted before the watch saw it (triggerer
@@ -1000,7 +1013,7 @@ class _Wait:
                 confirm_at = time.monotonic() + poll
                 if answered and job is None:
                     # Gone from the server. Its DELETED event (which says how it ended) may still be
-                    # on its way down the watch: give the watch a moment before calling it deleted.
+                    # on its way down the watch: give the watch a moment before calling it unknown.
                     missing_since = time.monotonic()
                 elif job is not None:
                     result = t._payload_from_state(job, [], deleted=False)

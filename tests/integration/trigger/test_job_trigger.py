@@ -212,7 +212,8 @@ async def test_job_deleted_before_trigger_started(sandbox, kubeconfig, k8s_async
     long the safety net's poll (with an hour-long poll, nothing but the sync wakes the wait)."""
     trigger = make_trigger(sandbox, kubeconfig, "never-existed", poll_interval=poll_interval)
     [event] = await collect(trigger, limit=20.0)
-    assert event["outcome"] == "deleted"
+    assert (event["outcome"], event["reason"]) == ("unknown", "FinalStateUnknown"), event
+    assert "no longer exists, and the trigger's watch never saw it end" in event["message"]
 
 
 async def test_unpullable_image_fails_fast(sandbox, kubeconfig, k8s_async_client):

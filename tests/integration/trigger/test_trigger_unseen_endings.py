@@ -236,8 +236,39 @@ async def test_a_job_recreated_under_its_name_before_the_trigger_came_ends_the_w
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     trigger = make_trigger(sandbox, kubeconfig, "again", old["metadata"]["uid"], poll_interval=3600)
     [event] = await collect(trigger, limit=20)
-    assert event["outcome"] == "deleted", event
+    # Its deletion was not seen either (nor how it ended): unknown, never the new Job's result.
+    assert (event["outcome"], event["reason"]) == ("unknown", "FinalStateUnknown"), event
     assert event["uid"] == old["metadata"]["uid"]
+    assert "was replaced by another Job of the same name" in event["message"], event["message"]
+
+
+async def test_a_job_that_ended_and_was_removed_before_its_trigger_came_is_unknown(
+    sandbox, kubeconfig, k8s_async_client
+):
+    """A Job that completed and was removed (``ttlSecondsAfterFinished: 0``) while no watch looked: the
+    GET answers 404 and no DELETED event ever comes. Neither its end nor its deletion was seen, so the
+    trigger says so (``unknown``) instead of claiming a deletion; the task fails with those words."""
+    op = make_operator(
+        kubeconfig, cmds=["true"], deferrable=True, wait_until_job_complete=True, get_logs=False
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(make_context())
+    trigger = deferred.value.trigger
+    await complete_without_pods(k8s_async_client, trigger.job_name)
+    await BatchV1Api(k8s_async_client).delete_namespaced_job(trigger.job_name, NS)
+    await wait_until(lambda: sandbox.get_object("jobs", NS, trigger.job_name) is None, what="removal")
+
+    payload = await asyncio.wait_for(trigger.wait(), 20)
+    assert (payload["outcome"], payload["reason"]) == ("unknown", "FinalStateUnknown"), payload
+    assert payload["status"] == "error"
+    assert f"Job {NS}/{trigger.job_name} (uid {trigger.job_uid}) no longer exists" in payload["message"]
+    assert "never saw it end: its final state is unknown" in payload["message"]
+    assert "deleted before" not in payload["message"] and "retry" not in payload["message"]
+    assert get_registry().job_gets["missing"] == 1  # one GET confirmed it gone
+    with pytest.raises(AirflowException) as raised:
+        await asyncio.to_thread(op.execute_complete, make_context(), payload)
+    assert "unknown: FinalStateUnknown:" in str(raised.value)
+    assert "its final state is unknown" in str(raised.value)
 
 
 async def test_the_operator_fails_an_unknown_ending_with_its_message(sandbox, kubeconfig, k8s_async_client):
