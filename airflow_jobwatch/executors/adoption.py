@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
@@ -19,6 +20,7 @@ from airflow_jobwatch.executors.pods import (
 )
 from airflow_jobwatch.executors.results import Results
 from airflow_jobwatch.executors.watcher import PodResult
+from airflow_jobwatch.kube.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -32,6 +34,32 @@ if TYPE_CHECKING:
 # the pod to report its end; deleting it would get the task reset and run again.
 COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
 
+# A task instance adopted unresolved (its gone scheduler's pods could not all be listed) is looked for again
+# after this backoff (doubling, with jitter, up to the maximum): an API server or RBAC problem is rarely fixed
+# within seconds, and each attempt costs a list per namespace.
+ADOPTION_RETRY_INITIAL_SECONDS = 5.0
+ADOPTION_RETRY_MAX_SECONDS = 120.0
+
+
+class _Where:
+    """Where one adoption round may list: whether the list across all namespaces was refused."""
+
+    cluster_refused = False
+
+
+@dataclass
+class _Unresolved:
+    """A task instance adopted while its scheduler's pods could not all be listed: what its row said."""
+
+    key: Any
+    queued_by_job_id: Any  # the gone scheduler's job id: its pods still carry that label
+    external_executor_id: str | None
+    state: str | None
+    executor_config: Any
+    workload: Any  # rebuilt while the row was at hand (QUEUED only), to launch it if no pod exists
+    backoff: Backoff
+    not_before: float = 0.0
+
 
 class Adoption(Results):
     """Adopting the pods of schedulers that are gone, and cleaning up the finished pods they left."""
@@ -40,15 +68,31 @@ class Adoption(Results):
         """Adopt the worker pods of dead schedulers: relabel them and watch them as our own.
 
         Pods that finished while no scheduler watched them are reported at once (the task instance
-        is still queued/running in the database, so its end was never reported).
+        is still queued/running in the database, so its end was never reported). A task instance whose
+        scheduler's pods could not all be listed is adopted unresolved: neither handed back for reset
+        nor launched, and looked for again with backoff (:meth:`_retry_unresolved`).
         """
+        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
+        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
+        for key in self._adopt(by_key):
+            self._keep_unresolved(by_key.pop(key))
+        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
+        self._cleanup_completed_pods()
+        self._retry_cleanup()
+        # Already adopted by a previous (retried) call: do not hand them back for reset.
+        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
+        return not_adopted
+
+    def _adopt(self, by_key: dict[TaskInstanceKey, Any]) -> set[TaskInstanceKey]:
+        """Adopt the pods of the task instances in ``by_key`` (each queued by a gone scheduler), launch the
+        QUEUED ones that have no pod of their current launch. Removes from ``by_key`` every task instance
+        adopted or launched; returns the keys whose scheduler's pods could not all be listed (unknown: the
+        caller must act on none of them)."""
         from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
         from airflow_jobwatch.kube.states import classify_pod
 
         assert self.supervisor is not None and self.scheduler_job_id is not None
-        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
-        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
         my_label = make_safe_label_value(self.scheduler_job_id)
         other = JOBWATCH_LABELS if self.labels == UPSTREAM_LABELS else UPSTREAM_LABELS
         # Our labels now, then the other scheme's: a pod launched before a switch of executor (or of
@@ -61,27 +105,27 @@ class Adoption(Results):
         }
         searches = [
             (scheme, job_id)
-            for job_id in {ti.queued_by_job_id for ti in by_key.values()}
+            for job_id in sorted({str(ti.queued_by_job_id) for ti in by_key.values()})
             for scheme in (self.labels, other)
         ]
         candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
-        unlisted: set[Any] = set()  # job ids whose pods could not all be listed
+        unlisted: set[str] = set()  # job ids whose pods could not all be listed
+        where = _Where()
         for scheme, job_id in searches:
+            if job_id in unlisted:
+                continue
             try:
-                pods = self._list_pods(scheme.selector(str(job_id)))
+                of_job = [ti for ti in by_key.values() if str(ti.queued_by_job_id) == job_id]
+                pods = self._list_everywhere(scheme.selector(job_id), of_job, where)
             except Exception as err:
                 unlisted.add(job_id)
-                namespaces = self._namespaces()
-                self.log.error(
-                    "Could not list the worker pods of scheduler job %s for adoption: %s",
+                self.log.warning(
+                    "Could not list every worker pod of scheduler job %s for adoption (%s); its task "
+                    "instances stay adopted here, unresolved, and are looked for again: none is reset or "
+                    "launched on a partial list",
                     job_id,
-                    _explain(
-                        err,
-                        verb="list",
-                        resource="pods",
-                        namespace=namespaces[0] if len(namespaces) == 1 else None,
-                    ),
+                    _explain(err, verb="list", resource="pods", namespace=None),
                 )
                 continue
             for pod in pods:
@@ -104,24 +148,174 @@ class Adoption(Results):
                         delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
                         self._cleanup.append((ns, name, delete))
                     continue
-                candidates.setdefault(key, []).append((str(job_id), pod))
+                candidates.setdefault(key, []).append((job_id, pod))
+        unknown = {key for key, ti in by_key.items() if str(ti.queued_by_job_id) in unlisted}
         for key, pods_of_key in candidates.items():
-            self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
-        # A task instance whose scheduler's pods could not all be listed may have a pod: never launch it
-        # twice; it is handed back to be reset, as before.
+            if key not in unknown:
+                self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
+        # "No pod" rests on a list of every namespace a launch of that scheduler could have used: only then
+        # is a QUEUED task instance launched here.
         for key, ti in list(by_key.items()):
-            if (
-                key not in self.running
-                and ti.queued_by_job_id not in unlisted
-                and self._launch_queued_orphan(ti)
-            ):
+            if key not in self.running and key not in unknown and self._launch_queued_orphan(ti):
                 by_key.pop(key)
-        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
-        self._cleanup_completed_pods()
-        self._retry_cleanup()
-        # Already adopted by a previous (retried) call: do not hand them back for reset.
-        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
-        return not_adopted
+        return unknown
+
+    def _list_everywhere(self, label_selector: str, tis: list[Any], where: _Where) -> list[dict[str, Any]]:
+        """Every pod matching ``label_selector`` in every namespace a launch of ``tis`` could have used, or
+        an exception: never a partial answer.
+
+        One list across all namespaces when RBAC allows it (a ``pod_override``, a ``pod_mutation_hook`` or
+        a template may have put a pod anywhere). Refused (401/403), the configured namespaces, those
+        watched here, and each task instance's own: the namespace its ``pod_override`` names and the one
+        its pod is built in today (template, override and hook).
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        if not where.cluster_refused:
+            try:
+                return self._list_pods(label_selector, namespaces=[None])
+            except ApiException as err:
+                if err.status not in (401, 403):
+                    raise
+                where.cluster_refused = True
+                self.log.info(
+                    "Listing worker pods across all namespaces is not allowed (%s %s); adoption lists the "
+                    "configured namespaces and those each task instance's pod can be built in",
+                    err.status,
+                    err.reason,
+                )
+        namespaces: set[str | None] = set(self._namespaces())
+        if self.supervisor is not None:
+            namespaces.update(self.supervisor.namespaces())
+        if None in namespaces:
+            raise RuntimeError(
+                "a list across all namespaces is needed ([kubernetes_executor] multi_namespace_mode)"
+            )
+        for ti in tis:
+            namespaces.update(self._launch_namespaces(ti))
+        return self._list_pods(label_selector, namespaces=sorted(namespaces, key=str))
+
+    def _launch_namespaces(self, ti: Any) -> set[str]:
+        """The namespaces a launch of ``ti`` may have used besides the configured ones: the one its
+        ``pod_override`` names, and the one its pod is built in now (template, override, mutation hook)."""
+        out: set[str] = set()
+        try:
+            override = (getattr(ti, "executor_config", None) or {}).get("pod_override")
+            meta = getattr(override, "metadata", None)
+            ns = getattr(meta, "namespace", None) if meta is not None else None
+            if ns is None and isinstance(override, dict):
+                ns = (override.get("metadata") or {}).get("namespace")
+            if ns:
+                out.add(str(ns))
+        except Exception as err:
+            self.log.debug("Could not read the executor_config of %s: %s", ti.key, err)
+        workload = self._workload_of(ti)
+        if workload is not None and self._pod_builder is not None:
+            try:
+                body = self._pod_builder.body(workload, pod_name="adoption-probe", launch_id="adoption-probe")
+                out.add(str(body["metadata"]["namespace"]))
+            except Exception as err:
+                self.log.debug("Could not build the pod of %s to find its namespace: %s", ti.key, err)
+        return out
+
+    def _workload_of(self, ti: Any) -> Any:
+        """The ExecuteTask of ``ti``, rebuilt from its row as the scheduler builds it (None if it cannot be)."""
+        if isinstance(ti, _Unresolved):
+            return ti.workload
+        try:
+            from airflow.executors.workloads import ExecuteTask
+
+            return ExecuteTask.make(ti, generator=self.jwt_generator)
+        except Exception as err:
+            self.log.debug("Could not rebuild the workload of %s (%s: %s)", ti.key, type(err).__name__, err)
+            return None
+
+    def _keep_unresolved(self, ti: Any) -> None:
+        """Keep a task instance adopted but unresolved: its row is read again before it is acted on."""
+        if isinstance(ti, _Unresolved):
+            entry = ti
+        else:
+            state = getattr(ti, "state", None)
+            entry = _Unresolved(
+                key=ti.key,
+                queued_by_job_id=ti.queued_by_job_id,
+                external_executor_id=getattr(ti, "external_executor_id", None),
+                state=getattr(state, "value", state),
+                executor_config=getattr(ti, "executor_config", None),
+                workload=self._workload_of(ti) if getattr(state, "value", state) == "queued" else None,
+                backoff=Backoff(
+                    initial_seconds=ADOPTION_RETRY_INITIAL_SECONDS,
+                    max_seconds=ADOPTION_RETRY_MAX_SECONDS,
+                    reset_after_seconds=float("inf"),
+                ),
+            )
+        now = time.monotonic()
+        entry.not_before = now + entry.backoff.failure(now)
+        self._unresolved[entry.key] = entry
+
+    def _retry_unresolved(self) -> None:
+        """Look again for the pods of task instances adopted unresolved, once their backoff has passed.
+
+        Each is first read again from Airflow's database (one query for all): one that this scheduler no
+        longer holds (queued by another, queued again under another launch, reset, finished) is dropped
+        without acting. The others are adopted as at adoption time; the rows that still cannot be resolved
+        back off again.
+        """
+        now = time.monotonic()
+        due = {key: entry for key, entry in self._unresolved.items() if entry.not_before <= now}
+        if not due:
+            return
+        from airflow_jobwatch.executors import results
+
+        try:
+            rows = results.task_instance_rows(list(due))
+        except Exception as err:
+            self.log.warning("Could not read the unresolved adopted task instances (%s); retrying later", err)
+            for entry in due.values():
+                self._keep_unresolved(entry)
+            return
+        for key, entry in list(due.items()):
+            row = rows.get(key)
+            held = (
+                row is not None
+                and row.try_number == key.try_number
+                and str(row.queued_by_job_id) == self.scheduler_job_id
+                and row.external_executor_id == entry.external_executor_id
+                and row.state in ("queued", "running")
+            )
+            if not held:
+                del self._unresolved[key]
+                due.pop(key)
+                self.log.info(
+                    "%s, adopted unresolved, is no longer this scheduler's launch %s (now %s); dropped",
+                    key,
+                    entry.external_executor_id,
+                    "gone"
+                    if row is None
+                    else f"{row.state}, queued by {row.queued_by_job_id}, launch {row.external_executor_id}",
+                )
+                continue
+            assert row is not None
+            entry.state = row.state
+        if not due:
+            return
+        by_key: dict[TaskInstanceKey, Any] = dict(due)
+        unknown = self._adopt(by_key)
+        for key, entry in due.items():
+            if key in unknown:
+                self._keep_unresolved(entry)
+                continue
+            del self._unresolved[key]
+            if key in by_key and key not in self.running:
+                # Listed everywhere: no pod of its current launch exists. It can no longer be handed back
+                # for reset; a RUNNING one has lost its worker and is failed by Airflow's task heartbeat
+                # timeout, a QUEUED one whose workload could not be rebuilt by [scheduler] task_queued_timeout.
+                self.log.warning(
+                    "%s (%s) has no pod of its launch %s in any namespace; left to Airflow's timeouts",
+                    key,
+                    entry.state,
+                    entry.external_executor_id,
+                )
 
     def _adopt_pods_of_key(
         self,
@@ -203,6 +397,10 @@ class Adoption(Results):
                 continue
             launch_id = launch_of(pod)
             current = name == current_name
+            if not self.supervisor.watches(ns):
+                # A pod_override's namespace that this process has not launched in: watched from now on, so
+                # that the pod's end (current launch or earlier) is seen and it is cleaned up.
+                self.supervisor.add_namespace(ns)
             self.records.adopt(key, (ns, name), launch_id, current=current)
             self.supervisor.track(ns, name, key)
             if current:
@@ -251,18 +449,23 @@ class Adoption(Results):
         state = getattr(ti, "state", None)
         if getattr(state, "value", state) != "queued":
             return False
-        try:
-            from airflow.executors.workloads import ExecuteTask
+        if isinstance(ti, _Unresolved):
+            workload = ti.workload
+            if workload is None:
+                return False
+        else:
+            try:
+                from airflow.executors.workloads import ExecuteTask
 
-            workload = ExecuteTask.make(ti, generator=self.jwt_generator)
-        except Exception as err:
-            self.log.warning(
-                "Could not rebuild the workload of %s to launch it here (%s: %s); it is left to be reset",
-                ti.key,
-                type(err).__name__,
-                err,
-            )
-            return False
+                workload = ExecuteTask.make(ti, generator=self.jwt_generator)
+            except Exception as err:
+                self.log.warning(
+                    "Could not rebuild the workload of %s to launch it here (%s: %s); it is left to be reset",
+                    ti.key,
+                    type(err).__name__,
+                    err,
+                )
+                return False
         self.queued_tasks[ti.key] = workload
         self._process_workloads([workload])
         self._counters["adopted"] += 1

@@ -1,0 +1,167 @@
+"""Adoption and launching act only on whole evidence, and only while this scheduler holds the launch.
+
+Driven as the scheduler does (queue_workload, heartbeat, try_adopt_task_instances) against the sandbox.
+What Airflow's database holds for a task instance is answered by the test (these harnesses have no task
+instance rows), through the one function the executor reads it with.
+
+- A pod LIST that fails during adoption is "unknown", not "no pod": the task instance stays adopted,
+  unresolved, is neither handed back for reset nor launched, and is looked for again with backoff.
+- A pod in a namespace that only its ``pod_override`` names is found by the adopter (a list across all
+  namespaces; refused by RBAC, the namespaces each task instance's pod can be built in): one pod, one try.
+- A pending create, or its retry, is dropped without acting once the database says this scheduler no
+  longer holds the launch (another scheduler adopted it while this one was stalled).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from exec_helpers import pods_of, poll, submit, terminal_events, wait_for_file
+from support.workloads import make_workload
+
+from airflow_jobwatch.executors import adoption, results
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _row(state: str, job_id: str, launch: str, try_number: int = 1) -> Any:
+    return SimpleNamespace(
+        state=state, try_number=try_number, queued_by_job_id=job_id, external_executor_id=launch
+    )
+
+
+def _all_pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for ns in ("default", "elsewhere")
+        for p in sandbox.objects("pods", ns)
+        if (p["metadata"].get("annotations") or {}).get("task_id") == task_id
+    ]
+
+
+def test_a_failed_list_leaves_the_task_adopted_unresolved_until_a_list_succeeds(
+    executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox, _ = kube_sandbox
+    monkeypatch.setattr(adoption, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2, raising=False)
+    may_end = tmp_path / "may-end"
+    old = executor_factory(job_id="42")
+    w = make_workload(task_id="listed", command=f"{wait_for_file(may_end)}; exit 0")
+    w.ti.external_executor_id = "launch-listed"
+    events: list[tuple[Any, Any]] = []
+    submit(old, w)
+    poll(
+        old,
+        lambda: any(p["status"].get("phase") == "Running" for p in pods_of(sandbox, "listed")),
+        timeout=60,
+        what="the pod to run",
+        events=events,
+    )
+    old.terminate()
+
+    new = executor_factory(job_id="43")
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=42, external_executor_id="launch-listed", state="running"
+    )
+    sandbox.set_error_rate(1.0, status=500, verbs={"list"})
+    assert new.try_adopt_task_instances([orphan]) == [], "a failed list must not hand the task back for reset"
+    assert len(pods_of(sandbox, "listed")) == 1
+    # The scheduler has given the task instance to this scheduler (it was not handed back).
+    monkeypatch.setattr(
+        results,
+        "task_instance_rows",
+        lambda keys: {w.ti.key: _row("running", "43", "launch-listed")},
+        raising=False,
+    )
+    sandbox.set_error_rate(0.0)
+    all_events: list[tuple[Any, Any]] = []
+    poll(new, lambda: w.ti.key in new.running, timeout=60, what="the retried adoption", events=all_events)
+    may_end.touch()
+    poll(new, lambda: terminal_events(all_events), timeout=60, what="the task's end", events=all_events)
+    assert [(k, s) for k, s, _ in terminal_events(all_events)] == [(w.ti.key, "success")]
+    assert len(pods_of(sandbox, "listed")) <= 1 and new.status()["pods_launched"] == 0
+
+
+@pytest.mark.parametrize("cluster_list", ["allowed", "refused"])
+def test_a_restart_finds_the_pod_in_a_pod_override_namespace_and_launches_nothing(
+    cluster_list: str,
+    executor_factory: Any,
+    kube_sandbox: Any,
+    core_v1: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from airflow.executors.workloads import ExecuteTask
+
+    sandbox, _ = kube_sandbox
+    core_v1.create_namespace({"metadata": {"name": "elsewhere"}})
+    may_end = tmp_path / "may-end"
+    old = executor_factory(job_id="42")
+    w = make_workload(task_id="away", command=f"{wait_for_file(may_end)}; exit 0", namespace="elsewhere")
+    w.ti.external_executor_id = "launch-away"
+    events: list[tuple[Any, Any]] = []
+    submit(old, w)
+    poll(old, lambda: _all_pods(sandbox, "away"), timeout=60, what="the pod", events=events)
+    old.terminate()
+
+    # If the adopter found no pod, it would launch the QUEUED task instance again from its rebuilt workload.
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    new = executor_factory(job_id="43")
+    if cluster_list == "refused":
+        from kubernetes.client.exceptions import ApiException
+
+        # The sandbox's RBAC mode cannot refuse only the cluster-wide list while allowing the namespaced
+        # ones with this kubeconfig: this one call is refused by hand, as a namespaced Role would refuse it.
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=403, reason="Forbidden")
+
+        monkeypatch.setattr(new.core_v1, "list_pod_for_all_namespaces", refused)
+    orphan = SimpleNamespace(
+        key=w.ti.key,
+        queued_by_job_id=42,
+        external_executor_id="launch-away",
+        state="queued",
+        executor_config=w.ti.executor_config if hasattr(w.ti, "executor_config") else None,
+    )
+    assert new.try_adopt_task_instances([orphan]) == []
+    all_events: list[tuple[Any, Any]] = []
+    may_end.touch()
+    poll(new, lambda: terminal_events(all_events), timeout=60, what="the task's end", events=all_events)
+    assert [(k, s) for k, s, _ in terminal_events(all_events)] == [(w.ti.key, "success")]
+    assert new.status()["pods_launched"] == 0, "the adopter launched a second pod for the same try"
+    assert len(_all_pods(sandbox, "away")) <= 1
+
+
+def test_a_create_backing_off_is_dropped_once_another_scheduler_holds_the_launch(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scheduler 42's create is refused (a full quota); meanwhile 42 was taken for dead and scheduler 43
+    adopted the task instance. 42's next retry must not create the pod."""
+    sandbox, _ = kube_sandbox
+    ex = executor_factory(job_id="42")
+    owner = {"job": "42"}
+    monkeypatch.setattr(
+        results,
+        "launches_held",
+        lambda launches, job_id: {k: owner["job"] == job_id for k in launches},
+        raising=False,
+    )
+    w = make_workload(task_id="fenced", command="exit 0")
+    w.ti.external_executor_id = "launch-fenced"
+    sandbox.set_error_rate(1.0, status=503, verbs={"create"})
+    events: list[tuple[Any, Any]] = []
+    submit(ex, w)
+    poll(ex, lambda: ex.status()["create_retries"] >= 1, timeout=60, what="a refused create", events=events)
+    owner["job"] = "43"
+    sandbox.set_error_rate(0.0)
+    poll(ex, lambda: w.ti.key not in ex.running, timeout=60, what="the launch to be dropped", events=events)
+    for _ in range(10):  # a few more heartbeats: nothing may create it now
+        ex.heartbeat()
+        events.extend(ex.get_event_buffer().items())
+    assert ex.status()["pods_launched"] == 0, "a scheduler that no longer holds the launch created its pod"
+    assert pods_of(sandbox, "fenced") == []
+    assert terminal_events(events) == []
+    assert ex.status().get("launches_dropped") == 1
