@@ -7,7 +7,7 @@ instance rows), through the one function the executor reads it with.
 - A pod LIST that fails during adoption is "unknown", not "no pod": the task instance stays adopted,
   unresolved, is neither handed back for reset nor launched, and is looked for again with backoff.
 - A pod in a namespace that only its ``pod_override`` names is found by the adopter (a list across all
-  namespaces; refused by RBAC, the namespaces each task instance's pod can be built in): one pod, one try.
+  namespaces): one pod, one try. (Under RBAC, with that list refused: test_executor_rbac.py.)
 - A pending create, or its retry, is dropped without acting once the database says this scheduler no
   longer holds the launch (another scheduler adopted it while this one was stalled).
 """
@@ -85,9 +85,7 @@ def test_a_failed_list_leaves_the_task_adopted_unresolved_until_a_list_succeeds(
     assert len(pods_of(sandbox, "listed")) <= 1 and new.status()["pods_launched"] == 0
 
 
-@pytest.mark.parametrize("cluster_list", ["allowed", "refused"])
 def test_a_restart_finds_the_pod_in_a_pod_override_namespace_and_launches_nothing(
-    cluster_list: str,
     executor_factory: Any,
     kube_sandbox: Any,
     core_v1: Any,
@@ -110,15 +108,6 @@ def test_a_restart_finds_the_pod_in_a_pod_override_namespace_and_launches_nothin
     # If the adopter found no pod, it would launch the QUEUED task instance again from its rebuilt workload.
     monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
     new = executor_factory(job_id="43")
-    if cluster_list == "refused":
-        from kubernetes.client.exceptions import ApiException
-
-        # The sandbox's RBAC mode cannot refuse only the cluster-wide list while allowing the namespaced
-        # ones with this kubeconfig: this one call is refused by hand, as a namespaced Role would refuse it.
-        def refused(*args: Any, **kwargs: Any) -> Any:
-            raise ApiException(status=403, reason="Forbidden")
-
-        monkeypatch.setattr(new.core_v1, "list_pod_for_all_namespaces", refused)
     orphan = SimpleNamespace(
         key=w.ti.key,
         queued_by_job_id=42,
