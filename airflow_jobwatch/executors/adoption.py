@@ -18,6 +18,7 @@ from airflow_jobwatch.executors.pods import (
     key_from_annotations,
     launch_id_of,
 )
+from airflow_jobwatch.executors.record import LAUNCH, adoption_verdict
 from airflow_jobwatch.executors.results import Results
 from airflow_jobwatch.executors.watcher import PodResult
 from airflow_jobwatch.kube.backoff import Backoff
@@ -103,61 +104,91 @@ class Adoption(Results):
             other.worker: None,
             other.executor: None,
         }
-        searches = [
-            (scheme, job_id)
-            for job_id in sorted({str(ti.queued_by_job_id) for ti in by_key.values()})
-            for scheme in (self.labels, other)
-        ]
+        # A launch of these keys that this executor still holds without a pod (its create pending, from before
+        # this scheduler was itself taken for dead and the task adopted elsewhere) is stale knowledge: the
+        # database's queued_by_job_id and external_executor_id would name it again once adopted here, so the
+        # fencing check would pass for it beside the pod another scheduler made. Dropped; one whose create
+        # is in flight may have made a pod: unknown this round.
+        in_flight: set[TaskInstanceKey] = set()
+        for orphan_key in list(by_key):
+            held = self.records.get(orphan_key)
+            if held is None or held.pod is not None:
+                continue
+            if orphan_key in self._inflight:
+                in_flight.add(orphan_key)
+                continue
+            self._building.discard(orphan_key)
+            if held.create is not None and held.create.ref is not None:
+                self.supervisor.untrack(*held.create.ref)
+            self.records.end(orphan_key)
+            self._settle(orphan_key)
+            self.log.info(
+                "%s is adopted from scheduler job %s: this scheduler's own pending launch %s of it is dropped",
+                orphan_key,
+                by_key[orphan_key].queued_by_job_id,
+                held.launch_id,
+            )
+        # Every worker pod of each label scheme, not only those labelled with the gone schedulers' job ids: a
+        # task instance adopted unresolved by a scheduler that died in turn is queued by that scheduler, while
+        # its pods still carry the label of the one before (nobody could relabel what nobody could list).
+        gone = {make_safe_label_value(str(ti.queued_by_job_id)) for ti in by_key.values()}
         candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
-        unlisted: set[str] = set()  # job ids whose pods could not all be listed
+        complete = True
         where = _Where()
-        for scheme, job_id in searches:
-            if job_id in unlisted:
-                continue
+        for scheme in (self.labels, other):
             try:
-                of_job = [ti for ti in by_key.values() if str(ti.queued_by_job_id) == job_id]
-                pods = self._list_everywhere(scheme.selector(job_id), of_job, where)
-            except Exception as err:
-                unlisted.add(job_id)
-                self.log.warning(
-                    "Could not list every worker pod of scheduler job %s for adoption (%s); its task "
-                    "instances stay adopted here, unresolved, and are looked for again: none is reset or "
-                    "launched on a partial list",
-                    job_id,
-                    _explain(err, verb="list", resource="pods", namespace=None),
+                pods = self._list_everywhere(
+                    f"{scheme.executor}=True,{DONE_LABEL}!=True", list(by_key.values()), where
                 )
-                continue
+            except Exception as err:
+                complete = False
+                self.log.warning(
+                    "Could not list every worker pod for adoption (%s); the task instances of scheduler job(s) "
+                    "%s stay adopted here, unresolved, and are looked for again: none is reset or launched on "
+                    "a partial list",
+                    _explain(err, verb="list", resource="pods", namespace=None),
+                    ", ".join(sorted(gone)),
+                )
+                break
             for pod in pods:
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
                 ns, name = meta["namespace"], meta["name"]
+                label = str((meta.get("labels") or {}).get(scheme.worker))
                 if (ns, name) in seen:
                     continue
                 seen.add((ns, name))
-                if (key is None or key not in by_key) and scheme != self.labels:
-                    continue  # not one of our task instances, and under the other labels: not ours
-                if key is None or key not in by_key:
-                    # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
-                    # already recorded): nobody else will ever clean it up.
-                    finished = classify_pod(pod) if key is not None else None
-                    # (Another live scheduler may be adopting its task instance right now: wait as above.)
-                    if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
-                        failed = finished.phase == "failed"
-                        kc = self.kube_config
-                        delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
-                        self._cleanup.append((ns, name, delete))
+                if key is not None and key in by_key:
+                    candidates.setdefault(key, []).append((label, pod))
                     continue
-                candidates.setdefault(key, []).append((job_id, pod))
-        unknown = {key for key, ti in by_key.items() if str(ti.queued_by_job_id) in unlisted}
+                if scheme != self.labels or label not in gone:
+                    continue  # not one of these task instances, and not a gone scheduler's pod to clean up
+                # A finished pod of a dead scheduler whose task instance is not orphaned (its end is already
+                # recorded): nobody else will ever clean it up.
+                finished = classify_pod(pod) if key is not None else None
+                # (Another live scheduler may be adopting its task instance right now: wait as above.)
+                if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
+                    failed = finished.phase == "failed"
+                    kc = self.kube_config
+                    delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+                    self._cleanup.append((ns, name, delete))
+        unknown = in_flight if complete else set(by_key)
         for key, pods_of_key in candidates.items():
-            if key not in unknown:
-                self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
+            if key not in unknown and not self._adopt_pods_of_key(key, pods_of_key, relabel, by_key):
+                unknown.add(key)
         # "No pod" rests on a list of every namespace a launch of that scheduler could have used: only then
         # is a QUEUED task instance launched here.
         for key, ti in list(by_key.items()):
-            if key not in self.running and key not in unknown and self._launch_queued_orphan(ti):
+            state = getattr(ti, "state", None)
+            verdict = adoption_verdict(
+                complete=key not in unknown,
+                current_pod=key in self.running,  # adopted above, or this executor holds it itself
+                state=getattr(state, "value", state),
+            )
+            if verdict == LAUNCH and self._launch_queued_orphan(ti):
                 by_key.pop(key)
+            # RESET: left in by_key (handed back); UNRESOLVED: the caller keeps it; ADOPT: done above.
         return unknown
 
     def _list_everywhere(self, label_selector: str, tis: list[Any], where: _Where) -> list[dict[str, Any]]:
@@ -323,8 +354,9 @@ class Adoption(Results):
         pods: list[tuple[str, dict[str, Any]]],
         relabel: dict[str, str | None],
         by_key: dict[TaskInstanceKey, TaskInstance],
-    ) -> None:
+    ) -> bool:
         """Adopt a dead scheduler's pods of one orphaned task instance key: relabel, track, report ends.
+        False if the pod of its current launch could not be taken over (its relabel failed): unknown.
 
         A key may have several pods: the dead scheduler launched it again (resumed after deferral, same
         try) while the pod of the earlier launch was still ending. Which one is current is what Airflow's
@@ -381,10 +413,14 @@ class Adoption(Results):
                     key,
                     expected,
                 )
+        resolved = True
         for job_id, pod in pods:
             meta = pod.get("metadata") or {}
             ns, name = meta["namespace"], meta["name"]
             annotations = meta.get("annotations") or {}
+            held = self.records.get(key)
+            if held is not None and (ns, name) in (held.pod, held.create.ref if held.create else None):
+                continue  # this executor's own pod of the launch it holds
             try:
                 self.core_v1.patch_namespaced_pod(
                     name,
@@ -394,6 +430,8 @@ class Adoption(Results):
                 )
             except Exception as err:
                 self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
+                if name == current_name:
+                    resolved = False  # its current launch's pod exists: never reset or launched beside it
                 continue
             launch_id = launch_of(pod)
             current = name == current_name
@@ -434,6 +472,7 @@ class Adoption(Results):
                         observed_at=time.time(),
                     )
                 )
+        return resolved
 
     def _launch_queued_orphan(self, ti: TaskInstance) -> bool:
         """Adopt a QUEUED task instance that has no pod of its current launch by launching it here.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.base import ExecutorBase
-from airflow_jobwatch.executors.record import TaskRecord
+from airflow_jobwatch.executors.record import SUPERSEDED, TaskRecord, launch_held, launch_verdict
 from airflow_jobwatch.executors.watcher import PodResult
 from airflow_jobwatch.kube.backoff import Backoff
 
@@ -362,11 +362,6 @@ def task_instance_rows(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, Tas
     return out
 
 
-# What queued_on_try answers for a launch that Airflow's database no longer names: the scheduler queued the
-# key again on the same try under another (pre-assigned) launch id, so this launch's end is not reported.
-SUPERSEDED = "superseded"
-
-
 def queued_on_try(
     launches: Mapping[TaskInstanceKey, str], pre_assigned: frozenset[TaskInstanceKey] = frozenset()
 ) -> dict[TaskInstanceKey, bool | str | None]:
@@ -377,17 +372,13 @@ def queued_on_try(
     scheduler (``pre_assigned``), so the key was queued again after this launch. None (or no entry): unknown;
     without a pre-assigned id the row names an earlier launch until the scheduler has read this executor's
     event naming the new one."""
-    out: dict[TaskInstanceKey, bool | str | None] = {}
-    for key, row in task_instance_rows(list(launches)).items():
-        if row.try_number != key.try_number:
-            out[key] = False
-        elif row.external_executor_id == launches[key]:
-            out[key] = row.state == "queued"
-        elif key in pre_assigned and row.external_executor_id is not None:
-            out[key] = SUPERSEDED
-        else:
-            out[key] = None
-    return out
+    rows = task_instance_rows(list(launches))
+    return {
+        key: launch_verdict(
+            row, try_number=key.try_number, launch_id=launches[key], pre_assigned=key in pre_assigned
+        )
+        for key, row in rows.items()
+    }
 
 
 def launches_held(
@@ -402,14 +393,13 @@ def launches_held(
     so only the scheduler job and the try are checked.
     """
     rows = task_instance_rows(list(launches))
-    out: dict[TaskInstanceKey, bool] = {}
-    for key, (launch_id, pre_assigned) in launches.items():
-        row = rows.get(key)
-        out[key] = (
-            row is not None
-            and row.try_number == key.try_number
-            and row.state in ("queued", "running")
-            and row.queued_by_job_id == scheduler_job_id
-            and (not pre_assigned or row.external_executor_id == launch_id)
+    return {
+        key: launch_held(
+            rows.get(key),
+            try_number=key.try_number,
+            scheduler_job_id=scheduler_job_id,
+            launch_id=launch_id,
+            pre_assigned=pre_assigned,
         )
-    return out
+        for key, (launch_id, pre_assigned) in launches.items()
+    }

@@ -14,6 +14,7 @@ instance rows), through the one function the executor reads it with.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -154,3 +155,37 @@ def test_a_create_backing_off_is_dropped_once_another_scheduler_holds_the_launch
     assert pods_of(sandbox, "fenced") == []
     assert terminal_events(events) == []
     assert ex.status().get("launches_dropped") == 1
+
+
+def test_a_scheduler_adopting_back_a_task_drops_its_own_stale_pending_launch(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """42's create of a task backs off (503); 42 is taken for dead and 43 launches the task (same launch id,
+    the database's); then 43 dies and 42 adopts the task back. The database names 42 and the launch again,
+    so the check before a create would pass for 42's stale pending create: adoption must drop it."""
+    sandbox, _ = kube_sandbox
+    monkeypatch.setattr(adoption, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2, raising=False)
+    a = executor_factory(job_id="42")
+    w = make_workload(task_id="aba", command="sleep 30")
+    w.ti.external_executor_id = "launch-aba"
+    events: list[tuple[Any, Any]] = []
+    sandbox.set_error_rate(1.0, status=503, verbs={"create"})
+    submit(a, w)
+    poll(a, lambda: a.status()["create_retries"] >= 1, timeout=60, what="a refused create", events=events)
+    sandbox.set_error_rate(0.0)
+    b = executor_factory(job_id="43")  # 42's task adopted by 43, which launches it (no pod existed)
+    submit(b, w)
+    poll(b, lambda: pods_of(sandbox, "aba"), timeout=60, what="43's pod", events=events)
+    b.terminate()
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=43, external_executor_id="launch-aba", state="queued"
+    )
+    assert a.try_adopt_task_instances([orphan]) == []
+    # A stale create would be retried within its backoff (0.1 s doubling to 0.5 s here): 3 s of heartbeats.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        a.heartbeat()
+        events.extend(a.get_event_buffer().items())
+        time.sleep(0.1)
+    assert a.status()["pods_launched"] == 0, "the stale launch created a second pod for the same try"
+    assert len(pods_of(sandbox, "aba")) == 1 and w.ti.key in a.running
