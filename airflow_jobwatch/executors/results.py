@@ -235,7 +235,7 @@ class Results(ExecutorBase):
 
         Such a pod cannot have run the task (its worker never started, so it never told Airflow's
         execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
-        a new pod is created after a backoff; the disrupted pod is deleted. Returns False past
+        a new pod is created after a backoff; the disrupted pod is cleaned up per ``delete_worker_pods*``. Returns False past
         ``[jobwatch] disruption_relaunches``: the task then fails with a message naming every disruption.
         """
         if len(record.disruptions) + 1 > self._disruption_relaunches:
@@ -268,7 +268,7 @@ class Results(ExecutorBase):
         explain: Callable[[float, int], str],
     ) -> None:
         """Launch the record's try again after a backoff (2 s doubling to 60 s, with jitter, shared by every
-        relaunch of the record): the failed pod is deleted, nothing is reported to the scheduler, and the
+        relaunch of the record): the failed pod is cleaned up per ``delete_worker_pods*``, nothing is reported to the scheduler, and the
         relaunch is logged at WARNING in the scheduler and task logs and listed in the status file as
         ``state``. ``explain(delay, count)`` words it."""
         backoff = record.relaunch_backoff or Backoff(
@@ -287,7 +287,10 @@ class Results(ExecutorBase):
         self._report(
             record.key, pod=f"{result.namespace}/{result.name}", state=state, reason=result.reason, gap=False
         )
-        self._clean_up_finished(result, delete=True)
+        # As upstream: the failed pod is deleted or kept (labelled done) per delete_worker_pods*, so that
+        # delete_worker_pods_on_failure = False keeps it for inspection; a pod that failed while still
+        # Pending (it could yet start) is deleted in any case.
+        self._clean_up_finished(result)
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
         """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
