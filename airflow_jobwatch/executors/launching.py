@@ -96,6 +96,10 @@ class LaunchQueue(ExecutorBase):
 
         if not records:
             return set()
+        if self.job_id is None:
+            # Not run by a scheduler job (``dag.test(use_executor=True)``): its task instances are queued by no
+            # job, so no scheduler can adopt them, and there is nothing to check against.
+            return {r.key for r in records}
         assert self.scheduler_job_id is not None
         launches = {
             r.key: (

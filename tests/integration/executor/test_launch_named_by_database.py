@@ -139,3 +139,19 @@ def test_a_launch_queued_by_another_scheduler_is_never_created(
     assert ex.status()["pods_launched"] == 1
     assert pods_of(sandbox, "theirs") == [] and pods_of(sandbox, "requeued") == []
     assert ex.status().get("launches_dropped") == 2
+
+
+def test_an_executor_run_by_no_scheduler_job_launches_without_the_check(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dag.test(use_executor=True)`` starts the executor with no scheduler job: nothing can adopt its
+    tasks, and its task instances name no job, so its launches are not held back by the check."""
+    sandbox, _ = kube_sandbox
+    if REAL_LAUNCHES_HELD is not None:
+        monkeypatch.setattr(results, "launches_held", REAL_LAUNCHES_HELD)
+    ex = executor_factory(job_id=None)
+    w = make_workload(task_id="adhoc", command="exit 0")
+    events: list[tuple[Any, Any]] = []
+    submit(ex, w)
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
+    assert [(k.task_id, s) for k, s, _ in terminal_events(events)] == [("adhoc", "success")]
