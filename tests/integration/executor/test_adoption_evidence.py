@@ -189,3 +189,40 @@ def test_a_scheduler_adopting_back_a_task_drops_its_own_stale_pending_launch(
         time.sleep(0.1)
     assert a.status()["pods_launched"] == 0, "the stale launch created a second pod for the same try"
     assert len(pods_of(sandbox, "aba")) == 1 and w.ti.key in a.running
+
+
+@pytest.mark.sandbox_opts(pod_start_delay=4.0)  # the pod stays Pending long enough to be evicted
+def test_a_stalled_scheduler_does_not_relaunch_an_evicted_pod_of_a_task_adopted_elsewhere(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """42's pod is evicted before it started, while 42 was taken for dead and 43 adopted the task (its
+    relabel not yet done). 42 must not launch the task again: that launch is 43's to decide."""
+    from airflow_jobwatch.executors import results as results_module
+
+    monkeypatch.setattr(results_module, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.1)
+    monkeypatch.setattr(results_module, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.2)
+    sandbox, _ = kube_sandbox
+    ex = executor_factory(job_id="42")
+    owner = {"job": "42"}
+    monkeypatch.setattr(
+        results,
+        "launches_held",
+        lambda launches, job_id: {k: owner["job"] == job_id for k in launches},
+        raising=False,
+    )
+    w = make_workload(task_id="evicted", command="exit 0")
+    w.ti.external_executor_id = "launch-evicted"
+    events: list[tuple[Any, Any]] = []
+    submit(ex, w)
+    (pod,) = poll(ex, lambda: pods_of(sandbox, "evicted"), timeout=60, what="the pod", events=events)
+    assert pod["status"].get("phase") == "Pending", pod["status"]
+    owner["job"] = "43"
+    sandbox.evict_pod("default", pod["metadata"]["name"])
+    poll(ex, lambda: w.ti.key not in ex.running, timeout=60, what="42 to let the task go", events=events)
+    deadline = time.monotonic() + 2  # a relaunch would be created within its backoff (0.1-0.2 s here)
+    while time.monotonic() < deadline:
+        ex.heartbeat()
+        events.extend(ex.get_event_buffer().items())
+        time.sleep(0.1)
+    assert ex.status()["pods_launched"] == 1, "the stalled scheduler launched the task again"
+    assert terminal_events(events) == []
