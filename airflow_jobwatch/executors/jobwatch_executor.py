@@ -78,7 +78,8 @@ class JobWatchExecutor(LaunchQueue, Adoption):
 
     supports_ad_hoc_ti_run: bool = True
     # The scheduler gives each hand-over to QUEUED a fresh external_executor_id, in the same database write
-    # (Airflow 3.3+; older versions ignore this): the launch id that an adopter reads back.
+    # (Airflow 3.2.2+; older versions ignore this, and the executor reports its own id instead): the launch
+    # id that an adopter reads back.
     pre_assigns_external_executor_id = True
     supports_multi_team: bool = True
     is_local: bool = False
