@@ -16,7 +16,8 @@ Each executor is driven the way the scheduler drives it (``queue_workload`` then
 workloads whose pods run ``sh -c "sleep S; date +%s.%N > END_FILE"`` (S in 2..5 s). Running full Airflow
 for 2 x 200 tasks does not fit in this machine's time budget; the executors' own code (pod creation,
 watcher processes, health checks, state handling) runs unmodified, except two upstream methods that
-need task-instance rows in a metadata database: ``_should_create_pod_for_job`` is answered "yes"
+need task-instance rows in a metadata database: ``_should_create_pod_for_job`` is answered "yes" (and
+so is JobWatchExecutor's own check that this scheduler still holds each launch)
 (every workload is current) and its ``Succeeded -> state None -> DB lookup`` finds no row, so upstream
 reports ``None`` for a success (the bench counts ``None`` as upstream's success).
 
@@ -111,8 +112,11 @@ class _UpstreamRestartCounter:
 def _make_executor(kind: str, job_id: str) -> tuple[Any, Any]:
     """Return (executor, watcher_pid_getter)."""
     if kind == "jobwatch":
-        from airflow_jobwatch.executors import JobWatchExecutor
+        from airflow_jobwatch.executors import JobWatchExecutor, results
 
+        # As upstream's _should_create_pod_for_job below: no task instance rows here, so every launch is
+        # answered as this scheduler's (the database check before each create would find none).
+        results.launches_held = lambda launches, job_id: dict.fromkeys(launches, True)  # type: ignore[assignment]
         ex = JobWatchExecutor()
         ex.job_id = job_id
         ex.start()

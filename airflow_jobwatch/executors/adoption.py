@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
@@ -17,8 +18,10 @@ from airflow_jobwatch.executors.pods import (
     key_from_annotations,
     launch_id_of,
 )
+from airflow_jobwatch.executors.record import LAUNCH, adoption_verdict
 from airflow_jobwatch.executors.results import Results
 from airflow_jobwatch.executors.watcher import PodResult
+from airflow_jobwatch.kube.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -32,6 +35,32 @@ if TYPE_CHECKING:
 # the pod to report its end; deleting it would get the task reset and run again.
 COMPLETED_POD_GRACE_MARGIN_SECONDS = 60.0
 
+# A task instance adopted unresolved (its gone scheduler's pods could not all be listed) is looked for again
+# after this backoff (doubling, with jitter, up to the maximum): an API server or RBAC problem is rarely fixed
+# within seconds, and each attempt costs a list per namespace.
+ADOPTION_RETRY_INITIAL_SECONDS = 5.0
+ADOPTION_RETRY_MAX_SECONDS = 120.0
+
+
+class _Where:
+    """Where one adoption round may list: whether the list across all namespaces was refused."""
+
+    cluster_refused = False
+
+
+@dataclass
+class _Unresolved:
+    """A task instance adopted while its scheduler's pods could not all be listed: what its row said."""
+
+    key: Any
+    queued_by_job_id: Any  # the gone scheduler's job id: its pods still carry that label
+    external_executor_id: str | None
+    state: str | None
+    executor_config: Any
+    workload: Any  # rebuilt while the row was at hand (QUEUED only), to launch it if no pod exists
+    backoff: Backoff
+    not_before: float = 0.0
+
 
 class Adoption(Results):
     """Adopting the pods of schedulers that are gone, and cleaning up the finished pods they left."""
@@ -40,15 +69,31 @@ class Adoption(Results):
         """Adopt the worker pods of dead schedulers: relabel them and watch them as our own.
 
         Pods that finished while no scheduler watched them are reported at once (the task instance
-        is still queued/running in the database, so its end was never reported).
+        is still queued/running in the database, so its end was never reported). A task instance whose
+        scheduler's pods could not all be listed is adopted unresolved: neither handed back for reset
+        nor launched, and looked for again with backoff (:meth:`_retry_unresolved`).
         """
+        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
+        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
+        for key in self._adopt(by_key):
+            self._keep_unresolved(by_key.pop(key))
+        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
+        self._cleanup_completed_pods()
+        self._retry_cleanup()
+        # Already adopted by a previous (retried) call: do not hand them back for reset.
+        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
+        return not_adopted
+
+    def _adopt(self, by_key: dict[TaskInstanceKey, Any]) -> set[TaskInstanceKey]:
+        """Adopt the pods of the task instances in ``by_key`` (each queued by a gone scheduler), launch the
+        QUEUED ones that have no pod of their current launch. Removes from ``by_key`` every task instance
+        adopted or launched; returns the keys whose scheduler's pods could not all be listed (unknown: the
+        caller must act on none of them)."""
         from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
         from airflow_jobwatch.kube.states import classify_pod
 
         assert self.supervisor is not None and self.scheduler_job_id is not None
-        by_key = {ti.key: ti for ti in tis if ti.queued_by_job_id}
-        not_adopted = [ti for ti in tis if not ti.queued_by_job_id]
         my_label = make_safe_label_value(self.scheduler_job_id)
         other = JOBWATCH_LABELS if self.labels == UPSTREAM_LABELS else UPSTREAM_LABELS
         # Our labels now, then the other scheme's: a pod launched before a switch of executor (or of
@@ -59,69 +104,249 @@ class Adoption(Results):
             other.worker: None,
             other.executor: None,
         }
-        searches = [
-            (scheme, job_id)
-            for job_id in {ti.queued_by_job_id for ti in by_key.values()}
-            for scheme in (self.labels, other)
-        ]
+        # A launch of these keys that this executor still holds without a pod (its create pending, from before
+        # this scheduler was itself taken for dead and the task adopted elsewhere) is stale knowledge: the
+        # database's queued_by_job_id and external_executor_id would name it again once adopted here, so the
+        # fencing check would pass for it beside the pod another scheduler made. Dropped; one whose create
+        # is in flight may have made a pod: unknown this round.
+        in_flight: set[TaskInstanceKey] = set()
+        for orphan_key in list(by_key):
+            held = self.records.get(orphan_key)
+            if held is None or held.pod is not None:
+                continue
+            if orphan_key in self._inflight:
+                in_flight.add(orphan_key)
+                continue
+            self._building.discard(orphan_key)
+            if held.create is not None and held.create.ref is not None:
+                self.supervisor.untrack(*held.create.ref)
+            self.records.end(orphan_key)
+            self._settle(orphan_key)
+            self.log.info(
+                "%s is adopted from scheduler job %s: this scheduler's own pending launch %s of it is dropped",
+                orphan_key,
+                by_key[orphan_key].queued_by_job_id,
+                held.launch_id,
+            )
+        # Every worker pod of each label scheme, not only those labelled with the gone schedulers' job ids: a
+        # task instance adopted unresolved by a scheduler that died in turn is queued by that scheduler, while
+        # its pods still carry the label of the one before (nobody could relabel what nobody could list).
+        gone = {make_safe_label_value(str(ti.queued_by_job_id)) for ti in by_key.values()}
         candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
-        unlisted: set[Any] = set()  # job ids whose pods could not all be listed
-        for scheme, job_id in searches:
+        complete = True
+        where = _Where()
+        for scheme in (self.labels, other):
             try:
-                pods = self._list_pods(scheme.selector(str(job_id)))
-            except Exception as err:
-                unlisted.add(job_id)
-                namespaces = self._namespaces()
-                self.log.error(
-                    "Could not list the worker pods of scheduler job %s for adoption: %s",
-                    job_id,
-                    _explain(
-                        err,
-                        verb="list",
-                        resource="pods",
-                        namespace=namespaces[0] if len(namespaces) == 1 else None,
-                    ),
+                pods = self._list_everywhere(
+                    f"{scheme.executor}=True,{DONE_LABEL}!=True", list(by_key.values()), where
                 )
-                continue
+            except Exception as err:
+                complete = False
+                self.log.warning(
+                    "Could not list every worker pod for adoption (%s); the task instances of scheduler job(s) "
+                    "%s stay adopted here, unresolved, and are looked for again: none is reset or launched on "
+                    "a partial list",
+                    _explain(err, verb="list", resource="pods", namespace=None),
+                    ", ".join(sorted(gone)),
+                )
+                break
             for pod in pods:
                 meta = pod.get("metadata") or {}
                 key = key_from_annotations(meta.get("annotations") or {})
                 ns, name = meta["namespace"], meta["name"]
+                label = str((meta.get("labels") or {}).get(scheme.worker))
                 if (ns, name) in seen:
                     continue
                 seen.add((ns, name))
-                if (key is None or key not in by_key) and scheme != self.labels:
-                    continue  # not one of our task instances, and under the other labels: not ours
-                if key is None or key not in by_key:
-                    # A finished pod of a dead scheduler whose task instance is not orphaned (its end is
-                    # already recorded): nobody else will ever clean it up.
-                    finished = classify_pod(pod) if key is not None else None
-                    # (Another live scheduler may be adopting its task instance right now: wait as above.)
-                    if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
-                        failed = finished.phase == "failed"
-                        kc = self.kube_config
-                        delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
-                        self._cleanup.append((ns, name, delete))
+                if key is not None and key in by_key:
+                    candidates.setdefault(key, []).append((label, pod))
                     continue
-                candidates.setdefault(key, []).append((str(job_id), pod))
+                if scheme != self.labels or label not in gone:
+                    continue  # not one of these task instances, and not a gone scheduler's pod to clean up
+                # A finished pod of a dead scheduler whose task instance is not orphaned (its end is already
+                # recorded): nobody else will ever clean it up.
+                finished = classify_pod(pod) if key is not None else None
+                # (Another live scheduler may be adopting its task instance right now: wait as above.)
+                if finished is not None and finished.terminal and not self._adoption_may_still_need(pod):
+                    failed = finished.phase == "failed"
+                    kc = self.kube_config
+                    delete = kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+                    self._cleanup.append((ns, name, delete))
+        unknown = in_flight if complete else set(by_key)
         for key, pods_of_key in candidates.items():
-            self._adopt_pods_of_key(key, pods_of_key, relabel, by_key)
-        # A task instance whose scheduler's pods could not all be listed may have a pod: never launch it
-        # twice; it is handed back to be reset, as before.
+            if key not in unknown and not self._adopt_pods_of_key(key, pods_of_key, relabel, by_key):
+                unknown.add(key)
+        # "No pod" rests on a list of every namespace a launch of that scheduler could have used: only then
+        # is a QUEUED task instance launched here.
         for key, ti in list(by_key.items()):
-            if (
-                key not in self.running
-                and ti.queued_by_job_id not in unlisted
-                and self._launch_queued_orphan(ti)
-            ):
+            state = getattr(ti, "state", None)
+            verdict = adoption_verdict(
+                complete=key not in unknown,
+                current_pod=key in self.running,  # adopted above, or this executor holds it itself
+                state=getattr(state, "value", state),
+            )
+            if verdict == LAUNCH and self._launch_queued_orphan(ti):
                 by_key.pop(key)
-        # Upstream cleans up the finished pods of gone schedulers here too (_adopt_completed_pods).
-        self._cleanup_completed_pods()
-        self._retry_cleanup()
-        # Already adopted by a previous (retried) call: do not hand them back for reset.
-        not_adopted.extend(ti for key, ti in by_key.items() if key not in self.running)
-        return not_adopted
+            # RESET: left in by_key (handed back); UNRESOLVED: the caller keeps it; ADOPT: done above.
+        return unknown
+
+    def _list_everywhere(self, label_selector: str, tis: list[Any], where: _Where) -> list[dict[str, Any]]:
+        """Every pod matching ``label_selector`` in every namespace a launch of ``tis`` could have used, or
+        an exception: never a partial answer.
+
+        One list across all namespaces when RBAC allows it (a ``pod_override``, a ``pod_mutation_hook`` or
+        a template may have put a pod anywhere). Refused (401/403), the configured namespaces, those
+        watched here, and each task instance's own: the namespace its ``pod_override`` names and the one
+        its pod is built in today (template, override and hook).
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        if not where.cluster_refused:
+            try:
+                return self._list_pods(label_selector, namespaces=[None])
+            except ApiException as err:
+                if err.status not in (401, 403):
+                    raise
+                where.cluster_refused = True
+                self.log.info(
+                    "Listing worker pods across all namespaces is not allowed (%s %s); adoption lists the "
+                    "configured namespaces and those each task instance's pod can be built in",
+                    err.status,
+                    err.reason,
+                )
+        namespaces: set[str | None] = set(self._namespaces())
+        if self.supervisor is not None:
+            namespaces.update(self.supervisor.namespaces())
+        if None in namespaces:
+            raise RuntimeError(
+                "a list across all namespaces is needed ([kubernetes_executor] multi_namespace_mode)"
+            )
+        for ti in tis:
+            namespaces.update(self._launch_namespaces(ti))
+        return self._list_pods(label_selector, namespaces=sorted(namespaces, key=str))
+
+    def _launch_namespaces(self, ti: Any) -> set[str]:
+        """The namespaces a launch of ``ti`` may have used besides the configured ones: the one its
+        ``pod_override`` names, and the one its pod is built in now (template, override, mutation hook)."""
+        out: set[str] = set()
+        try:
+            override = (getattr(ti, "executor_config", None) or {}).get("pod_override")
+            meta = getattr(override, "metadata", None)
+            ns = getattr(meta, "namespace", None) if meta is not None else None
+            if ns is None and isinstance(override, dict):
+                ns = (override.get("metadata") or {}).get("namespace")
+            if ns:
+                out.add(str(ns))
+        except Exception as err:
+            self.log.debug("Could not read the executor_config of %s: %s", ti.key, err)
+        workload = self._workload_of(ti)
+        if workload is not None and self._pod_builder is not None:
+            try:
+                body = self._pod_builder.body(workload, pod_name="adoption-probe", launch_id="adoption-probe")
+                out.add(str(body["metadata"]["namespace"]))
+            except Exception as err:
+                self.log.debug("Could not build the pod of %s to find its namespace: %s", ti.key, err)
+        return out
+
+    def _workload_of(self, ti: Any) -> Any:
+        """The ExecuteTask of ``ti``, rebuilt from its row as the scheduler builds it (None if it cannot be)."""
+        if isinstance(ti, _Unresolved):
+            return ti.workload
+        try:
+            from airflow.executors.workloads import ExecuteTask
+
+            return ExecuteTask.make(ti, generator=self.jwt_generator)
+        except Exception as err:
+            self.log.debug("Could not rebuild the workload of %s (%s: %s)", ti.key, type(err).__name__, err)
+            return None
+
+    def _keep_unresolved(self, ti: Any) -> None:
+        """Keep a task instance adopted but unresolved: its row is read again before it is acted on."""
+        if isinstance(ti, _Unresolved):
+            entry = ti
+        else:
+            state = getattr(ti, "state", None)
+            entry = _Unresolved(
+                key=ti.key,
+                queued_by_job_id=ti.queued_by_job_id,
+                external_executor_id=getattr(ti, "external_executor_id", None),
+                state=getattr(state, "value", state),
+                executor_config=getattr(ti, "executor_config", None),
+                workload=self._workload_of(ti) if getattr(state, "value", state) == "queued" else None,
+                backoff=Backoff(
+                    initial_seconds=ADOPTION_RETRY_INITIAL_SECONDS,
+                    max_seconds=ADOPTION_RETRY_MAX_SECONDS,
+                    reset_after_seconds=float("inf"),
+                ),
+            )
+        now = time.monotonic()
+        entry.not_before = now + entry.backoff.failure(now)
+        self._unresolved[entry.key] = entry
+
+    def _retry_unresolved(self) -> None:
+        """Look again for the pods of task instances adopted unresolved, once their backoff has passed.
+
+        Each is first read again from Airflow's database (one query for all): one that this scheduler no
+        longer holds (queued by another, queued again under another launch, reset, finished) is dropped
+        without acting. The others are adopted as at adoption time; the rows that still cannot be resolved
+        back off again.
+        """
+        now = time.monotonic()
+        due = {key: entry for key, entry in self._unresolved.items() if entry.not_before <= now}
+        if not due:
+            return
+        from airflow_jobwatch.executors import results
+
+        try:
+            rows = results.task_instance_rows(list(due))
+        except Exception as err:
+            self.log.warning("Could not read the unresolved adopted task instances (%s); retrying later", err)
+            for entry in due.values():
+                self._keep_unresolved(entry)
+            return
+        for key, entry in list(due.items()):
+            row = rows.get(key)
+            held = (
+                row is not None
+                and row.try_number == key.try_number
+                and str(row.queued_by_job_id) == self.scheduler_job_id
+                and row.external_executor_id == entry.external_executor_id
+                and row.state in ("queued", "running")
+            )
+            if not held:
+                del self._unresolved[key]
+                due.pop(key)
+                self.log.info(
+                    "%s, adopted unresolved, is no longer this scheduler's launch %s (now %s); dropped",
+                    key,
+                    entry.external_executor_id,
+                    "gone"
+                    if row is None
+                    else f"{row.state}, queued by {row.queued_by_job_id}, launch {row.external_executor_id}",
+                )
+                continue
+            assert row is not None
+            entry.state = row.state
+        if not due:
+            return
+        by_key: dict[TaskInstanceKey, Any] = dict(due)
+        unknown = self._adopt(by_key)
+        for key, entry in due.items():
+            if key in unknown:
+                self._keep_unresolved(entry)
+                continue
+            del self._unresolved[key]
+            if key in by_key and key not in self.running:
+                # Listed everywhere: no pod of its current launch exists. It can no longer be handed back
+                # for reset; a RUNNING one has lost its worker and is failed by Airflow's task heartbeat
+                # timeout, a QUEUED one whose workload could not be rebuilt by [scheduler] task_queued_timeout.
+                self.log.warning(
+                    "%s (%s) has no pod of its launch %s in any namespace; left to Airflow's timeouts",
+                    key,
+                    entry.state,
+                    entry.external_executor_id,
+                )
 
     def _adopt_pods_of_key(
         self,
@@ -129,8 +354,9 @@ class Adoption(Results):
         pods: list[tuple[str, dict[str, Any]]],
         relabel: dict[str, str | None],
         by_key: dict[TaskInstanceKey, TaskInstance],
-    ) -> None:
+    ) -> bool:
         """Adopt a dead scheduler's pods of one orphaned task instance key: relabel, track, report ends.
+        False if the pod of its current launch could not be taken over (its relabel failed): unknown.
 
         A key may have several pods: the dead scheduler launched it again (resumed after deferral, same
         try) while the pod of the earlier launch was still ending. Which one is current is what Airflow's
@@ -187,10 +413,14 @@ class Adoption(Results):
                     key,
                     expected,
                 )
+        resolved = True
         for job_id, pod in pods:
             meta = pod.get("metadata") or {}
             ns, name = meta["namespace"], meta["name"]
             annotations = meta.get("annotations") or {}
+            held = self.records.get(key)
+            if held is not None and (ns, name) in (held.pod, held.create.ref if held.create else None):
+                continue  # this executor's own pod of the launch it holds
             try:
                 self.core_v1.patch_namespaced_pod(
                     name,
@@ -200,9 +430,15 @@ class Adoption(Results):
                 )
             except Exception as err:
                 self.log.warning("Could not adopt pod %s/%s: %s", ns, name, err)
+                if name == current_name:
+                    resolved = False  # its current launch's pod exists: never reset or launched beside it
                 continue
             launch_id = launch_of(pod)
             current = name == current_name
+            if not self.supervisor.watches(ns):
+                # A pod_override's namespace that this process has not launched in: watched from now on, so
+                # that the pod's end (current launch or earlier) is seen and it is cleaned up.
+                self.supervisor.add_namespace(ns)
             self.records.adopt(key, (ns, name), launch_id, current=current)
             self.supervisor.track(ns, name, key)
             if current:
@@ -236,6 +472,7 @@ class Adoption(Results):
                         observed_at=time.time(),
                     )
                 )
+        return resolved
 
     def _launch_queued_orphan(self, ti: TaskInstance) -> bool:
         """Adopt a QUEUED task instance that has no pod of its current launch by launching it here.
@@ -251,18 +488,23 @@ class Adoption(Results):
         state = getattr(ti, "state", None)
         if getattr(state, "value", state) != "queued":
             return False
-        try:
-            from airflow.executors.workloads import ExecuteTask
+        if isinstance(ti, _Unresolved):
+            workload = ti.workload
+            if workload is None:
+                return False
+        else:
+            try:
+                from airflow.executors.workloads import ExecuteTask
 
-            workload = ExecuteTask.make(ti, generator=self.jwt_generator)
-        except Exception as err:
-            self.log.warning(
-                "Could not rebuild the workload of %s to launch it here (%s: %s); it is left to be reset",
-                ti.key,
-                type(err).__name__,
-                err,
-            )
-            return False
+                workload = ExecuteTask.make(ti, generator=self.jwt_generator)
+            except Exception as err:
+                self.log.warning(
+                    "Could not rebuild the workload of %s to launch it here (%s: %s); it is left to be reset",
+                    ti.key,
+                    type(err).__name__,
+                    err,
+                )
+                return False
         self.queued_tasks[ti.key] = workload
         self._process_workloads([workload])
         self._counters["adopted"] += 1

@@ -135,6 +135,10 @@ class ExecutorBase(BaseExecutor):
         # path below is a transition of these records, and ``running`` follows from them (_settle).
         self.records = TaskRecords()
         self._create_paused_until = 0.0  # after a 429 Retry-After
+        # Task instances taken over from a gone scheduler whose pods could not all be listed (a failed LIST,
+        # a namespace that could not be listed): adopted (never handed back for reset, never launched) and
+        # looked for again with backoff. key -> what adoption knew of it (see adoption.py).
+        self._unresolved: dict[TaskInstanceKey, Any] = {}
         self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
         self._completed_search: Future[list[dict[str, Any]]] | None = None
@@ -161,6 +165,7 @@ class ExecutorBase(BaseExecutor):
             "stale_pods_cleaned": 0,  # pods of an earlier launch of a relaunched key: cleaned, not reported
             "left_for_adoption": 0,  # pods that ended while end() ran: left as they are for the next scheduler
             "disruption_relaunches": 0,  # pods disrupted before they started, launched again for the same try
+            "launches_dropped": 0,  # pending launches this scheduler no longer held in the database
         }
         self._disruption_relaunches = int(
             jobwatch_config.get_float("disruption_relaunches", minimum=0, source=self.conf)
@@ -177,7 +182,7 @@ class ExecutorBase(BaseExecutor):
             if r.strip()
         )
         # The task instances still QUEUED on their try, read once per sync() for the pods that ended.
-        self._queued_on_try: dict[Any, bool] = {}
+        self._queued_on_try: dict[Any, bool | str | None] = {}
         self._counters["launch_failure_requeues"] = 0
         self._reports: deque[dict[str, Any]] = deque(maxlen=STATUS_REPORTS_KEPT)
         self._status_file = jobwatch_config.get_str("executor_status_file", source=self.conf)
@@ -271,11 +276,18 @@ class ExecutorBase(BaseExecutor):
             return [None]
         return [kc.kube_namespace or "default"]
 
-    def _list_pods(self, label_selector: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+    def _list_pods(
+        self,
+        label_selector: str,
+        field_selector: str | None = None,
+        namespaces: list[str | None] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The pods matching the selectors in ``namespaces`` (None: across all namespaces); by default the
+        configured namespaces plus those a pod_override added while running. Raises if any list fails."""
         pods: list[dict[str, Any]] = []
         extra: dict[str, Any] = {"field_selector": field_selector} if field_selector else {}
-        # Configured namespaces, plus those a pod_override added while running.
-        namespaces = self.supervisor.namespaces() if self.supervisor is not None else self._namespaces()
+        if namespaces is None:
+            namespaces = self.supervisor.namespaces() if self.supervisor is not None else self._namespaces()
         for ns in namespaces:
             if ns is None:
                 resp = self.core_v1.list_pod_for_all_namespaces(

@@ -78,7 +78,8 @@ class JobWatchExecutor(LaunchQueue, Adoption):
 
     supports_ad_hoc_ti_run: bool = True
     # The scheduler gives each hand-over to QUEUED a fresh external_executor_id, in the same database write
-    # (Airflow 3.3+; older versions ignore this): the launch id that an adopter reads back.
+    # (Airflow 3.2.2+; older versions ignore this, and the executor reports its own id instead): the launch
+    # id that an adopter reads back.
     pre_assigns_external_executor_id = True
     supports_multi_team: bool = True
     is_local: bool = False
@@ -148,10 +149,17 @@ class JobWatchExecutor(LaunchQueue, Adoption):
             del self.queued_tasks[key]
             # The scheduler names each hand-over to QUEUED with a fresh external_executor_id (this executor
             # opts in to the pre-assigned id): the pod carries it, so an adopter can tell the current launch
-            # from an earlier one by what the database holds. Older Airflow: an id of our own.
-            launch_id = getattr(w.ti, "external_executor_id", None) or new_launch_id()
+            # from an earlier one by what the database holds. Airflow that does not pre-assign it (3.1, 3.2.0,
+            # 3.2.1): an id of our own, reported at once as a queued event, whose info the scheduler stores as
+            # the task instance's external_executor_id; so the database names this launch, not the one before.
+            pre_assigned = getattr(w.ti, "external_executor_id", None)
+            launch_id = pre_assigned or new_launch_id()
             previous = self.records.queue(key, w, launch_id)
             self._settle(key)
+            if not pre_assigned and key not in self.event_buffer:
+                from airflow.utils.state import TaskInstanceState
+
+                self.change_state(key, TaskInstanceState.QUEUED, launch_id, remove_running=False)
             if previous is not None:
                 # The key keeps its try_number across deferral and resumption, reschedule-mode sensors and
                 # some clears: the earlier launch's pod (if any) stays watched, is cleaned up when it ends,
@@ -193,6 +201,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
                     "Could not list finished worker pods of gone schedulers: %s", search.exception()
                 )
         self._retry_cleanup()
+        self._retry_unresolved()
         self._launch_pending()
         waiting = self.records.waiting_for_quota()
         if waiting != self._quota_waiting:
@@ -373,6 +382,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
             "running": len(self.running),
             "pending_creation": self.records.pending_count(),
             "waiting_for_quota": self._quota_waiting,
+            "unresolved_adoptions": len(self._unresolved),  # adopted, pods not yet all listed
             "tracked_pods": sum(1 for r in self.records if r.pod is not None),
             "seconds_since_last_event": (
                 round(time.monotonic() - self._last_result_at, 1)

@@ -55,22 +55,93 @@ class LaunchQueue(ExecutorBase):
         # First the launches whose pod is being built: a finished build is submitted as a create. Then the
         # launches waiting for a place in the cap, in launch order, until the cap is full: a heartbeat costs
         # the launches it starts, not the thousands that wait behind them.
+        building: list[TaskRecord] = []
         for key in list(self._building):
             record = self.records.get(key)
             launch = record.create if record is not None else None
             if record is None or launch is None or launch.build is None:
                 self._building.discard(key)  # revoked, queued again or already created meanwhile
                 continue
-            self._start_create(record, launch)
+            if launch.build.done():
+                building.append(record)
         in_flight = len(self._inflight) + len(self._building)
+        due: list[TaskRecord] = []
         for record in self.records.pending():
-            if in_flight >= cap:
+            if in_flight + len(due) >= cap:
                 break
             launch = record.create
             if launch is None or launch.build is not None or record.key in self._inflight:
                 continue
-            if launch.not_before <= now and self._start_create(record, launch):
-                in_flight += 1
+            if launch.not_before <= now:
+                due.append(record)
+        held = self._fence([*building, *due])
+        for record in building:
+            if record.key in held and record.create is not None:
+                self._start_create(record, record.create)
+        for record in due:
+            if record.key in held and record.create is not None:
+                self._start_create(record, record.create)
+
+    def _fence(self, records: list[TaskRecord]) -> set[TaskInstanceKey]:
+        """The keys of ``records`` whose launch this scheduler still holds in Airflow's database: only those
+        may be created, retried or relaunched. One query for all of them, per heartbeat.
+
+        A scheduler that was stalled (a long pause, SIGSTOP, a partition) may have been taken for dead: its
+        task instances were then adopted by another scheduler (queued_by_job_id) or queued again under another
+        launch (external_executor_id). A launch it no longer holds is dropped from its records without any
+        call to the cluster and without an event. A database that cannot be read holds every create back
+        until it can (the task stays queued; [scheduler] task_queued_timeout is the bound).
+        """
+        from airflow_jobwatch.executors import results
+
+        if not records:
+            return set()
+        if self.job_id is None:
+            # Not run by a scheduler job (``dag.test(use_executor=True)``): its task instances are queued by no
+            # job, so no scheduler can adopt them, and there is nothing to check against.
+            return {r.key for r in records}
+        assert self.scheduler_job_id is not None
+        launches = {
+            r.key: (
+                r.launch_id,
+                getattr(getattr(r.workload, "ti", None), "external_executor_id", None) == r.launch_id,
+            )
+            for r in records
+        }
+        try:
+            held = results.launches_held(launches, self.scheduler_job_id)
+        except Exception as err:
+            self.log.warning(
+                "Could not confirm in Airflow's database that %d pending launch(es) are still this "
+                "scheduler's (%s: %s); no pod is created until it can be read",
+                len(launches),
+                type(err).__name__,
+                err,
+            )
+            return set()
+        for record in records:
+            if held.get(record.key):
+                continue
+            self._drop_launch(record)
+        return {key for key, ok in held.items() if ok}
+
+    def _drop_launch(self, record: TaskRecord) -> None:
+        """A launch this scheduler no longer holds: forgotten without acting (no create, no event)."""
+        assert self.supervisor is not None
+        key = record.key
+        launch = record.create
+        self._building.discard(key)
+        if launch is not None and launch.ref is not None and key not in self._inflight:
+            self.supervisor.untrack(*launch.ref)
+        self.records.end(key)
+        self._settle(key)
+        self._counters["launches_dropped"] += 1
+        self.log.info(
+            "%s: launch %s is no longer this scheduler's in Airflow's database (adopted by another "
+            "scheduler, queued again under another launch, or reset); dropped without creating its pod",
+            key,
+            record.launch_id,
+        )
 
     def _start_create(self, record: TaskRecord, launch: PendingCreate) -> bool:
         """Build the pod (once), make sure its namespace is watched, track it, submit its create."""

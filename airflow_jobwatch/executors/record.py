@@ -271,4 +271,76 @@ class TaskRecords:
         return record
 
 
-__all__ = ["ADOPTED", "LAUNCHED", "PendingCreate", "PodRef", "TaskRecord", "TaskRecords", "TransitionError"]
+# ---- what Airflow's database and the cluster say, as decisions --------------------------------------------
+#
+# ``row`` is what the database holds for a task instance: ``state``, ``try_number``, ``queued_by_job_id``
+# (as text) and ``external_executor_id``. Pure, so that the model-based test checks the same rules.
+
+SUPERSEDED = "superseded"  # the database names another launch of this try: this one's end is not reported
+
+UNRESOLVED = "unresolved"  # adoption: the pods could not all be listed; act on nothing, look again later
+ADOPT = "adopt"  # adoption: a pod of the current launch exists; adopt it
+LAUNCH = "launch"  # adoption: no pod of the current launch anywhere, the task never ran; launch it here
+RESET = "reset"  # adoption: no pod of the current launch anywhere, the task ran; hand it back to be reset
+
+
+def launch_held(
+    row: Any, *, try_number: int, scheduler_job_id: str, launch_id: str, pre_assigned: bool
+) -> bool:
+    """Whether this scheduler still holds the launch: the row is on the key's try, queued or running, queued
+    by this scheduler job and (when the scheduler pre-assigned the id) names this launch. Without a
+    pre-assigned id the row names an earlier launch until the scheduler has read the event naming this one,
+    so only the job and the try are checked. A missing row is not held."""
+    return (
+        row is not None
+        and row.try_number == try_number
+        and row.state in ("queued", "running")
+        and row.queued_by_job_id == scheduler_job_id
+        and (not pre_assigned or row.external_executor_id == launch_id)
+    )
+
+
+def launch_verdict(row: Any, *, try_number: int, launch_id: str, pre_assigned: bool) -> bool | str | None:
+    """What the row says of a launch whose pod ended. True: QUEUED on this try **and** naming this launch (its
+    task never ran). False: on another try, or naming this launch and not QUEUED (it ran). :data:`SUPERSEDED`:
+    on this try, naming another launch, and the id was pre-assigned (the key was queued again after it).
+    None: unknown (no row, or no pre-assigned id and the row names no launch or an earlier one)."""
+    if row is None:
+        return None
+    if row.try_number != try_number:
+        return False
+    if row.external_executor_id == launch_id:
+        return bool(row.state == "queued")
+    if pre_assigned and row.external_executor_id is not None:
+        return SUPERSEDED
+    return None
+
+
+def adoption_verdict(*, complete: bool, current_pod: bool, state: str | None) -> str:
+    """What adoption does with an orphaned task instance. ``complete``: every namespace a launch of its
+    scheduler could have used was listed successfully; ``current_pod``: a pod of its current launch was found.
+    Unknown is not absent: an incomplete list decides nothing."""
+    if not complete:
+        return UNRESOLVED
+    if current_pod:
+        return ADOPT
+    return LAUNCH if state == "queued" else RESET
+
+
+__all__ = [
+    "ADOPT",
+    "ADOPTED",
+    "LAUNCH",
+    "LAUNCHED",
+    "RESET",
+    "SUPERSEDED",
+    "UNRESOLVED",
+    "PendingCreate",
+    "PodRef",
+    "TaskRecord",
+    "TaskRecords",
+    "TransitionError",
+    "adoption_verdict",
+    "launch_held",
+    "launch_verdict",
+]

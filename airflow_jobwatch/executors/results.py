@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.base import ExecutorBase
-from airflow_jobwatch.executors.record import TaskRecord
+from airflow_jobwatch.executors.record import SUPERSEDED, TaskRecord, launch_held, launch_verdict
 from airflow_jobwatch.executors.watcher import PodResult
 from airflow_jobwatch.kube.backoff import Backoff
 
@@ -75,6 +76,24 @@ class Results(ExecutorBase):
                 # external_executor_id, which is how an adopter tells the current launch's pod.
                 self.running_state(key, record.launch_id)
             return
+        if self._queued_on_try.get(key) == SUPERSEDED:
+            # Airflow's database names another launch of this try (the scheduler queued the key again and the
+            # new launch has not reached this executor yet): this launch's end belongs to no launch the
+            # scheduler waits for. Cleaned up, not reported; the slot is freed for the new launch.
+            self.records.end(key, ref)
+            self._settle(key)
+            self._counters["stale_pods_cleaned"] += 1
+            metrics.stale_launch_pod()
+            self.log.info(
+                "Pod %s/%s of launch %s of %s ended (%s); not reported: Airflow's database names another "
+                "launch of this try, queued after it. Cleaning it up.",
+                *ref,
+                record.launch_id,
+                key,
+                result.phase,
+            )
+            self._clean_up_finished(result)
+            return
         where = f"pod {result.namespace}/{result.name}"
         # (An adopted pod has no workload here to launch again: it fails as before.)
         never_ran = self._never_ran(record, result) if record.workload is not None else False
@@ -123,28 +142,36 @@ class Results(ExecutorBase):
 
     def _read_queued_on_try(self, results: list[PodResult]) -> None:
         """Read, in one query, which task instances of the failed pods in ``results`` are still QUEUED on
-        their try in Airflow's database: the one signal that their task never ran (:meth:`_never_ran`).
+        their try in Airflow's database **and** name the launch this executor holds: the one signal that the
+        task of that launch never ran (:meth:`_never_ran`). QUEUED for another launch of the same try (the
+        key was queued again, a resume waiting for a slot) is not it: that launch's pod may have run.
 
         Only pods that may be launched again are asked about (the current launch's pod, launched here). A
         database that cannot be read leaves the answer unknown, and the pod's status decides.
         """
-        keys = []
+        keys: dict[TaskInstanceKey, str] = {}
+        pre_assigned: set[TaskInstanceKey] = set()
         for result in results:
             key = cast("TaskInstanceKey", result.key)
             record = self.records.get(key)
             if (
                 result.terminal
-                and result.phase == "failed"
                 and record is not None
                 and record.workload is not None
                 and self.records.is_current(key, (result.namespace, result.name))
             ):
-                keys.append(key)
+                launched_with = getattr(record.workload.ti, "external_executor_id", None)
+                if launched_with == record.launch_id:
+                    pre_assigned.add(key)
+                if result.phase == "failed" or key in pre_assigned:
+                    keys[key] = record.launch_id
         self._queued_on_try = {}
         if not keys:
             return
         try:
-            self._queued_on_try = queued_on_try(keys)
+            self._queued_on_try = (
+                queued_on_try(keys, frozenset(pre_assigned)) if pre_assigned else queued_on_try(keys)
+            )
         except Exception as err:
             self.log.debug("Could not read the task instances' states (%s: %s)", type(err).__name__, err)
 
@@ -160,7 +187,7 @@ class Results(ExecutorBase):
         if result.phase != "failed" or result.gap:
             return False
         queued = self._queued_on_try.get(record.key)
-        if queued is not None:
+        if isinstance(queued, bool):
             return queued
         return not record.seen_running and result.started is False
 
@@ -208,7 +235,7 @@ class Results(ExecutorBase):
 
         Such a pod cannot have run the task (its worker never started, so it never told Airflow's
         execution API that it runs): nothing is reported, the task stays queued and keeps its slot, and
-        a new pod is created after a backoff; the disrupted pod is deleted. Returns False past
+        a new pod is created after a backoff; the disrupted pod is cleaned up per ``delete_worker_pods*``. Returns False past
         ``[jobwatch] disruption_relaunches``: the task then fails with a message naming every disruption.
         """
         if len(record.disruptions) + 1 > self._disruption_relaunches:
@@ -241,7 +268,7 @@ class Results(ExecutorBase):
         explain: Callable[[float, int], str],
     ) -> None:
         """Launch the record's try again after a backoff (2 s doubling to 60 s, with jitter, shared by every
-        relaunch of the record): the failed pod is deleted, nothing is reported to the scheduler, and the
+        relaunch of the record): the failed pod is cleaned up per ``delete_worker_pods*``, nothing is reported to the scheduler, and the
         relaunch is logged at WARNING in the scheduler and task logs and listed in the status file as
         ``state``. ``explain(delay, count)`` words it."""
         backoff = record.relaunch_backoff or Backoff(
@@ -260,7 +287,10 @@ class Results(ExecutorBase):
         self._report(
             record.key, pod=f"{result.namespace}/{result.name}", state=state, reason=result.reason, gap=False
         )
-        self._clean_up_finished(result, delete=True)
+        # As upstream: the failed pod is deleted or kept (labelled done) per delete_worker_pods*, so that
+        # delete_worker_pods_on_failure = False keeps it for inspection; a pod that failed while still
+        # Pending (it could yet start) is deleted in any case.
+        self._clean_up_finished(result)
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
         """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.
@@ -288,9 +318,18 @@ class Results(ExecutorBase):
         self._clean_up_finished(result)
 
 
-def queued_on_try(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, bool]:
-    """For each key whose task instance is in Airflow's database: whether it is QUEUED on the key's try.
-    One query for all of them."""
+@dataclass(frozen=True)
+class TaskInstanceRow:
+    """What Airflow's database holds for a task instance: the fields that say which launch is current."""
+
+    state: str | None
+    try_number: int
+    queued_by_job_id: str | None
+    external_executor_id: str | None
+
+
+def task_instance_rows(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, TaskInstanceRow]:
+    """For each key whose task instance is in Airflow's database (on any try), its row. One query."""
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -299,8 +338,9 @@ def queued_on_try(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, bool]:
     if condition is None:
         return {}
     by_primary = {(k.dag_id, k.task_id, k.run_id, k.map_index): k for k in keys}
-    out: dict[TaskInstanceKey, bool] = {}
-    with create_session() as session:
+    out: dict[TaskInstanceKey, TaskInstanceRow] = {}
+    # Not the scheduler's scoped session: this may run inside one of its transactions.
+    with create_session(scoped=False) as session:
         rows = session.execute(
             select(
                 TaskInstance.dag_id,
@@ -309,10 +349,60 @@ def queued_on_try(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, bool]:
                 TaskInstance.map_index,
                 TaskInstance.try_number,
                 TaskInstance.state,
+                TaskInstance.queued_by_job_id,
+                TaskInstance.external_executor_id,
             ).where(condition)
         ).all()
-    for dag_id, task_id, run_id, map_index, try_number, state in rows:
+    for dag_id, task_id, run_id, map_index, try_number, state, queued_by, launch in rows:
         key = by_primary.get((dag_id, task_id, run_id, map_index))
         if key is not None:
-            out[key] = getattr(state, "value", state) == "queued" and try_number == key.try_number
+            out[key] = TaskInstanceRow(
+                state=getattr(state, "value", state),
+                try_number=try_number,
+                queued_by_job_id=None if queued_by is None else str(queued_by),
+                external_executor_id=launch,
+            )
     return out
+
+
+def queued_on_try(
+    launches: Mapping[TaskInstanceKey, str], pre_assigned: frozenset[TaskInstanceKey] = frozenset()
+) -> dict[TaskInstanceKey, bool | str | None]:
+    """For each key (mapped to the launch id this executor holds for it): what Airflow's database says of that
+    launch, in one query. True: the task instance is QUEUED on the key's try **and** names that launch (its
+    task never ran). False: it is on another try, or names that launch and is not QUEUED (it ran).
+    :data:`SUPERSEDED`: it is on the same try and names another launch, and the id was pre-assigned by the
+    scheduler (``pre_assigned``), so the key was queued again after this launch. None (or no entry): unknown;
+    without a pre-assigned id the row names an earlier launch until the scheduler has read this executor's
+    event naming the new one."""
+    rows = task_instance_rows(list(launches))
+    return {
+        key: launch_verdict(
+            row, try_number=key.try_number, launch_id=launches[key], pre_assigned=key in pre_assigned
+        )
+        for key, row in rows.items()
+    }
+
+
+def launches_held(
+    launches: Mapping[TaskInstanceKey, tuple[str, bool]], scheduler_job_id: str
+) -> dict[TaskInstanceKey, bool]:
+    """For each key, mapped to (the launch id this executor holds for it, whether the scheduler pre-assigned
+    that id): whether this scheduler still holds that launch in Airflow's database. One query for all.
+
+    Held: the task instance is on the key's try, queued or running, queued by this scheduler job, and (when
+    the id was pre-assigned) names that launch. A row that is missing is not held. Without a pre-assigned id
+    the row names an earlier launch until the scheduler has read this executor's event naming the new one,
+    so only the scheduler job and the try are checked.
+    """
+    rows = task_instance_rows(list(launches))
+    return {
+        key: launch_held(
+            rows.get(key),
+            try_number=key.try_number,
+            scheduler_job_id=scheduler_job_id,
+            launch_id=launch_id,
+            pre_assigned=pre_assigned,
+        )
+        for key, (launch_id, pre_assigned) in launches.items()
+    }

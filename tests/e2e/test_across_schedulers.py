@@ -13,6 +13,10 @@ scheduler holds each task, and no earlier try recorded in ``task_instance_histor
   same try while its first pod still runs; a namespace ResourceQuota (pods: 1) that this pod fills
   keeps the new pod from being created. The scheduler is restarted in that window (SIGTERM, then a
   new scheduler), the quota is lifted and the first pod released: the task succeeds once, on try 1.
+* Stalled owner: A queues four tasks while a ResourceQuota refuses every pod, and is stopped (SIGSTOP) with
+  its creates backing off; B adopts the queued tasks and launches them; A resumes as the quota is lifted.
+  A's retries find, in the database, that the tasks are no longer its own: one pod per try, each task
+  succeeds once on try 1.
 """
 
 from __future__ import annotations
@@ -293,3 +297,65 @@ def test_a_task_resumed_while_a_quota_blocks_its_pod_survives_a_scheduler_restar
     assert _history(stack, dag_id, run_id) == [], "the task was reset or failed on the way"
     assert stack.audit_events(dag_id, run_id) == [], "the scheduler saw an end for a queued task"
     assert "resumed after deferral (try 1)" in stack.task_log(dag_id, run_id, task_id, 1)
+
+
+def test_a_stopped_scheduler_whose_creates_a_quota_held_creates_nothing_once_its_tasks_are_adopted(
+    stack: AirflowStack, release_dir: Path
+) -> None:
+    """A queues four tasks while a ResourceQuota refuses every pod; A is stopped (SIGSTOP) with its creates
+    backing off, B adopts the queued tasks and launches them itself; A resumes while the quota is lifted.
+    Each task runs in one pod and succeeds once, on try 1: A's retries find the tasks no longer its own."""
+    dag_id = "ha_flap"
+    if "scheduler#2" in stack.procs and stack.procs["scheduler#2"].poll() is None:
+        stack.kill("scheduler#2", signal.SIGKILL)
+    wait_until(
+        lambda: all(
+            p["status"].get("phase") in ("Succeeded", "Failed")
+            for p in stack.admin.objects("pods", "default")
+        ),
+        timeout=60,
+        what="no worker pod left running",
+    )
+    stack.admin.fault("set_pod_quota", namespace="default", pods=0)
+    try:
+        a = _new_scheduler_job(stack, "scheduler")
+        creates = stack.admin.counters().get("create pods", 0)
+        run_id = stack.trigger_dag(dag_id)
+        wait_until(
+            lambda: (
+                (tis := _tis(stack, dag_id, run_id)).keys() >= {f"held[{i}]" for i in range(4)}
+                and all(t["queued_by_job_id"] == a and t["state"] == "queued" for t in tis.values())
+                and stack.admin.counters().get("create pods", 0) >= creates + 4
+            ),
+            timeout=120,
+            what=f"scheduler A (job {a}) to queue the 4 tasks and have their creates refused",
+        )
+        _signal_group(stack, "scheduler", signal.SIGSTOP)
+        try:
+            stack.start("scheduler#2")
+            b = _new_scheduler_job(stack, "scheduler#2", after=a)
+            wait_until(
+                lambda: all(t["queued_by_job_id"] == b for t in _tis(stack, dag_id, run_id).values()),
+                timeout=HEALTH_CHECK_THRESHOLD + 90,
+                what=f"scheduler B (job {b}) to adopt the queued tasks of the stopped A",
+            )
+        finally:
+            _signal_group(stack, "scheduler", signal.SIGCONT)
+    finally:
+        stack.admin.fault("set_pod_quota", namespace="default", pods=None)
+    (release_dir / dag_id).touch()
+    state = stack.wait_for_run(dag_id, run_id, timeout=240)
+    tis = _tis(stack, dag_id, run_id)
+    pods = _pods(stack, run_id)
+    assert state == "success", (tis, pods)
+    assert all(t["state"] == "success" and t["try_number"] == 1 for t in tis.values()), (tis, pods)
+    by_task: dict[str, list[str]] = {}
+    for p in pods:
+        by_task.setdefault(p["task"], []).append(p["name"])
+    assert sorted(by_task) == [f"held[{i}]" for i in range(4)] and all(
+        len(n) == 1 for n in by_task.values()
+    ), (
+        "a try ran in more than one pod",
+        pods,
+    )
+    assert _history(stack, dag_id, run_id) == [], "a task was reset or failed on the way"

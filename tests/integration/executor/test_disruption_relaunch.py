@@ -91,11 +91,18 @@ def test_a_pod_evicted_before_it_started_is_launched_again_for_the_same_try(
     # The relaunch is said in the task's log, with the disruption.
     log = (tmp_path / "logs" / w.log_path).read_text()
     assert evicted in log and "Evicted" in log and "launching it again" in log
-    # The pod a relaunch leaves behind is deleted (kept, it would look like a second launch of the try).
+    # The pod a relaunch leaves behind is cleaned up as upstream cleans up a failed pod: with
+    # delete_worker_pods_on_failure = False (this harness) it is kept for inspection, labelled done, so that
+    # no adoption takes it for a launch of the try.
+    from airflow_jobwatch.executors.pods import DONE_LABEL
+
     deadline = time.monotonic() + 20
-    while any(p["metadata"]["name"] == evicted for p in _pods(sandbox, "unlucky")):
+    while not any(
+        p["metadata"]["name"] == evicted and p["metadata"]["labels"].get(DONE_LABEL) == "True"
+        for p in _pods(sandbox, "unlucky")
+    ):
         _heartbeat(ex, events)
-        assert time.monotonic() < deadline, "the evicted pod was not deleted"
+        assert time.monotonic() < deadline, "the evicted pod was not kept and labelled done"
         time.sleep(0.1)
     assert len(_terminal(events)) == 1
 

@@ -204,3 +204,56 @@ def test_api_server_role_reads_a_running_tasks_log(
         assert "forbidden" not in " ".join(messages).lower(), messages
         assert time.monotonic() < deadline, (messages, logs)
         time.sleep(0.2)
+
+
+def _doc_role_in(namespace: str) -> str:
+    """The doc's scheduler Role and RoleBinding, granted in ``namespace`` (a pod_override's namespace)."""
+    docs = list(yaml.safe_load_all(_doc_role()))
+    for doc in docs:
+        doc["metadata"]["namespace"] = namespace
+    return yaml.safe_dump_all(docs)
+
+
+@pytest.mark.parametrize("rights", ["cluster-list", "role-in-each-namespace", "not-in-that-namespace"])
+def test_adoption_finds_a_pod_in_a_pod_override_namespace_or_leaves_the_task_unresolved(
+    executor_for: Any, rbac_kube: SandboxThread, tmp_path: Path, rights: str
+) -> None:
+    """A gone scheduler (job 8) left a running pod in the namespace its pod_override named. With the doc's
+    cluster-wide list, or the doc's Role in that namespace too, the adopter finds and adopts it. With no
+    right to list there, it cannot know: the task instance is kept unresolved, neither reset nor launched."""
+    from types import SimpleNamespace
+
+    from kubernetes.client import CoreV1Api
+
+    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+
+    manifests = _doc_role()
+    if rights == "cluster-list":
+        manifests += "\n---\n" + _doc_role("scheduler-cluster-list") + "\n---\n" + _doc_role_in("elsewhere")
+    elif rights == "role-in-each-namespace":
+        manifests += "\n---\n" + _doc_role_in("elsewhere")
+    admin_path = tmp_path / "admin-kubeconfig-2"
+    rbac_kube.write_kubeconfig(admin_path)
+    with sync_api_client(ClusterConfig(config_file=str(admin_path))) as admin:
+        CoreV1Api(admin).create_namespace({"metadata": {"name": "elsewhere"}})
+    ex = executor_for(manifests)
+    w = make_workload(task_id="away", command="sleep 60", namespace="elsewhere")
+    w.ti.external_executor_id = "launch-away"
+    assert ex._pod_builder is not None
+    body = ex._pod_builder.body(w, pod_name="left-by-job-8", launch_id="launch-away")
+    body["metadata"]["labels"][ex.labels.worker] = "8"
+    with sync_api_client(ClusterConfig(config_file=str(admin_path))) as admin:
+        CoreV1Api(admin).create_namespaced_pod("elsewhere", body)
+    orphan = SimpleNamespace(
+        key=w.ti.key,
+        queued_by_job_id=8,
+        external_executor_id="launch-away",
+        state="running",
+        executor_config=w.ti.executor_config if hasattr(w.ti, "executor_config") else None,
+    )
+    assert ex.try_adopt_task_instances([orphan]) == [], "the task instance was handed back to be reset"
+    if rights == "not-in-that-namespace":
+        assert w.ti.key not in ex.running and ex.status()["unresolved_adoptions"] == 1
+    else:
+        assert w.ti.key in ex.running and ex.status()["adopted"] == 1
+    assert ex.status()["pods_launched"] == 0

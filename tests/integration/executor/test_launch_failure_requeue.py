@@ -133,3 +133,33 @@ def test_a_bad_retries_value_is_a_clear_error(executor_factory: Any) -> None:
         AirflowConfigException, match=r"pod_launch_failure_retries must be an integer.*'many'"
     ):
         executor_factory(AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_RETRIES="many")
+
+
+@pytest.mark.parametrize("delete_on_failure", ["True", "False"])
+def test_a_requeued_pod_is_cleaned_up_as_upstream_cleans_up_a_failed_pod(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch, delete_on_failure: str
+) -> None:
+    """With delete_worker_pods_on_failure = False the pod that failed before its task ran is kept for
+    inspection (labelled done), as upstream keeps it; with True it is deleted."""
+    sandbox, _ = kube_sandbox
+    _database_says(monkeypatch, "queued", [])
+    ex = executor_factory(
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_EXCLUDED_CONTAINER_REASONS="",
+        AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE=delete_on_failure,
+    )
+    submit(ex, make_workload(task_id="kept", command="exit 3"))
+    _run_until_reported(ex, "kept")
+    assert ex.status()["launch_failure_requeues"] == 1
+    from airflow_jobwatch.executors.pods import DONE_LABEL
+
+    def cleaned_up() -> bool:
+        pods = _pods(sandbox, "kept")
+        if delete_on_failure == "True":
+            return not pods
+        return len(pods) == 2 and all(p["metadata"]["labels"].get(DONE_LABEL) == "True" for p in pods)
+
+    deadline = time.monotonic() + 30
+    while not cleaned_up():
+        assert time.monotonic() < deadline, [p["metadata"]["labels"] for p in _pods(sandbox, "kept")]
+        ex.heartbeat()
+        time.sleep(0.05)

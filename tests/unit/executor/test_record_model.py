@@ -20,7 +20,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from airflow_jobwatch.executors.record import TaskRecords
+from airflow_jobwatch.executors.record import (
+    LAUNCH,
+    RESET,
+    SUPERSEDED,
+    UNRESOLVED,
+    TaskRecords,
+    adoption_verdict,
+    launch_held,
+    launch_verdict,
+)
 
 KEYS = ["a", "b", "c"]
 _ids = itertools.count()
@@ -172,3 +181,261 @@ class RecordMachine(RuleBasedStateMachine):
 
 TestRecordModel = RecordMachine.TestCase
 TestRecordModel.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+
+
+SCHEDULERS = ["A", "B"]
+NAMESPACES = ["default", "other"]  # "other": a namespace that a task's pod_override names
+
+
+class HandOverMachine(RuleBasedStateMachine):
+    """Two schedulers, one database, one cluster, with the executor's decisions (record.py): either scheduler
+    may take the other for dead at any step while it still runs (a stall), adoption lists may fail or miss a
+    namespace, tasks defer and resume on the same try. Invariants:
+
+    - never two live pods counted as current for one try;
+    - never a reset while a pod of the current launch may exist;
+    - never an end reported for a launch the database does not name.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records = {s: TaskRecords() for s in SCHEDULERS}
+        self.db: dict[str, SimpleNamespace] = {}  # task -> its task instance row
+        self.pods: dict[tuple[str, str], tuple[str, int, str, str]] = {}  # ref -> (task, try, launch, label)
+        self.started: dict[tuple[str, str], bool] = {}  # ref -> its worker started the task
+        self.namespace: dict[str, str] = {}  # task -> the namespace its pods are created in
+        self.unresolved: dict[str, dict[str, tuple[str, str | None]]] = {s: {} for s in SCHEDULERS}
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _queue(self, task: str, scheduler: str) -> None:
+        row = self.db[task]
+        row.state, row.queued_by_job_id, row.external_executor_id = "queued", scheduler, f"L{next(_ids)}"
+        workload = SimpleNamespace(ti=SimpleNamespace(priority_weight=0))
+        self.records[scheduler].queue((task, row.try_number), workload, row.external_executor_id)
+
+    def _report(self, scheduler: str, key: tuple[str, int], ref: tuple[str, str], launch: str) -> None:
+        row = self.db[key[0]]
+        assert (row.try_number, row.external_executor_id) == (key[1], launch), (
+            f"{scheduler} reported {ref} of launch {launch} (try {key[1]}); the database names "
+            f"{row.external_executor_id} (try {row.try_number})"
+        )
+        self.records[scheduler].end(key, ref)
+
+    def _adopt(
+        self,
+        task: str,
+        gone: str,
+        adopter: str,
+        *,
+        cluster_list: bool,
+        failing: str | None,
+        relabel_fails: bool,
+        retry: bool = False,
+    ) -> None:
+        """``adopter`` adopts ``task``, queued by ``gone``, as adoption.py does: it lists every worker pod
+        (whatever scheduler's label it carries) across all namespaces, or in the configured namespace plus
+        the task's own; ``failing``: a namespace whose list fails (the list across all namespaces then fails
+        too); ``relabel_fails``: taking over the pods fails."""
+        row = self.db[task]
+        listed = set(NAMESPACES) if cluster_list else {"default", self.namespace[task]}
+        complete = failing is None or failing not in listed
+        # What the lists that succeeded returned: nothing from a failed list (across all namespaces: nothing).
+        listed = set() if cluster_list and not complete else listed - {failing}
+        key = (task, row.try_number)
+        mine = self.records[adopter]
+        stale = mine.get(key)
+        if stale is not None and stale.pod is None:
+            mine.end(key)  # its own launch still to create, from before it was taken for dead: dropped
+        found = sorted(
+            ref
+            for ref, (t, try_number, _, _) in self.pods.items()
+            if t == task and ref[0] in listed and not mine.is_current((t, try_number), ref)
+        )
+        holds_it = (held := mine.get(key)) is not None and held.launch_id == row.external_executor_id
+        current_pod = holds_it or any(self.pods[ref][2] == row.external_executor_id for ref in found)
+        if complete and current_pod and not holds_it and relabel_fails:
+            complete = False  # the current launch's pod could not be taken over: unknown
+        verdict = adoption_verdict(complete=complete, current_pod=current_pod, state=row.state)
+        if verdict == UNRESOLVED:
+            row.queued_by_job_id = adopter  # not handed back: the scheduler records it as the adopter's
+            self.unresolved[adopter][task] = (gone, row.external_executor_id)
+            return
+        self.unresolved[adopter].pop(task, None)
+        if verdict == RESET:
+            live = [r for r, p in self.pods.items() if p[:3] == (task, key[1], row.external_executor_id)]
+            assert not live, f"reset of {task} while pods of its current launch exist: {live}"
+            if not retry:  # a retried adoption can no longer hand it back: left to Airflow's timeouts
+                row.state = row.queued_by_job_id = row.external_executor_id = None
+            return
+        if held is not None and not holds_it:
+            mine.end(key)  # the database names another launch than the one held here
+        for ref in found:  # relabelled: the scheduler whose label it carried sees it leave (adopted away)
+            t, try_number, launch, label = self.pods[ref]
+            self.pods[ref] = (t, try_number, launch, adopter)
+            old = self.records[label]
+            if old.is_current((t, try_number), ref):
+                old.end((t, try_number), ref)
+            else:
+                old.stale_ended(ref)
+            current = (t, try_number) == key and launch == row.external_executor_id and not holds_it
+            if current and (t, try_number) in mine:
+                current = False  # one current pod per key: the newest of that launch wins in adoption.py
+            mine.adopt((t, try_number), ref, launch, current=current)
+        row.queued_by_job_id = adopter
+        if verdict == LAUNCH:
+            workload = SimpleNamespace(ti=SimpleNamespace(priority_weight=0))
+            mine.queue(key, workload, row.external_executor_id)
+
+    # ---- the scheduler and the worker --------------------------------------------------------
+
+    @rule(task=st.sampled_from(KEYS), scheduler=st.sampled_from(SCHEDULERS), ns=st.sampled_from(NAMESPACES))
+    def schedule(self, task: str, scheduler: str, ns: str) -> None:
+        """A task with no state (new, or reset) is queued by ``scheduler``, on a new try after a reset."""
+        row = self.db.get(task)
+        if row is None:
+            row = self.db[task] = SimpleNamespace(
+                state=None, try_number=0, queued_by_job_id=None, external_executor_id=None
+            )
+            self.namespace[task] = ns
+        if row.state is not None:
+            return
+        row.try_number += 1
+        self._queue(task, scheduler)
+
+    @rule(task=st.sampled_from(KEYS), scheduler=st.sampled_from(SCHEDULERS))
+    def resume(self, task: str, scheduler: str) -> None:
+        """A deferred task's trigger fired: queued again on the same try, under a new launch."""
+        row = self.db.get(task)
+        if row is not None and row.state == "deferred":
+            self._queue(task, scheduler)
+
+    @precondition(lambda self: bool(self.pods))
+    @rule(data=st.data())
+    def worker_starts(self, data: st.DataObject) -> None:
+        """The pod's worker asks the execution API to run its task: only a QUEUED task on its try runs."""
+        ref = data.draw(st.sampled_from(sorted(self.pods)))
+        task, try_number, _, _ = self.pods[ref]
+        row = self.db[task]
+        if row.state == "queued" and row.try_number == try_number and ref not in self.started:
+            row.state = "running"
+            self.started[ref] = True
+
+    @rule(task=st.sampled_from(KEYS))
+    def defer(self, task: str) -> None:
+        row = self.db.get(task)
+        if row is not None and row.state == "running":
+            row.state = "deferred"
+
+    # ---- each scheduler's executor -----------------------------------------------------------
+
+    @rule(scheduler=st.sampled_from(SCHEDULERS), task=st.sampled_from(KEYS))
+    def create(self, scheduler: str, task: str) -> None:
+        """The fenced create: the database check and the create, in one step (the remaining window, a check
+        that passes before a stall and a create that lands after it, is documented, not modelled)."""
+        row = self.db.get(task)
+        for record in self.records[scheduler]:
+            if record.key[0] != task or record.create is None:
+                continue
+            held = launch_held(
+                row,
+                try_number=record.key[1],
+                scheduler_job_id=scheduler,
+                launch_id=record.launch_id,
+                pre_assigned=True,
+            )
+            if not held:
+                self.records[scheduler].end(record.key)
+                continue
+            ref = (self.namespace[task], f"pod-{next(_ids)}")
+            self.records[scheduler].create_sent(record.key, ref)
+            self.records[scheduler].created(record.key, ref)
+            self.pods[ref] = (task, record.key[1], record.launch_id, scheduler)
+
+    @precondition(lambda self: bool(self.pods))
+    @rule(data=st.data())
+    def pod_ends(self, data: st.DataObject) -> None:
+        """A pod ends; the scheduler whose label it carries reads the database for it, as results.py does."""
+        ref = data.draw(st.sampled_from(sorted(self.pods)))
+        task, try_number, launch, label = self.pods.pop(ref)
+        started = self.started.pop(ref, False)
+        row = self.db[task]
+        if started and row.state in ("running", "queued") and row.try_number == try_number:
+            row.state = "success"  # the worker recorded its own end
+        records = self.records[label]
+        key = (task, try_number)
+        if not records.is_current(key, ref):
+            records.stale_ended(ref)
+            return
+        verdict = launch_verdict(row, try_number=try_number, launch_id=launch, pre_assigned=True)
+        if verdict == SUPERSEDED:
+            records.end(key, ref)  # cleaned up, not reported
+            return
+        if verdict is True and not started:
+            records.relaunch(key, ref, "evicted", backoff=None, not_before=0.0)  # type: ignore[arg-type]
+            return
+        self._report(label, key, ref, launch)
+
+    @rule(
+        gone=st.sampled_from(SCHEDULERS),
+        cluster_list=st.booleans(),
+        failing=st.sampled_from([None, *NAMESPACES]),
+        relabel_fails=st.booleans(),
+    )
+    def take_for_dead(self, gone: str, cluster_list: bool, failing: str | None, relabel_fails: bool) -> None:
+        """The other scheduler takes ``gone`` for dead (it may only be stalled) and adopts its tasks."""
+        adopter = next(s for s in SCHEDULERS if s != gone)
+        for task, row in sorted(self.db.items()):
+            if row.queued_by_job_id == gone and row.state in ("queued", "running"):
+                self._adopt(
+                    task,
+                    gone,
+                    adopter,
+                    cluster_list=cluster_list,
+                    failing=failing,
+                    relabel_fails=relabel_fails,
+                )
+
+    @rule(
+        scheduler=st.sampled_from(SCHEDULERS),
+        cluster_list=st.booleans(),
+        failing=st.sampled_from([None, *NAMESPACES]),
+        relabel_fails=st.booleans(),
+    )
+    def retry_unresolved(
+        self, scheduler: str, cluster_list: bool, failing: str | None, relabel_fails: bool
+    ) -> None:
+        """An unresolved adoption is retried: the row is read again first, and dropped if no longer held."""
+        for task, (gone, launch) in sorted(self.unresolved[scheduler].items()):
+            row = self.db[task]
+            if not (
+                row.queued_by_job_id == scheduler
+                and row.external_executor_id == launch
+                and row.state in ("queued", "running")
+            ):
+                del self.unresolved[scheduler][task]
+                continue
+            self._adopt(
+                task,
+                gone,
+                scheduler,
+                cluster_list=cluster_list,
+                failing=failing,
+                relabel_fails=relabel_fails,
+                retry=True,
+            )
+
+    # ---- invariants -------------------------------------------------------------------------
+
+    @invariant()
+    def never_two_current_pods_for_one_try(self) -> None:
+        counted: dict[tuple[str, int], list[tuple[str, tuple[str, str]]]] = {}
+        for ref, (task, try_number, _, _) in self.pods.items():
+            for s in SCHEDULERS:
+                if self.records[s].is_current((task, try_number), ref):
+                    counted.setdefault((task, try_number), []).append((s, ref))
+        assert all(len(refs) <= 1 for refs in counted.values()), counted
+
+
+TestHandOverModel = HandOverMachine.TestCase
+TestHandOverModel.settings = settings(max_examples=400, stateful_step_count=25, deadline=None)
