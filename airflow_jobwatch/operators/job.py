@@ -33,16 +33,11 @@ Deliberate differences are listed in ``docs/migration.md``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
 import datetime
-import json
 import random
-import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
@@ -57,8 +52,10 @@ from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
+from airflow_jobwatch.operators import inworker, podlogs
 from airflow_jobwatch.operators.arguments import check_argument_types
 from airflow_jobwatch.operators.disruption import add_disruption_rule
+from airflow_jobwatch.operators.request import api_error_message
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import (
     OUTCOME_FAILED,
@@ -88,17 +85,6 @@ DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: template) that identify one try of one task instance; a Job whose pod template carries all of them
 #: with our values was created by this very try.
 _TRY_LABELS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
-
-
-def _api_error_message(e: ApiException) -> str:
-    """The API server's own message from a Status body, or the HTTP reason."""
-    try:
-        body = json.loads(e.body or "{}")
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])
-    except (TypeError, ValueError):
-        pass
-    return f"{e.status} {e.reason}"
 
 
 #: Upstream arguments that have no effect here: their upstream default, and why. A value other than the
@@ -575,7 +561,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         except ApiException as e:
             if e.status != 409:
                 raise AirflowException(
-                    f"Kubernetes rejected Job {ns}/{name} (HTTP {e.status}): {_api_error_message(e)}"
+                    f"Kubernetes rejected Job {ns}/{name} (HTTP {e.status}): {api_error_message(e)}"
                 ) from None
         existing = self.job_client.read_namespaced_job(name=name, namespace=ns)
         if self._same_try(existing, context):
@@ -739,88 +725,14 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         return self.job
 
     async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """The in-worker wait: open the namespace's watch, create the Job, wait for it.
-
-        Runs in the event loop of ``_wait_in_worker``'s helper thread, never in the main thread.
-        """
-        meta = job_request.metadata
-        trigger = self._trigger(context, meta.name, meta.namespace, None)
-        async with trigger.watching() as watch:
-            # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
-            job = self._create_job(job_request, context)
-            trigger = self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
-            if not self.get_logs:
-                return await trigger.wait()
-            follower = _LogFollower(self, job.metadata.namespace)
-            discovering = asyncio.create_task(follower.discover(lambda: watch.pods_of(job.metadata.uid)))
-            try:
-                event = await trigger.wait()
-            except BaseException:  # cancelled (the task is being stopped: execution_timeout...) or failed
-                follower.close()
-                raise
-            finally:
-                discovering.cancel()
-            follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
-            await follower.drain(_LOG_DRAIN_SECONDS)
-            self._logs_wanted, self._logs_streamed = follower.wanted, follower.started
-            return event
+        """The in-worker wait's coroutine (:func:`~airflow_jobwatch.operators.inworker.create_and_wait`)."""
+        return await inworker.create_and_wait(self, job_request, context)
 
     def _wait_in_worker(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """Create the Job and wait for it in the worker, the way Airflow's ``execution_timeout`` expects.
-
-        How Airflow 3 enforces ``execution_timeout`` (``task_runner._run_execute_callable``): a SIGALRM
-        whose handler raises ``AirflowTaskTimeout``, a ``BaseException``, in the main thread; the runner
-        then calls ``on_kill()``, which deletes the Job with ``on_kill_propagation_policy``. Two rules
-        follow, and this method is built on them:
-
-        * **No deadline of our own.** A deadline computed here (from ``ti.start_date``) would fire before
-          Airflow's timer and end the task with an ordinary error, so Airflow would never call
-          ``on_kill()`` and the Job would run on (and, with ``backoffLimit > 0``, the Job controller would
-          replace every pod the clean-up deleted). The trigger gets no timeout in the worker.
-        * **The event loop never runs in the main thread.** Python runs a signal handler in the main
-          thread, between two bytecodes of whatever the main thread is running. If that were an event
-          loop, the handler's ``AirflowTaskTimeout`` would be raised inside a task's step (asyncio stores
-          a ``BaseException`` other than ``KeyboardInterrupt``/``SystemExit`` as that task's result: an
-          informer dies silently) or inside a callback (logged by the loop): the timeout is lost and the
-          task runs on. So the loop (informers, the trigger's wait, log discovery) runs in a helper
-          thread, which signals never interrupt, and the main thread only blocks in
-          ``threading.Event.wait()``: a lock wait that a signal interrupts (Python >= 3.2 on POSIX),
-          out of which the handler's exception propagates in the main thread, as from upstream's
-          ``time.sleep`` poll.
-
-        When anything is raised in the main thread while it waits (the alarm, ``KeyboardInterrupt``), the
-        wait's task is cancelled in its loop, which closes the log streams, leaves the shared watch and
-        stops the informers; the main thread waits for that (at most ``_STOP_SECONDS``), so that a Job
-        whose create was in flight is recorded in ``self.job``, and re-raises. Airflow then calls
-        ``on_kill()``, which deletes the Job. (SIGTERM needs nothing special: Airflow's handler calls
-        ``on_kill()`` in the main thread, the Job is deleted, and the wait ends with ``deleted``.)
-        """
-        runner = _LoopThread(
-            lambda: self._create_and_wait(job_request, context), name=f"jobwatch-wait-{self.task_id}"
-        )
-        try:
-            event: dict[str, Any] = runner.run(self.log)
-        except AirflowTaskTimeout as e:
-            raise AirflowTaskTimeout(f"{e} ({self._doing_now()})") from e
-        return event
-
-    def _doing_now(self) -> str:
-        """What the Job is doing now, for the in-worker timeout's message (the deferred timeout's words:
-        "it was running: ..."); best effort, never raises."""
-        job = getattr(self, "job", None)
-        if job is None:
-            return "the Job was not created yet"
-        ns, name = job.metadata.namespace, job.metadata.name
-        try:
-            now = self._read_job_now(ns, name, job.metadata.uid)
-            if now is None:
-                return f"Job {ns}/{name} could not be read"
-            pods = self._read_pods(ns, now.metadata.uid, {})
-            fatal = JobTrigger(name, ns, fatal_waiting_reasons=self.fatal_waiting_reasons)._fatal_reasons
-            state = classify_job(now, pods, fatal_waiting_reasons=fatal)
-        except Exception as e:
-            return f"Job {ns}/{name} could not be read: {e}"
-        return f"Job {ns}/{name} was {state.phase} when execution_timeout passed: {state.message}"
+        """Create the Job and wait for it in the worker, the event loop off the main thread so that
+        ``execution_timeout``'s alarm reaches it (:func:`~airflow_jobwatch.operators.inworker.wait_in_worker`
+        says why)."""
+        return inworker.wait_in_worker(self, job_request, context)
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -965,7 +877,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job = self.job_client.read_namespaced_job(name=name, namespace=ns)
         except ApiException as e:
             if e.status != 404:
-                self.log.warning("Could not read Job %s/%s: %s", ns, name, _api_error_message(e))
+                self.log.warning("Could not read Job %s/%s: %s", ns, name, api_error_message(e))
             return None
         except Exception as e:  # the API unreachable (what may have ended the wait): say so, go on
             self.log.warning("Could not read Job %s/%s: %s", ns, name, e)
@@ -1045,7 +957,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                         if e.status != 404:
                             raise
         except ApiException as e:
-            self.log.warning("Could not read the Job's pods: %s", _api_error_message(e))
+            self.log.warning("Could not read the Job's pods: %s", api_error_message(e))
             return []
         return sorted(pods, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
 
@@ -1064,92 +976,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             except Exception:
                 self.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
 
-    def _log_containers(self, pod: k8s.V1Pod) -> list[str]:
-        spec = pod.spec
-        return self._requested_containers(
-            pod.metadata.name,
-            [c.name for c in (spec.init_containers or [])] if spec else [],
-            [c.name for c in (spec.containers or [])] if spec else [],
-        )
-
     def _requested_containers(self, pod_name: str, init_names: list[str], names: list[str]) -> list[str]:
-        """Init containers named by ``init_container_logs``, then containers named by
-        ``container_logs`` (``True``: all), in the pod's order."""
-        chosen: list[str] = []
-        for requested, present in ((self.init_container_logs, init_names), (self.container_logs, names)):
-            if not requested:
-                continue
-            if requested is True:
-                chosen.extend(present)
-                continue
-            wanted = [requested] if isinstance(requested, str) else list(requested)
-            for name in wanted:
-                if name in present:
-                    chosen.append(name)
-                else:
-                    self.log.warning(
-                        "Container %s whose logs were requested is not in pod %s", name, pod_name
-                    )
-        return chosen
+        return podlogs.requested_containers(self, pod_name, init_names, names)
 
     def _write_pod_logs(self, pod: k8s.V1Pod) -> None:
-        """Write the logs of the pod's requested containers, but those the in-worker wait streamed
-        already. A pod the followers never saw (its events reached the watch after the Job's end was
-        decided) is read here whole, so no pod's log is missing from the task log."""
-        name = pod.metadata.name
-        if name in self._logs_wanted:  # the followers saw it, and warned about containers not there
-            containers = [c for c in self._logs_wanted[name] if (name, c) not in self._logs_streamed]
-        else:
-            containers = self._log_containers(pod)
-        for container in containers:
-            self._write_container_log(name, pod.metadata.namespace, container, follow=False)
-
-    def _write_container_log(
-        self,
-        pod_name: str,
-        namespace: str,
-        container: str,
-        *,
-        follow: bool,
-        opened: Callable[[Any], None] | None = None,
-        stopped: threading.Event | None = None,
-    ) -> None:
-        """Stream one container's log into the task log, line by line, decoded; never held whole.
-
-        :param follow: keep reading until the container ends (the in-worker wait streams this way).
-        :param opened: called with the open response, so that a follower can be closed from outside.
-        :param stopped: set when the stream was ended on purpose (then its end is no warning).
-        """
-        try:
-            response = self.client.read_namespaced_pod_log(
-                name=pod_name,
-                namespace=namespace,
-                container=container,
-                follow=follow,
-                _preload_content=False,
-            )
-        except ApiException as e:
-            self.log.warning(
-                "Could not read the log of container %s of pod %s: %s",
-                container,
-                pod_name,
-                _api_error_message(e),
-            )
-            return
-        if opened is not None:
-            opened(response)
-        try:
-            for line in _decoded_lines(response.stream(_LOG_CHUNK_BYTES)):
-                self.log.info("[%s] [%s] %s", pod_name, container, line)
-        except Exception as e:  # a log is a nice-to-have; never fail the task for it
-            if stopped is not None and stopped.is_set():
-                self.log.debug("Stopped following the log of container %s of pod %s", container, pod_name)
-            else:
-                self.log.warning(
-                    "Reading the log of container %s of pod %s stopped: %s", container, pod_name, e
-                )
-        finally:
-            response.release_conn()
+        podlogs.write_pod_logs(self, pod)
 
     def _xcom_value(self, result: JobResult) -> Any:
         """The value the task returns, read by the one reader the trigger uses too
@@ -1197,100 +1028,6 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 self.log.exception("Unable to delete pod %s of Job %s/%s", pod.metadata.name, ns, name)
 
 
-#: After the in-worker wait has ended, how long the log followers may still take to reach the end of
-#: their streams (containers that ended are read to the end at once; this bounds a pod that still runs
-#: after its Job met its success criteria, whose log upstream would follow for ever).
-_LOG_DRAIN_SECONDS = 60.0
-
-#: How often the in-worker wait looks in the shared watch's cache for pods whose containers have started.
-_LOG_DISCOVERY_SECONDS = 0.5
-
-
-class _LogFollower:
-    """Follows the logs of a Job's pods while the in-worker wait runs: one thread per (pod, container)
-    whose container has started (``pods/log?follow=true``), started as the pods appear in the shared
-    watch's cache (retried pods and parallel pods included), so lines reach the task log as they are
-    written."""
-
-    def __init__(self, operator: KubernetesJobOperator, namespace: str) -> None:
-        self.operator = operator
-        self.namespace = namespace
-        self.started: set[tuple[str, str]] = set()
-        self.wanted: dict[str, list[str]] = {}
-        self.threads: list[threading.Thread] = []
-        self.responses: list[Any] = []
-        self.stopped = threading.Event()
-
-    async def discover(self, pods: Callable[[], list[dict[str, Any]]]) -> None:
-        while True:
-            self.start_ready(pods())
-            await asyncio.sleep(_LOG_DISCOVERY_SECONDS)
-
-    def start_ready(self, pods: list[dict[str, Any]]) -> None:
-        if self.stopped.is_set():
-            return
-        for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
-            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-            name = str(meta.get("name"))
-            begun = {
-                cs.get("name")
-                for cs in (status.get("initContainerStatuses") or [])
-                + (status.get("containerStatuses") or [])
-                if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
-            }
-            # The cache keeps a projection of each pod (kube/projection.py) without the spec's container
-            # list; the container statuses name every container once the kubelet reports the pod.
-            if name not in self.wanted:  # once per pod: it warns about requested containers not there
-                if not status.get("containerStatuses"):
-                    continue
-                self.wanted[name] = self.operator._requested_containers(
-                    name,
-                    [cs.get("name") for cs in status.get("initContainerStatuses") or []],
-                    [cs.get("name") for cs in status.get("containerStatuses") or []],
-                )
-            wanted = self.wanted[name]
-            for container in wanted:
-                if container not in begun or (name, container) in self.started:
-                    continue
-                self.started.add((name, container))
-                thread = threading.Thread(
-                    target=self.operator._write_container_log,
-                    args=(name, self.namespace, container),
-                    kwargs={"follow": True, "opened": self.responses.append, "stopped": self.stopped},
-                    name=f"log-{name}-{container}",
-                    daemon=True,
-                )
-                thread.start()
-                self.threads.append(thread)
-
-    async def drain(self, limit: float) -> None:
-        """Wait (up to ``limit`` seconds) for the followers to reach the end of their logs."""
-        deadline = time.monotonic() + limit
-        for thread in self.threads:
-            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
-        if any(t.is_alive() for t in self.threads):
-            self.operator.log.warning(
-                "Stopped following logs still open %.0f s after the Job ended (a pod still running?)", limit
-            )
-            self.close()
-
-    def close(self) -> None:
-        """End every log stream still open; their threads then return (and release the connection).
-
-        ``HTTPResponse.shutdown()`` (urllib3 >= 2.3) shuts the socket down for reading, which wakes a
-        thread blocked in ``recv``. ``close()`` would not: it waits for the buffered reader's lock, which
-        the following thread holds until the stream ends, so it is only the fallback.
-        """
-        self.stopped.set()
-        for response in self.responses:
-            with contextlib.suppress(Exception):
-                shutdown = getattr(response, "shutdown", None)
-                if callable(shutdown):
-                    shutdown()
-                else:
-                    response.close()
-
-
 #: How long a failure's report waits for the pods the Job counts as ended to show so in a list
 #: (see ``KubernetesJobOperator._settled_pods``); normally the first list already does.
 _POD_SETTLE_SECONDS = 5.0
@@ -1308,94 +1045,6 @@ def _ended_pods_counted(job: k8s.V1Job) -> int:
         + len((uncounted.succeeded or []) if uncounted else [])
         + len((uncounted.failed or []) if uncounted else [])
     )
-
-
-#: After the main thread was interrupted (execution_timeout's alarm...), how long it waits for the
-#: in-worker wait's loop to stop (a create in flight answers, the watch closes) before re-raising anyway.
-#: A create is bounded by the client's request timeout; closing informers takes milliseconds.
-_STOP_SECONDS = 30.0
-
-
-class _LoopThread:
-    """Runs one coroutine to its end with ``asyncio.run`` in a thread of its own, while the calling
-    (main) thread waits in a way signals can interrupt. See ``KubernetesJobOperator._wait_in_worker``
-    for why; the thread inherits the caller's context variables (the task's log context)."""
-
-    def __init__(self, make: Callable[[], Coroutine[Any, Any, Any]], *, name: str) -> None:
-        self._make = make
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._stopping = False
-        self._finished = threading.Event()
-        self._result: Any = None
-        self._error: BaseException | None = None
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(self._main,), name=name, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            self._result = asyncio.run(self._run())
-        except BaseException as e:  # handed to the main thread, which re-raises it
-            self._error = e
-        finally:
-            self._finished.set()
-
-    async def _run(self) -> Any:
-        with self._lock:
-            if self._stopping:  # stopped before the loop had even started
-                raise asyncio.CancelledError
-            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-        return await self._make()
-
-    def _stop(self) -> None:
-        with self._lock:
-            self._stopping = True
-            loop, task = self._loop, self._task
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop has closed already: nothing to cancel
-                loop.call_soon_threadsafe(task.cancel)
-
-    def run(self, log: Any) -> Any:
-        """Start the thread and return the coroutine's result (or raise its exception).
-
-        Whatever a signal handler raises while the main thread waits here propagates to the caller,
-        after the loop was stopped (at most ``_STOP_SECONDS``).
-        """
-        try:
-            self._thread.start()  # (its own wait for the thread to start is interruptible too)
-            self._finished.wait()  # interruptible: the alarm's AirflowTaskTimeout is raised right here
-        except BaseException:
-            self._stop()
-            # Not alive: either done, or not yet running its target, which then sees `_stopping` first
-            # and ends before it creates anything.
-            if self._thread.is_alive() and not self._finished.wait(_STOP_SECONDS):
-                log.warning("The Job's wait did not stop within %.0f s; leaving it behind", _STOP_SECONDS)
-            raise
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-#: Bytes read from the log stream at a time; a line longer than _MAX_LINE_BYTES is cut into pieces, so
-#: memory stays bounded whatever the container writes.
-_LOG_CHUNK_BYTES = 64 * 1024
-_MAX_LINE_BYTES = 1024 * 1024
-
-
-def _decoded_lines(chunks: Iterable[bytes]) -> Iterable[str]:
-    """Split a byte stream into decoded lines (UTF-8, undecodable bytes escaped, as upstream does)."""
-    partial = b""
-    for chunk in chunks:
-        partial += chunk
-        *complete, partial = partial.split(b"\n")
-        for line in complete:
-            yield line.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
-        while len(partial) > _MAX_LINE_BYTES:
-            yield partial[:_MAX_LINE_BYTES].decode("utf-8", errors="backslashreplace")
-            partial = partial[_MAX_LINE_BYTES:]
-    if partial:
-        yield partial.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
 
 
 def _json_names(names: Any) -> Any:
