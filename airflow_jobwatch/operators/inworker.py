@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 
 from airflow_jobwatch.kube.states import classify_job
+from airflow_jobwatch.operators import resume
 from airflow_jobwatch.operators.podlogs import requested_containers, write_container_log
 from airflow_jobwatch.triggers.job import JobTrigger
 
@@ -106,10 +107,10 @@ def doing_now(op: KubernetesJobOperator) -> str:
         return "the Job was not created yet"
     ns, name = job.metadata.namespace, job.metadata.name
     try:
-        now = op._read_job_now(ns, name, job.metadata.uid)
+        now = resume.read_job_now(op, ns, name, job.metadata.uid)
         if now is None:
             return f"Job {ns}/{name} could not be read"
-        pods = op._read_pods(ns, now.metadata.uid, {})
+        pods = resume.read_pods(op, ns, now.metadata.uid, {})
         fatal = JobTrigger(name, ns, fatal_waiting_reasons=op.fatal_waiting_reasons)._fatal_reasons
         state = classify_job(now, pods, fatal_waiting_reasons=fatal)
     except Exception as e:

@@ -34,7 +34,6 @@ Deliberate differences are listed in ``docs/migration.md``.
 from __future__ import annotations
 
 import datetime
-import random
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -44,23 +43,18 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
-from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout, conf
+from airflow.providers.common.compat.sdk import AirflowException, conf
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
-from airflow_jobwatch.kube.states import classify_job, classify_pod
-from airflow_jobwatch.operators import inworker, podlogs
+from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
+from airflow_jobwatch.operators import inworker, resume
 from airflow_jobwatch.operators.arguments import check_argument_types
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.operators.request import api_error_message
-from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import (
-    OUTCOME_FAILED,
-    OUTCOME_TIMEOUT,
-    STATUS_SUCCESS,
     JobTrigger,
 )
 
@@ -800,195 +794,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:
         """Report the trigger's result: the ``job`` XCom, logs, the pods' clean-up, then the XCom result
         or an error. Takes our trigger's event and upstream's ``KubernetesJobTrigger`` event alike (a
-        task deferred by upstream's operator can resume in ours).
-
-        A failure is reported with the pods as they are now, not only as the event saw them: a Job's
-        terminal condition and its pods' final states come down two different watches, so an event can
-        lack the failing container's exit code; the pods are read (and, bounded, re-read until the ones
-        the Job counts have ended) and the message rebuilt from them.
-
-        When the wait ended but the Job has not (a ``timeout``, an unreachable API, a pod stuck on an
-        unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
-        stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
-        ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
-
-        An ``unknown`` outcome (the Job vanished while the trigger's watch was reconnecting, and how it
-        ended was not seen) fails the task with the event's message as it is: nothing here can learn more
-        (the Job is gone), and the message gives no advice to run it again.
-        """
-        name, ns, uid = _event_identity(event)
-        status = event.get("status")
-        outcome = event.get("outcome") or status
-        reason, message = event.get("reason"), event.get("message")
-        context["ti"].xcom_push(key="job", value=event.get("job"))
-        pods = self._read_pods(ns, uid, event)
-        unfinished: k8s.V1Job | None = None
-        if status != STATUS_SUCCESS and ns and name:
-            job_now = self._read_job_now(ns, name, uid)
-            if job_now is not None:
-                fatal = self._trigger(context, name, ns, uid)._fatal_reasons
-                if outcome == OUTCOME_FAILED:
-                    pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
-                    state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
-                    # Rebuilt from the pods only while they exist: once cleaned up, the event's message
-                    # (read before they went, or from the result written onto the Job) is the one that
-                    # still names the failing container's exit code.
-                    if pods and state.terminal and state.phase == "failed":
-                        message = state.message  # names the failing pod and its container's exit code
-                if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
-                    unfinished = job_now
-        result = JobResult.from_payload(event).with_fresh_pods(pods, self.base_container_name)
-        log_ending(
-            self.log,
-            {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
-            [p.as_dict() for p in result.pods],
-        )
-        try:
-            if self.get_logs:
-                for pod in pods:
-                    self._write_pod_logs(pod)
-            if status != STATUS_SUCCESS:
-                text = failure_text(
-                    {
-                        **event,
-                        "namespace": ns,
-                        "name": name,
-                        "outcome": outcome,
-                        "reason": reason,
-                        "message": message,
-                    },
-                    disruption_retries=self.disruption_retries,
-                )
-                if outcome == OUTCOME_TIMEOUT:
-                    raise AirflowTaskTimeout(text)
-                raise AirflowException(text)
-            if self.do_xcom_push:
-                return self._xcom_value(result)
-            return None
-        finally:
-            if unfinished is not None:
-                self._stop_unfinished_job(unfinished, outcome, reason)
-            self._cleanup_pods(pods, context)
-
-    def _read_job_now(self, ns: str, name: str, uid: str | None) -> k8s.V1Job | None:
-        """The Job as the API server has it now; None when it is gone (or another Job took its name) or
-        cannot be read (logged)."""
-        try:
-            job = self.job_client.read_namespaced_job(name=name, namespace=ns)
-        except ApiException as e:
-            if e.status != 404:
-                self.log.warning("Could not read Job %s/%s: %s", ns, name, api_error_message(e))
-            return None
-        except Exception as e:  # the API unreachable (what may have ended the wait): say so, go on
-            self.log.warning("Could not read Job %s/%s: %s", ns, name, e)
-            return None
-        if uid and job.metadata.uid != uid:
-            return None
-        return job
-
-    def _settled_pods(
-        self,
-        job: k8s.V1Job,
-        pods: list[k8s.V1Pod],
-        ns: str,
-        uid: str | None,
-        event: dict[str, Any],
-        fatal: Collection[str],
-    ) -> list[k8s.V1Pod]:
-        """The Job's pods once every pod it counts as ended shows so (at most ``_POD_SETTLE_SECONDS``).
-
-        The Job controller counts a pod only after it saw it end, so a list read after the Job's
-        condition normally has them all; the bounded re-read covers a list answered before that.
-        """
-        want = _ended_pods_counted(job)
-        if not pods:
-            # None listed by a consistent read made after the Job ended: they were deleted (a TTL, a user,
-            # an earlier cleanup), not late; the event's result stands, and waiting would not bring them.
-            return pods
-        deadline = time.monotonic() + _POD_SETTLE_SECONDS
-        delay = 0.1
-        while True:
-            ended = sum(1 for p in pods if classify_pod(p, fatal_waiting_reasons=fatal).terminal)
-            if ended >= want or time.monotonic() >= deadline:
-                return pods
-            time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 1.0)
-            pods = self._read_pods(ns, uid, event)
-
-    def _stop_unfinished_job(self, job: k8s.V1Job, outcome: str | None, reason: str | None) -> None:
-        """The task fails while its Job still runs: delete the Job as ``on_kill`` does (with
-        ``on_kill_propagation_policy`` / ``termination_grace_period``; its pods unless
-        ``on_kill_action="keep_pod"``). Best effort: a failure here never hides the task's own error."""
-        self.log.warning(
-            "Job %s/%s has not finished, but the task ends (%s: %s): deleting it as on_kill does",
-            job.metadata.namespace,
-            job.metadata.name,
-            outcome,
-            reason,
-        )
-        self.job = job
-        try:
-            self.on_kill()
-        except Exception as e:
-            self.log.warning(
-                "Could not delete Job %s/%s; it may still be running: %s",
-                job.metadata.namespace,
-                job.metadata.name,
-                e,
-            )
-
-    # -- after the wait ----------------------------------------------------------------------------------
-    def _read_pods(self, ns: str | None, uid: str | None, event: dict[str, Any]) -> list[k8s.V1Pod]:
-        """The Job's pods (oldest first), best effort: a Job deleted with its pods has none left."""
-        if not ns:
-            return []
-        try:
-            if uid:
-                selector = f"controller-uid={uid}"
-                pods = self.client.list_namespaced_pod(namespace=ns, label_selector=selector).items
-            else:  # an event without the Job (upstream's, when it never read it): its pod names
-                pods = []
-                for pod_name in event.get("pod_names") or []:
-                    try:
-                        pods.append(
-                            self.client.read_namespaced_pod(pod_name, event.get("pod_namespace") or ns)
-                        )
-                    except ApiException as e:
-                        if e.status != 404:
-                            raise
-        except ApiException as e:
-            self.log.warning("Could not read the Job's pods: %s", api_error_message(e))
-            return []
-        return sorted(pods, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
-
-    def _cleanup_pods(self, pods: list[k8s.V1Pod], context: Context) -> None:
-        """``on_finish_action`` on each of the Job's pods, as upstream's operator does it: pods that are
-        kept (or failed) get the ``already_checked`` label; ``process_pod_deletion`` decides per pod.
-        The Job itself is kept (``ttl_seconds_after_finished`` is what removes it)."""
-        if getattr(self, "_killed", False):
-            return
-        keep = self.on_finish_action in ("keep_pod", "delete_active_pod")
-        for pod in pods:
-            try:
-                if (pod.status and pod.status.phase) != "Succeeded" or keep:
-                    self.patch_already_checked(pod, reraise=False)
-                self.process_pod_deletion(pod, reraise=False)
-            except Exception:
-                self.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
-
-    def _requested_containers(self, pod_name: str, init_names: list[str], names: list[str]) -> list[str]:
-        return podlogs.requested_containers(self, pod_name, init_names, names)
-
-    def _write_pod_logs(self, pod: k8s.V1Pod) -> None:
-        podlogs.write_pod_logs(self, pod)
+        task deferred by upstream's operator can resume in ours). The steps, and why each is there:
+        :func:`~airflow_jobwatch.operators.resume.complete`."""
+        return resume.complete(self, context, event)
 
     def _xcom_value(self, result: JobResult) -> Any:
-        """The value the task returns, read by the one reader the trigger uses too
-        (:class:`~airflow_jobwatch.kube.result.JobResult`)."""
-        try:
-            return result.xcom_value(xcom_path=self.xcom_path, unwrap_single=self.unwrap_single, log=self.log)
-        except XComResultError as e:
-            raise AirflowException(str(e)) from None
+        """The value the task returns (:func:`~airflow_jobwatch.operators.resume.xcom_value`)."""
+        return resume.xcom_value(self, result)
 
     def on_kill(self) -> None:
         """The task was killed: delete the Job, as upstream does, with ``on_kill_propagation_policy``
@@ -1028,25 +840,6 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 self.log.exception("Unable to delete pod %s of Job %s/%s", pod.metadata.name, ns, name)
 
 
-#: How long a failure's report waits for the pods the Job counts as ended to show so in a list
-#: (see ``KubernetesJobOperator._settled_pods``); normally the first list already does.
-_POD_SETTLE_SECONDS = 5.0
-
-
-def _ended_pods_counted(job: k8s.V1Job) -> int:
-    """How many of its pods the Job has seen end: its counters plus the ones not yet counted."""
-    status = job.status
-    if status is None:
-        return 0
-    uncounted = status.uncounted_terminated_pods
-    return (
-        (status.succeeded or 0)
-        + (status.failed or 0)
-        + len((uncounted.succeeded or []) if uncounted else [])
-        + len((uncounted.failed or []) if uncounted else [])
-    )
-
-
 def _json_names(names: Any) -> Any:
     """``container_logs`` / ``init_container_logs`` as JSON: True, None, a name, or a list of names."""
     if names is None or isinstance(names, (bool, str)):
@@ -1057,13 +850,3 @@ def _json_names(names: Any) -> Any:
 def _template_labels(job: k8s.V1Job) -> dict[str, str]:
     template = job.spec.template if job.spec else None
     return dict((template.metadata.labels if template and template.metadata else None) or {})
-
-
-def _event_identity(event: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """The Job's name, namespace and uid from our event or upstream's (whose ``job`` is a V1Job dict)."""
-    job = event.get("job") if isinstance(event.get("job"), dict) else {}
-    meta = (job or {}).get("metadata") or {}
-    name = event.get("name") or meta.get("name")
-    ns = event.get("namespace") or meta.get("namespace") or event.get("pod_namespace")
-    uid = event.get("uid") or meta.get("uid")
-    return name, ns, uid
