@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 
 from airflow_jobwatch.kube.states import classify_job
-from airflow_jobwatch.operators import resume
+from airflow_jobwatch.operators import request, resume
 from airflow_jobwatch.operators.podlogs import requested_containers, write_container_log
 from airflow_jobwatch.triggers.job import JobTrigger
 
@@ -39,11 +39,11 @@ async def create_and_wait(
     Runs in the event loop of :func:`wait_in_worker`'s helper thread, never in the main thread.
     """
     meta = job_request.metadata
-    trigger = op._trigger(context, meta.name, meta.namespace, None)
+    trigger = request.trigger(op, context, meta.name, meta.namespace, None)
     async with trigger.watching() as watch:
         # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
-        job = op._create_job(job_request, context)
-        trigger = op._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
+        job = request.create_job(op, job_request, context)
+        trigger = request.trigger(op, context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
         if not op.get_logs:
             return await trigger.wait()
         follower = LogFollower(op, job.metadata.namespace)

@@ -33,7 +33,6 @@ Deliberate differences are listed in ``docs/migration.md``.
 
 from __future__ import annotations
 
-import datetime
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -50,10 +49,8 @@ from kubernetes.client.rest import ApiException
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
-from airflow_jobwatch.operators import inworker, resume
+from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.arguments import check_argument_types
-from airflow_jobwatch.operators.disruption import add_disruption_rule
-from airflow_jobwatch.operators.request import api_error_message
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
 )
@@ -71,14 +68,6 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 #: Where KubernetesPodOperator users write their result. Used as the base container's
 #: terminationMessagePath when ``do_xcom_push`` is on.
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
-
-#: A container's terminationMessagePath when nobody sets it (the API server's default).
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-
-#: Labels (from KubernetesPodOperator's task-instance labels, which upstream puts on the Job's pod
-#: template) that identify one try of one task instance; a Job whose pod template carries all of them
-#: with our values was created by this very try.
-_TRY_LABELS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
 
 
 #: Upstream arguments that have no effect here: their upstream default, and why. A value other than the
@@ -521,203 +510,29 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job = super().build_job_request_obj(context)
         finally:
             self.do_xcom_push = xcom
-        containers = job.spec.template.spec.containers or []
-        base = next((c for c in containers if c.name == self.base_container_name), None)
-        if xcom:
-            if base is None:
-                raise AirflowException(
-                    f"do_xcom_push needs a container named {self.base_container_name!r} in the Job's pod "
-                    f"template; found {[c.name for c in containers]}"
-                )
-            own = base.termination_message_path
-            if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, self.xcom_path):
-                raise AirflowException(
-                    f"do_xcom_push returns the result through the base container's terminationMessagePath "
-                    f"(xcom_path={self.xcom_path!r}; the kubelet keeps at most "
-                    f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
-                    f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
-                    f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
-                )
-            base.termination_message_path = self.xcom_path
-            base.termination_message_policy = "File"
-        if self.disruption_retries is not None:
-            try:
-                add_disruption_rule(job)
-            except ValueError as e:
-                raise AirflowException(str(e)) from None
-        return job
+        return request.finish_job_request(self, job, xcom=xcom)
 
-    # -- Kubernetes calls --------------------------------------------------------------------------------
+    # -- Kubernetes calls (operators/request.py) -------------------------------------------------------
     def _create_or_adopt(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        ns, name = job_request.metadata.namespace, job_request.metadata.name
-        try:
-            return self.job_client.create_namespaced_job(namespace=ns, body=job_request)
-        except ApiException as e:
-            if e.status != 409:
-                raise AirflowException(
-                    f"Kubernetes rejected Job {ns}/{name} (HTTP {e.status}): {api_error_message(e)}"
-                ) from None
-        existing = self.job_client.read_namespaced_job(name=name, namespace=ns)
-        if self._same_try(existing, context):
-            self.log.info("Job %s/%s already exists for this task try; adopting it", ns, name)
-            return existing
-        raise AirflowException(
-            f"A Job named {name!r} already exists in namespace {ns!r} and was not created by this task try "
-            f"(its pod template labels: {_template_labels(existing)}); choose another name or delete that Job."
-        )
-
-    def _same_try(self, job: k8s.V1Job, context: Context) -> bool:
-        """Whether ``job``'s pod template carries this try's labels (as upstream puts them there)."""
-        want = self._get_ti_pod_labels(context)
-        have = _template_labels(job)
-        return (
-            not job.metadata.deletion_timestamp
-            and bool(want)
-            and all(have.get(k) == want.get(k) for k in _TRY_LABELS if k in want)
-        )
+        return request.create_or_adopt(self, job_request, context)
 
     def _find_job_of_this_try(self, namespace: str, context: Context) -> k8s.V1Job | None:
-        """A live Job that an earlier run of this same task try created (a retried worker).
-
-        The try's labels are on the Job's pod template, not on the Job (whose labels are the user's),
-        so the search goes through the pods, which carry them and are selectable; a Job whose pods the
-        controller has not created yet is not found this way, and then a fixed name still meets it on
-        409 (see ``_create_or_adopt``).
-        """
-        want = self._get_ti_pod_labels(context)
-        selector = ",".join(f"{k}={want[k]}" for k in _TRY_LABELS if k in want)
-        pods = self.client.list_namespaced_pod(namespace=namespace, label_selector=selector).items
-        owners = sorted(
-            {
-                ref.name
-                for pod in pods
-                for ref in (pod.metadata.owner_references or [])
-                if ref.kind == "Job" and ref.controller
-            }
-        )
-        live = []
-        for name in owners:
-            try:
-                job = self.job_client.read_namespaced_job(name=name, namespace=namespace)
-            except ApiException as e:
-                if e.status == 404:
-                    continue
-                raise
-            if self._same_try(job, context):
-                live.append(job)
-        if len(live) > 1:
-            raise AirflowException(
-                f"Found {len(live)} Jobs for this task try in {namespace} ({selector}): "
-                f"{[j.metadata.name for j in live]}; delete the extra ones."
-            )
-        return live[0] if live else None
-
-    # -- execution ---------------------------------------------------------------------------------------
-    def _deadline(self, context: Context) -> datetime.datetime | None:
-        """What is left of ``execution_timeout``, as an absolute deadline."""
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context.get("ti"), "start_date", None) or datetime.datetime.now(datetime.UTC)
-        return start + self.execution_timeout
-
-    def _trigger(
-        self,
-        context: Context,
-        name: str,
-        namespace: str,
-        uid: str | None,
-        *,
-        deadline: datetime.datetime | None = None,
-        end_task: dict[str, Any] | None = None,
-        deferred_at: float | None = None,
-    ) -> JobTrigger:
-        """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
-        ``execution_timeout`` (SIGALRM) is the one deadline (see ``_wait_in_worker``)."""
-        return JobTrigger(
-            name,
-            namespace,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            config_file=self.config_file,
-            cluster_context=self.cluster_context,
-            in_cluster=self.in_cluster,
-            timeout=deadline,
-            poll_interval=self.job_poll_interval,
-            fatal_waiting_reasons=self.fatal_waiting_reasons,
-            api_failure_tolerance=self.api_failure_tolerance,
-            job_uid=uid,
-            # upstream's on_kill always deletes the Job; on_kill_action only governs the pods
-            delete_on_kill=True,
-            do_xcom_push=self.do_xcom_push,
-            base_container_name=self.base_container_name,
-            on_kill_propagation_policy=self.on_kill_propagation_policy,
-            termination_grace_period=self.termination_grace_period,
-            delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
-            disruption_retries=self.disruption_retries,
-            end_task=end_task,
-            deferred_at=deferred_at,
-        )
-
-    def _end_plan(self, context: Context) -> dict[str, Any] | None:
-        """What the trigger needs to end the task itself, or None when the task must resume on a worker.
-
-        The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
-        log lines and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
-        ``on_finish_action`` and the failure message. The
-        task resumes on a worker when something else must run there: a subclass's own
-        ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
-        or a mapped task downstream that maps over the result. A failure ends from the triggerer only
-        where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or when this try is
-        the last one (decided in the triggerer: :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
-        """
-        if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
-            return None
-        callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
-        if any(getattr(self, name, None) for name in callbacks):
-            return None
-        if getattr(self, "_post_execute_hook", None) or self.outlets or self.multiple_outputs:
-            return None
-        try:
-            if next(iter(self.iter_mapped_dependants()), None) is not None:
-                return None
-        except Exception:  # no DAG to ask (a bare operator): nothing maps over it
-            pass
-        ti = context["ti"]
-        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
-        last_try = not self.retries or (
-            isinstance(try_number, int) and isinstance(max_tries, int) and try_number > max_tries
-        )
-        return {
-            "on_finish_action": str(getattr(self.on_finish_action, "value", self.on_finish_action)),
-            "push_return": bool(self.do_xcom_push),
-            "xcom_path": self.xcom_path,
-            "unwrap_single": bool(self.unwrap_single),
-            # whether a failure may end here is decided in the triggerer, by its own Airflow version
-            "last_try": last_try,
-            "logs": (
-                {
-                    "container_logs": _json_names(self.container_logs),
-                    "init_container_logs": _json_names(self.init_container_logs),
-                }
-                if self.get_logs
-                else None
-            ),
-        }
+        return request.find_job_of_this_try(self, namespace, context)
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        """Adopt this try's Job if a previous run of the try created one, else create it."""
-        ns = job_request.metadata.namespace
-        adopted = self._find_job_of_this_try(ns, context) if self.reattach_on_restart else None
-        if adopted is not None:
-            self.log.info("Adopting Job %s/%s created earlier by this task try", ns, adopted.metadata.name)
-            self.job = adopted
-        else:
-            self.job = self._create_or_adopt(job_request, context)
-            self.log.info("Created Job %s/%s", ns, self.job.metadata.name)
-        ti = context["ti"]
-        ti.xcom_push(key="job_name", value=self.job.metadata.name)
-        ti.xcom_push(key="job_namespace", value=self.job.metadata.namespace)
-        return self.job
+        return request.create_job(self, job_request, context)
 
+    def _trigger(
+        self, context: Context, name: str, namespace: str, uid: str | None, **kwargs: Any
+    ) -> JobTrigger:
+        return request.trigger(self, context, name, namespace, uid, **kwargs)
+
+    def _end_plan(self, context: Context) -> dict[str, Any] | None:
+        """What the trigger needs to end the task itself, or None when the task must resume on a worker
+        (:func:`~airflow_jobwatch.operators.request.end_plan`)."""
+        return request.end_plan(self, context)
+
+    # -- execution ---------------------------------------------------------------------------------------
     async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
         """The in-worker wait's coroutine (:func:`~airflow_jobwatch.operators.inworker.create_and_wait`)."""
         return await inworker.create_and_wait(self, job_request, context)
@@ -782,7 +597,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     job.metadata.name,
                     job.metadata.namespace,
                     job.metadata.uid,
-                    deadline=self._deadline(context),
+                    deadline=request.deadline(self, context),
                     end_task=self._end_plan(context),
                     deferred_at=time.time(),
                 ),
@@ -838,15 +653,3 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 self.pod_manager.delete_pod(pod)
             except ApiException:
                 self.log.exception("Unable to delete pod %s of Job %s/%s", pod.metadata.name, ns, name)
-
-
-def _json_names(names: Any) -> Any:
-    """``container_logs`` / ``init_container_logs`` as JSON: True, None, a name, or a list of names."""
-    if names is None or isinstance(names, (bool, str)):
-        return names
-    return [str(n) for n in names]
-
-
-def _template_labels(job: k8s.V1Job) -> dict[str, str]:
-    template = job.spec.template if job.spec else None
-    return dict((template.metadata.labels if template and template.metadata else None) or {})

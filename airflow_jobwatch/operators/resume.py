@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from airflow_jobwatch.kube.result import JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
 from airflow_jobwatch.operators.podlogs import write_pod_logs
-from airflow_jobwatch.operators.request import api_error_message
+from airflow_jobwatch.operators.request import api_error_message, trigger
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import OUTCOME_FAILED, OUTCOME_TIMEOUT, STATUS_SUCCESS
 
@@ -70,7 +70,7 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any],
     if status != STATUS_SUCCESS and ns and name:
         job_now = read_job_now(op, ns, name, uid)
         if job_now is not None:
-            fatal = op._trigger(context, name, ns, uid)._fatal_reasons
+            fatal = trigger(op, context, name, ns, uid)._fatal_reasons
             if outcome == OUTCOME_FAILED:
                 pods = settled_pods(op, job_now, pods, ns, uid, event, fatal)
                 state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
