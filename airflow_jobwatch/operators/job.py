@@ -50,7 +50,7 @@ from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
 from airflow_jobwatch.operators import inworker, request, resume
-from airflow_jobwatch.operators.arguments import check_argument_types
+from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
 )
@@ -70,43 +70,8 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
 
 
-#: Upstream arguments that have no effect here: their upstream default, and why. A value other than the
-#: default is named in one warning when the task starts (``_check_arguments``).
-_NOT_HONOURED: dict[str, tuple[Any, str]] = {
-    "discover_pods_retry_number": (3, "no pod discovery before the wait: the shared watch sees the pods"),
-    "durable": (None, "a retried worker adopts its try's Job by labels (reattach_on_restart)"),
-    "startup_timeout_seconds": (
-        120,
-        "no wait for pod start: fatal_waiting_reasons, backoff_limit, active_deadline_seconds or "
-        "execution_timeout end a Job whose pods cannot start",
-    ),
-    "startup_check_interval_seconds": (5, "no polling for pod start: the watch reports it"),
-    "schedule_timeout_seconds": (None, "no wait for scheduling: see startup_timeout_seconds"),
-    "base_container_status_polling_interval": (1, "container ends arrive with the watch"),
-    "xcom_sidecar_container_security_context": (
-        None,
-        "no XCom sidecar: the result is the base container's termination message",
-    ),
-    "log_events_on_failure": (False, "pod events are not logged"),
-    "skip_on_exit_code": (None, "a Job fails or succeeds as a whole; exit codes do not skip the task"),
-    "poll_interval": (2, "KubernetesPodOperator's trigger period; the Job's wait uses job_poll_interval"),
-    "callbacks": (None, "KubernetesPodOperator callbacks are not called for a Job's pods"),
-    "progress_callback": (None, "log lines go to the task log only"),
-    "logging_interval": (None, "a deferred task's logs are copied when it resumes"),
-    "trigger_kwargs": (None, "JobTrigger takes its options from the operator's own arguments"),
-    "container_name_log_prefix_enabled": (True, "each log line always starts with [pod] [container]"),
-    "log_formatter": (None, "log lines keep the [pod] [container] prefix"),
-}
-
-
-def _unhonoured_arguments(given: dict[str, Any]) -> dict[str, str]:
-    """The upstream arguments of ``given`` set to something other than their default, with the reason
-    they have no effect here."""
-    return {
-        name: _NOT_HONOURED[name][1]
-        for name, value in given.items()
-        if name in _NOT_HONOURED and value != _NOT_HONOURED[name][0]
-    }
+#: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
+_OWN_ARGUMENTS = ("fatal_waiting_reasons", "api_failure_tolerance", "xcom_path", "disruption_retries")
 
 
 class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
@@ -359,129 +324,20 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         disruption_retries: int | None = None,
         **kwargs: Any,
     ) -> None:
+        # Every argument as given (the signature's, in its order); taken first, before any other local.
+        given = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         # Wrong types are refused here, when the DAG is parsed, before any Job spec is built or sent.
         check_argument_types(
-            f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})",
-            {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")},
-            tuple(self.template_fields),
+            f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})", given, tuple(self.template_fields)
         )
         super().__init__(
             # The installed provider may predate some of 10.25's arguments (compat.upstream_arguments).
             **upstream_arguments(
-                KubernetesJobOperator,
-                dict(
-                    job_template_file=job_template_file,
-                    full_job_spec=full_job_spec,
-                    backoff_limit=backoff_limit,
-                    completion_mode=completion_mode,
-                    completions=completions,
-                    manual_selector=manual_selector,
-                    parallelism=parallelism,
-                    selector=selector,
-                    suspend=suspend,
-                    ttl_seconds_after_finished=ttl_seconds_after_finished,
-                    wait_until_job_complete=wait_until_job_complete,
-                    job_poll_interval=job_poll_interval,
-                    deferrable=deferrable,
-                    on_kill_propagation_policy=on_kill_propagation_policy,
-                    discover_pods_retry_number=discover_pods_retry_number,
-                    unwrap_single=unwrap_single,
-                    kubernetes_conn_id=kubernetes_conn_id,
-                    namespace=namespace,
-                    image=image,
-                    name=name,
-                    random_name_suffix=random_name_suffix,
-                    cmds=cmds,
-                    arguments=arguments,
-                    ports=ports,
-                    volume_mounts=volume_mounts,
-                    volumes=volumes,
-                    env_vars=env_vars,
-                    env_from=env_from,
-                    secrets=secrets,
-                    in_cluster=in_cluster,
-                    cluster_context=cluster_context,
-                    labels=labels,
-                    reattach_on_restart=reattach_on_restart,
-                    durable=durable,
-                    startup_timeout_seconds=startup_timeout_seconds,
-                    startup_check_interval_seconds=startup_check_interval_seconds,
-                    schedule_timeout_seconds=schedule_timeout_seconds,
-                    get_logs=get_logs,
-                    base_container_name=base_container_name,
-                    base_container_status_polling_interval=base_container_status_polling_interval,
-                    init_container_logs=init_container_logs,
-                    container_logs=container_logs,
-                    image_pull_policy=image_pull_policy,
-                    annotations=annotations,
-                    container_resources=container_resources,
-                    affinity=affinity,
-                    config_file=config_file,
-                    runtime_class_name=runtime_class_name,
-                    node_selector=node_selector,
-                    image_pull_secrets=image_pull_secrets,
-                    service_account_name=service_account_name,
-                    automount_service_account_token=automount_service_account_token,
-                    hostnetwork=hostnetwork,
-                    host_aliases=host_aliases,
-                    tolerations=tolerations,
-                    security_context=security_context,
-                    container_security_context=container_security_context,
-                    xcom_sidecar_container_security_context=xcom_sidecar_container_security_context,
-                    dnspolicy=dnspolicy,
-                    dns_config=dns_config,
-                    hostname=hostname,
-                    subdomain=subdomain,
-                    schedulername=schedulername,
-                    full_pod_spec=full_pod_spec,
-                    init_containers=init_containers,
-                    log_events_on_failure=log_events_on_failure,
-                    log_events_on_startup=log_events_on_startup,
-                    do_xcom_push=do_xcom_push,
-                    pod_template_file=pod_template_file,
-                    pod_template_dict=pod_template_dict,
-                    priority_class_name=priority_class_name,
-                    pod_runtime_info_envs=pod_runtime_info_envs,
-                    termination_grace_period=termination_grace_period,
-                    configmaps=configmaps,
-                    skip_on_exit_code=skip_on_exit_code,
-                    poll_interval=poll_interval,
-                    log_pod_spec_on_failure=log_pod_spec_on_failure,
-                    on_finish_action=on_finish_action,
-                    on_kill_action=on_kill_action,
-                    is_delete_operator_pod=is_delete_operator_pod,
-                    termination_message_policy=termination_message_policy,
-                    active_deadline_seconds=active_deadline_seconds,
-                    callbacks=callbacks,
-                    progress_callback=progress_callback,
-                    logging_interval=logging_interval,
-                    trigger_kwargs=trigger_kwargs,
-                    container_name_log_prefix_enabled=container_name_log_prefix_enabled,
-                    log_formatter=log_formatter,
-                ),
+                KubernetesJobOperator, {k: v for k, v in given.items() if k not in _OWN_ARGUMENTS}
             ),
             **kwargs,
         )
-        self._unhonoured = _unhonoured_arguments(
-            {
-                "discover_pods_retry_number": discover_pods_retry_number,
-                "durable": durable,
-                "startup_timeout_seconds": startup_timeout_seconds,
-                "startup_check_interval_seconds": startup_check_interval_seconds,
-                "schedule_timeout_seconds": schedule_timeout_seconds,
-                "base_container_status_polling_interval": base_container_status_polling_interval,
-                "xcom_sidecar_container_security_context": xcom_sidecar_container_security_context,
-                "log_events_on_failure": log_events_on_failure,
-                "skip_on_exit_code": skip_on_exit_code,
-                "poll_interval": poll_interval,
-                "callbacks": callbacks,
-                "progress_callback": progress_callback,
-                "logging_interval": logging_interval,
-                "trigger_kwargs": trigger_kwargs,
-                "container_name_log_prefix_enabled": container_name_log_prefix_enabled,
-                "log_formatter": log_formatter,
-            }
-        )
+        self._unhonoured = unhonoured_arguments(given)
         self._warn_unhonoured()  # when the DAG is parsed, where its author looks first
         self.fatal_waiting_reasons = list(fatal_waiting_reasons) if fatal_waiting_reasons else None
         self.api_failure_tolerance = api_failure_tolerance
