@@ -389,10 +389,6 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         return request.end_plan(self, context)
 
     # -- execution ---------------------------------------------------------------------------------------
-    async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """The in-worker wait's coroutine (:func:`~airflow_jobwatch.operators.inworker.create_and_wait`)."""
-        return await inworker.create_and_wait(self, job_request, context)
-
     def _wait_in_worker(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
         """Create the Job and wait for it in the worker, the event loop off the main thread so that
         ``execution_timeout``'s alarm reaches it (:func:`~airflow_jobwatch.operators.inworker.wait_in_worker`
@@ -465,8 +461,22 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:
         """Report the trigger's result: the ``job`` XCom, logs, the pods' clean-up, then the XCom result
         or an error. Takes our trigger's event and upstream's ``KubernetesJobTrigger`` event alike (a
-        task deferred by upstream's operator can resume in ours). The steps, and why each is there:
-        :func:`~airflow_jobwatch.operators.resume.complete`."""
+        task deferred by upstream's operator can resume in ours).
+
+        A failure is reported with the pods as they are now, not only as the event saw them: a Job's
+        terminal condition and its pods' final states come down two different watches, so an event can
+        lack the failing container's exit code; the pods are read (and, bounded, re-read until the ones
+        the Job counts have ended) and the message rebuilt from them.
+
+        When the wait ended but the Job has not (a ``timeout``, an unreachable API, a pod stuck on an
+        unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
+        stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
+        ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
+
+        An ``unknown`` outcome (the Job vanished while the trigger's watch was reconnecting, and how it
+        ended was not seen) fails the task with the event's message as it is: nothing here can learn more
+        (the Job is gone), and the message gives no advice to run it again.
+        """
         return resume.complete(self, context, event)
 
     def _xcom_value(self, result: JobResult) -> Any:

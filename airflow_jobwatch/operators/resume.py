@@ -41,24 +41,10 @@ __all__ = [
 ]
 
 
-def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:
-    """Report the trigger's result: the ``job`` XCom, logs, the pods' clean-up, then the XCom result
-    or an error. Takes our trigger's event and upstream's ``KubernetesJobTrigger`` event alike (a
-    task deferred by upstream's operator can resume in ours).
+def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any]) -> Any:
+    """``KubernetesJobOperator.execute_complete``: report the trigger's event (ours or upstream's).
 
-    A failure is reported with the pods as they are now, not only as the event saw them: a Job's
-    terminal condition and its pods' final states come down two different watches, so an event can
-    lack the failing container's exit code; the pods are read (and, bounded, re-read until the ones
-    the Job counts have ended) and the message rebuilt from them.
-
-    When the wait ended but the Job has not (a ``timeout``, an unreachable API, a pod stuck on an
-    unpullable image), the Job is deleted as ``on_kill`` deletes it: the task fails, so the work
-    stops, and a retry does not run beside it. A ``timeout`` (the deferred deadline of
-    ``execution_timeout``) raises ``AirflowTaskTimeout``, as the worker's timeout does.
-
-    An ``unknown`` outcome (the Job vanished while the trigger's watch was reconnecting, and how it
-    ended was not seen) fails the task with the event's message as it is: nothing here can learn more
-    (the Job is gone), and the message gives no advice to run it again.
+    What a user sees is in ``execute_complete``'s docstring; why each step is here is beside the step.
     """
     name, ns, uid = event_identity(event)
     status = event.get("status")
