@@ -1,4 +1,5 @@
-"""Type checks of KubernetesJobOperator's arguments, when the operator is built (the DAG is parsed).
+"""Type checks of KubernetesJobOperator's arguments, when the operator is built (the DAG is parsed), and
+the upstream arguments that have no effect here.
 
 A value of the wrong type otherwise travels into the Job spec and comes back from the API server as an
 HTTP 400 or 422 about something else (``namespace=123`` as "the namespace of the provided object does
@@ -128,3 +129,42 @@ def check_argument_types(owner: str, arguments: Mapping[str, Any], template_fiel
         elif argument == "job_poll_interval":
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise refuse(argument, value, "a number of seconds > 0")
+
+
+#: Upstream arguments that have no effect here: their upstream default, and why. A value other than the
+#: default is named in one warning when the task starts (``KubernetesJobOperator._check_arguments``).
+_NOT_HONOURED: dict[str, tuple[Any, str]] = {
+    "discover_pods_retry_number": (3, "no pod discovery before the wait: the shared watch sees the pods"),
+    "durable": (None, "a retried worker adopts its try's Job by labels (reattach_on_restart)"),
+    "startup_timeout_seconds": (
+        120,
+        "no wait for pod start: fatal_waiting_reasons, backoff_limit, active_deadline_seconds or "
+        "execution_timeout end a Job whose pods cannot start",
+    ),
+    "startup_check_interval_seconds": (5, "no polling for pod start: the watch reports it"),
+    "schedule_timeout_seconds": (None, "no wait for scheduling: see startup_timeout_seconds"),
+    "base_container_status_polling_interval": (1, "container ends arrive with the watch"),
+    "xcom_sidecar_container_security_context": (
+        None,
+        "no XCom sidecar: the result is the base container's termination message",
+    ),
+    "log_events_on_failure": (False, "pod events are not logged"),
+    "skip_on_exit_code": (None, "a Job fails or succeeds as a whole; exit codes do not skip the task"),
+    "poll_interval": (2, "KubernetesPodOperator's trigger period; the Job's wait uses job_poll_interval"),
+    "callbacks": (None, "KubernetesPodOperator callbacks are not called for a Job's pods"),
+    "progress_callback": (None, "log lines go to the task log only"),
+    "logging_interval": (None, "a deferred task's logs are copied when it resumes"),
+    "trigger_kwargs": (None, "JobTrigger takes its options from the operator's own arguments"),
+    "container_name_log_prefix_enabled": (True, "each log line always starts with [pod] [container]"),
+    "log_formatter": (None, "log lines keep the [pod] [container] prefix"),
+}
+
+
+def unhonoured_arguments(given: dict[str, Any]) -> dict[str, str]:
+    """The upstream arguments of ``given`` set to something other than their default, with the reason
+    they have no effect here."""
+    return {
+        name: _NOT_HONOURED[name][1]
+        for name, value in given.items()
+        if name in _NOT_HONOURED and value != _NOT_HONOURED[name][0]
+    }

@@ -33,37 +33,25 @@ Deliberate differences are listed in ``docs/migration.md``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
-import datetime
-import json
-import random
-import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
-from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout, conf
+from airflow.providers.common.compat.sdk import AirflowException, conf
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult, XComResultError
-from airflow_jobwatch.kube.states import classify_job, classify_pod
-from airflow_jobwatch.operators.arguments import check_argument_types
-from airflow_jobwatch.operators.disruption import add_disruption_rule
-from airflow_jobwatch.triggers.ending import failure_text, log_ending
+from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
+from airflow_jobwatch.operators import inworker, request, resume
+from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.triggers.job import (
-    OUTCOME_FAILED,
-    OUTCOME_TIMEOUT,
-    STATUS_SUCCESS,
     JobTrigger,
 )
 
@@ -81,63 +69,9 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 #: terminationMessagePath when ``do_xcom_push`` is on.
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
 
-#: A container's terminationMessagePath when nobody sets it (the API server's default).
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
-#: Labels (from KubernetesPodOperator's task-instance labels, which upstream puts on the Job's pod
-#: template) that identify one try of one task instance; a Job whose pod template carries all of them
-#: with our values was created by this very try.
-_TRY_LABELS = ("dag_id", "task_id", "run_id", "map_index", "try_number")
-
-
-def _api_error_message(e: ApiException) -> str:
-    """The API server's own message from a Status body, or the HTTP reason."""
-    try:
-        body = json.loads(e.body or "{}")
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])
-    except (TypeError, ValueError):
-        pass
-    return f"{e.status} {e.reason}"
-
-
-#: Upstream arguments that have no effect here: their upstream default, and why. A value other than the
-#: default is named in one warning when the task starts (``_check_arguments``).
-_NOT_HONOURED: dict[str, tuple[Any, str]] = {
-    "discover_pods_retry_number": (3, "no pod discovery before the wait: the shared watch sees the pods"),
-    "durable": (None, "a retried worker adopts its try's Job by labels (reattach_on_restart)"),
-    "startup_timeout_seconds": (
-        120,
-        "no wait for pod start: fatal_waiting_reasons, backoff_limit, active_deadline_seconds or "
-        "execution_timeout end a Job whose pods cannot start",
-    ),
-    "startup_check_interval_seconds": (5, "no polling for pod start: the watch reports it"),
-    "schedule_timeout_seconds": (None, "no wait for scheduling: see startup_timeout_seconds"),
-    "base_container_status_polling_interval": (1, "container ends arrive with the watch"),
-    "xcom_sidecar_container_security_context": (
-        None,
-        "no XCom sidecar: the result is the base container's termination message",
-    ),
-    "log_events_on_failure": (False, "pod events are not logged"),
-    "skip_on_exit_code": (None, "a Job fails or succeeds as a whole; exit codes do not skip the task"),
-    "poll_interval": (2, "KubernetesPodOperator's trigger period; the Job's wait uses job_poll_interval"),
-    "callbacks": (None, "KubernetesPodOperator callbacks are not called for a Job's pods"),
-    "progress_callback": (None, "log lines go to the task log only"),
-    "logging_interval": (None, "a deferred task's logs are copied when it resumes"),
-    "trigger_kwargs": (None, "JobTrigger takes its options from the operator's own arguments"),
-    "container_name_log_prefix_enabled": (True, "each log line always starts with [pod] [container]"),
-    "log_formatter": (None, "log lines keep the [pod] [container] prefix"),
-}
-
-
-def _unhonoured_arguments(given: dict[str, Any]) -> dict[str, str]:
-    """The upstream arguments of ``given`` set to something other than their default, with the reason
-    they have no effect here."""
-    return {
-        name: _NOT_HONOURED[name][1]
-        for name, value in given.items()
-        if name in _NOT_HONOURED and value != _NOT_HONOURED[name][0]
-    }
+#: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
+_OWN_ARGUMENTS = ("fatal_waiting_reasons", "api_failure_tolerance", "xcom_path", "disruption_retries")
 
 
 class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
@@ -390,129 +324,20 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         disruption_retries: int | None = None,
         **kwargs: Any,
     ) -> None:
+        # Every argument as given (the signature's, in its order); taken first, before any other local.
+        given = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
         # Wrong types are refused here, when the DAG is parsed, before any Job spec is built or sent.
         check_argument_types(
-            f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})",
-            {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")},
-            tuple(self.template_fields),
+            f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})", given, tuple(self.template_fields)
         )
         super().__init__(
             # The installed provider may predate some of 10.25's arguments (compat.upstream_arguments).
             **upstream_arguments(
-                KubernetesJobOperator,
-                dict(
-                    job_template_file=job_template_file,
-                    full_job_spec=full_job_spec,
-                    backoff_limit=backoff_limit,
-                    completion_mode=completion_mode,
-                    completions=completions,
-                    manual_selector=manual_selector,
-                    parallelism=parallelism,
-                    selector=selector,
-                    suspend=suspend,
-                    ttl_seconds_after_finished=ttl_seconds_after_finished,
-                    wait_until_job_complete=wait_until_job_complete,
-                    job_poll_interval=job_poll_interval,
-                    deferrable=deferrable,
-                    on_kill_propagation_policy=on_kill_propagation_policy,
-                    discover_pods_retry_number=discover_pods_retry_number,
-                    unwrap_single=unwrap_single,
-                    kubernetes_conn_id=kubernetes_conn_id,
-                    namespace=namespace,
-                    image=image,
-                    name=name,
-                    random_name_suffix=random_name_suffix,
-                    cmds=cmds,
-                    arguments=arguments,
-                    ports=ports,
-                    volume_mounts=volume_mounts,
-                    volumes=volumes,
-                    env_vars=env_vars,
-                    env_from=env_from,
-                    secrets=secrets,
-                    in_cluster=in_cluster,
-                    cluster_context=cluster_context,
-                    labels=labels,
-                    reattach_on_restart=reattach_on_restart,
-                    durable=durable,
-                    startup_timeout_seconds=startup_timeout_seconds,
-                    startup_check_interval_seconds=startup_check_interval_seconds,
-                    schedule_timeout_seconds=schedule_timeout_seconds,
-                    get_logs=get_logs,
-                    base_container_name=base_container_name,
-                    base_container_status_polling_interval=base_container_status_polling_interval,
-                    init_container_logs=init_container_logs,
-                    container_logs=container_logs,
-                    image_pull_policy=image_pull_policy,
-                    annotations=annotations,
-                    container_resources=container_resources,
-                    affinity=affinity,
-                    config_file=config_file,
-                    runtime_class_name=runtime_class_name,
-                    node_selector=node_selector,
-                    image_pull_secrets=image_pull_secrets,
-                    service_account_name=service_account_name,
-                    automount_service_account_token=automount_service_account_token,
-                    hostnetwork=hostnetwork,
-                    host_aliases=host_aliases,
-                    tolerations=tolerations,
-                    security_context=security_context,
-                    container_security_context=container_security_context,
-                    xcom_sidecar_container_security_context=xcom_sidecar_container_security_context,
-                    dnspolicy=dnspolicy,
-                    dns_config=dns_config,
-                    hostname=hostname,
-                    subdomain=subdomain,
-                    schedulername=schedulername,
-                    full_pod_spec=full_pod_spec,
-                    init_containers=init_containers,
-                    log_events_on_failure=log_events_on_failure,
-                    log_events_on_startup=log_events_on_startup,
-                    do_xcom_push=do_xcom_push,
-                    pod_template_file=pod_template_file,
-                    pod_template_dict=pod_template_dict,
-                    priority_class_name=priority_class_name,
-                    pod_runtime_info_envs=pod_runtime_info_envs,
-                    termination_grace_period=termination_grace_period,
-                    configmaps=configmaps,
-                    skip_on_exit_code=skip_on_exit_code,
-                    poll_interval=poll_interval,
-                    log_pod_spec_on_failure=log_pod_spec_on_failure,
-                    on_finish_action=on_finish_action,
-                    on_kill_action=on_kill_action,
-                    is_delete_operator_pod=is_delete_operator_pod,
-                    termination_message_policy=termination_message_policy,
-                    active_deadline_seconds=active_deadline_seconds,
-                    callbacks=callbacks,
-                    progress_callback=progress_callback,
-                    logging_interval=logging_interval,
-                    trigger_kwargs=trigger_kwargs,
-                    container_name_log_prefix_enabled=container_name_log_prefix_enabled,
-                    log_formatter=log_formatter,
-                ),
+                KubernetesJobOperator, {k: v for k, v in given.items() if k not in _OWN_ARGUMENTS}
             ),
             **kwargs,
         )
-        self._unhonoured = _unhonoured_arguments(
-            {
-                "discover_pods_retry_number": discover_pods_retry_number,
-                "durable": durable,
-                "startup_timeout_seconds": startup_timeout_seconds,
-                "startup_check_interval_seconds": startup_check_interval_seconds,
-                "schedule_timeout_seconds": schedule_timeout_seconds,
-                "base_container_status_polling_interval": base_container_status_polling_interval,
-                "xcom_sidecar_container_security_context": xcom_sidecar_container_security_context,
-                "log_events_on_failure": log_events_on_failure,
-                "skip_on_exit_code": skip_on_exit_code,
-                "poll_interval": poll_interval,
-                "callbacks": callbacks,
-                "progress_callback": progress_callback,
-                "logging_interval": logging_interval,
-                "trigger_kwargs": trigger_kwargs,
-                "container_name_log_prefix_enabled": container_name_log_prefix_enabled,
-                "log_formatter": log_formatter,
-            }
-        )
+        self._unhonoured = unhonoured_arguments(given)
         self._warn_unhonoured()  # when the DAG is parsed, where its author looks first
         self.fatal_waiting_reasons = list(fatal_waiting_reasons) if fatal_waiting_reasons else None
         self.api_failure_tolerance = api_failure_tolerance
@@ -541,286 +366,34 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job = super().build_job_request_obj(context)
         finally:
             self.do_xcom_push = xcom
-        containers = job.spec.template.spec.containers or []
-        base = next((c for c in containers if c.name == self.base_container_name), None)
-        if xcom:
-            if base is None:
-                raise AirflowException(
-                    f"do_xcom_push needs a container named {self.base_container_name!r} in the Job's pod "
-                    f"template; found {[c.name for c in containers]}"
-                )
-            own = base.termination_message_path
-            if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, self.xcom_path):
-                raise AirflowException(
-                    f"do_xcom_push returns the result through the base container's terminationMessagePath "
-                    f"(xcom_path={self.xcom_path!r}; the kubelet keeps at most "
-                    f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
-                    f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
-                    f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
-                )
-            base.termination_message_path = self.xcom_path
-            base.termination_message_policy = "File"
-        if self.disruption_retries is not None:
-            try:
-                add_disruption_rule(job)
-            except ValueError as e:
-                raise AirflowException(str(e)) from None
-        return job
+        return request.finish_job_request(self, job, xcom=xcom)
 
-    # -- Kubernetes calls --------------------------------------------------------------------------------
+    # -- Kubernetes calls (operators/request.py) -------------------------------------------------------
     def _create_or_adopt(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        ns, name = job_request.metadata.namespace, job_request.metadata.name
-        try:
-            return self.job_client.create_namespaced_job(namespace=ns, body=job_request)
-        except ApiException as e:
-            if e.status != 409:
-                raise AirflowException(
-                    f"Kubernetes rejected Job {ns}/{name} (HTTP {e.status}): {_api_error_message(e)}"
-                ) from None
-        existing = self.job_client.read_namespaced_job(name=name, namespace=ns)
-        if self._same_try(existing, context):
-            self.log.info("Job %s/%s already exists for this task try; adopting it", ns, name)
-            return existing
-        raise AirflowException(
-            f"A Job named {name!r} already exists in namespace {ns!r} and was not created by this task try "
-            f"(its pod template labels: {_template_labels(existing)}); choose another name or delete that Job."
-        )
-
-    def _same_try(self, job: k8s.V1Job, context: Context) -> bool:
-        """Whether ``job``'s pod template carries this try's labels (as upstream puts them there)."""
-        want = self._get_ti_pod_labels(context)
-        have = _template_labels(job)
-        return (
-            not job.metadata.deletion_timestamp
-            and bool(want)
-            and all(have.get(k) == want.get(k) for k in _TRY_LABELS if k in want)
-        )
+        return request.create_or_adopt(self, job_request, context)
 
     def _find_job_of_this_try(self, namespace: str, context: Context) -> k8s.V1Job | None:
-        """A live Job that an earlier run of this same task try created (a retried worker).
-
-        The try's labels are on the Job's pod template, not on the Job (whose labels are the user's),
-        so the search goes through the pods, which carry them and are selectable; a Job whose pods the
-        controller has not created yet is not found this way, and then a fixed name still meets it on
-        409 (see ``_create_or_adopt``).
-        """
-        want = self._get_ti_pod_labels(context)
-        selector = ",".join(f"{k}={want[k]}" for k in _TRY_LABELS if k in want)
-        pods = self.client.list_namespaced_pod(namespace=namespace, label_selector=selector).items
-        owners = sorted(
-            {
-                ref.name
-                for pod in pods
-                for ref in (pod.metadata.owner_references or [])
-                if ref.kind == "Job" and ref.controller
-            }
-        )
-        live = []
-        for name in owners:
-            try:
-                job = self.job_client.read_namespaced_job(name=name, namespace=namespace)
-            except ApiException as e:
-                if e.status == 404:
-                    continue
-                raise
-            if self._same_try(job, context):
-                live.append(job)
-        if len(live) > 1:
-            raise AirflowException(
-                f"Found {len(live)} Jobs for this task try in {namespace} ({selector}): "
-                f"{[j.metadata.name for j in live]}; delete the extra ones."
-            )
-        return live[0] if live else None
-
-    # -- execution ---------------------------------------------------------------------------------------
-    def _deadline(self, context: Context) -> datetime.datetime | None:
-        """What is left of ``execution_timeout``, as an absolute deadline."""
-        if self.execution_timeout is None:
-            return None
-        start = getattr(context.get("ti"), "start_date", None) or datetime.datetime.now(datetime.UTC)
-        return start + self.execution_timeout
-
-    def _trigger(
-        self,
-        context: Context,
-        name: str,
-        namespace: str,
-        uid: str | None,
-        *,
-        deadline: datetime.datetime | None = None,
-        end_task: dict[str, Any] | None = None,
-        deferred_at: float | None = None,
-    ) -> JobTrigger:
-        """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
-        ``execution_timeout`` (SIGALRM) is the one deadline (see ``_wait_in_worker``)."""
-        return JobTrigger(
-            name,
-            namespace,
-            kubernetes_conn_id=self.kubernetes_conn_id,
-            config_file=self.config_file,
-            cluster_context=self.cluster_context,
-            in_cluster=self.in_cluster,
-            timeout=deadline,
-            poll_interval=self.job_poll_interval,
-            fatal_waiting_reasons=self.fatal_waiting_reasons,
-            api_failure_tolerance=self.api_failure_tolerance,
-            job_uid=uid,
-            # upstream's on_kill always deletes the Job; on_kill_action only governs the pods
-            delete_on_kill=True,
-            do_xcom_push=self.do_xcom_push,
-            base_container_name=self.base_container_name,
-            on_kill_propagation_policy=self.on_kill_propagation_policy,
-            termination_grace_period=self.termination_grace_period,
-            delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
-            disruption_retries=self.disruption_retries,
-            end_task=end_task,
-            deferred_at=deferred_at,
-        )
-
-    def _end_plan(self, context: Context) -> dict[str, Any] | None:
-        """What the trigger needs to end the task itself, or None when the task must resume on a worker.
-
-        The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
-        log lines and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
-        ``on_finish_action`` and the failure message. The
-        task resumes on a worker when something else must run there: a subclass's own
-        ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
-        or a mapped task downstream that maps over the result. A failure ends from the triggerer only
-        where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or when this try is
-        the last one (decided in the triggerer: :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
-        """
-        if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
-            return None
-        callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
-        if any(getattr(self, name, None) for name in callbacks):
-            return None
-        if getattr(self, "_post_execute_hook", None) or self.outlets or self.multiple_outputs:
-            return None
-        try:
-            if next(iter(self.iter_mapped_dependants()), None) is not None:
-                return None
-        except Exception:  # no DAG to ask (a bare operator): nothing maps over it
-            pass
-        ti = context["ti"]
-        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
-        last_try = not self.retries or (
-            isinstance(try_number, int) and isinstance(max_tries, int) and try_number > max_tries
-        )
-        return {
-            "on_finish_action": str(getattr(self.on_finish_action, "value", self.on_finish_action)),
-            "push_return": bool(self.do_xcom_push),
-            "xcom_path": self.xcom_path,
-            "unwrap_single": bool(self.unwrap_single),
-            # whether a failure may end here is decided in the triggerer, by its own Airflow version
-            "last_try": last_try,
-            "logs": (
-                {
-                    "container_logs": _json_names(self.container_logs),
-                    "init_container_logs": _json_names(self.init_container_logs),
-                }
-                if self.get_logs
-                else None
-            ),
-        }
+        return request.find_job_of_this_try(self, namespace, context)
 
     def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        """Adopt this try's Job if a previous run of the try created one, else create it."""
-        ns = job_request.metadata.namespace
-        adopted = self._find_job_of_this_try(ns, context) if self.reattach_on_restart else None
-        if adopted is not None:
-            self.log.info("Adopting Job %s/%s created earlier by this task try", ns, adopted.metadata.name)
-            self.job = adopted
-        else:
-            self.job = self._create_or_adopt(job_request, context)
-            self.log.info("Created Job %s/%s", ns, self.job.metadata.name)
-        ti = context["ti"]
-        ti.xcom_push(key="job_name", value=self.job.metadata.name)
-        ti.xcom_push(key="job_namespace", value=self.job.metadata.namespace)
-        return self.job
+        return request.create_job(self, job_request, context)
 
-    async def _create_and_wait(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """The in-worker wait: open the namespace's watch, create the Job, wait for it.
+    def _trigger(
+        self, context: Context, name: str, namespace: str, uid: str | None, **kwargs: Any
+    ) -> JobTrigger:
+        return request.trigger(self, context, name, namespace, uid, **kwargs)
 
-        Runs in the event loop of ``_wait_in_worker``'s helper thread, never in the main thread.
-        """
-        meta = job_request.metadata
-        trigger = self._trigger(context, meta.name, meta.namespace, None)
-        async with trigger.watching() as watch:
-            # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
-            job = self._create_job(job_request, context)
-            trigger = self._trigger(context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
-            if not self.get_logs:
-                return await trigger.wait()
-            follower = _LogFollower(self, job.metadata.namespace)
-            discovering = asyncio.create_task(follower.discover(lambda: watch.pods_of(job.metadata.uid)))
-            try:
-                event = await trigger.wait()
-            except BaseException:  # cancelled (the task is being stopped: execution_timeout...) or failed
-                follower.close()
-                raise
-            finally:
-                discovering.cancel()
-            follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
-            await follower.drain(_LOG_DRAIN_SECONDS)
-            self._logs_wanted, self._logs_streamed = follower.wanted, follower.started
-            return event
+    def _end_plan(self, context: Context) -> dict[str, Any] | None:
+        """What the trigger needs to end the task itself, or None when the task must resume on a worker
+        (:func:`~airflow_jobwatch.operators.request.end_plan`)."""
+        return request.end_plan(self, context)
 
+    # -- execution ---------------------------------------------------------------------------------------
     def _wait_in_worker(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
-        """Create the Job and wait for it in the worker, the way Airflow's ``execution_timeout`` expects.
-
-        How Airflow 3 enforces ``execution_timeout`` (``task_runner._run_execute_callable``): a SIGALRM
-        whose handler raises ``AirflowTaskTimeout``, a ``BaseException``, in the main thread; the runner
-        then calls ``on_kill()``, which deletes the Job with ``on_kill_propagation_policy``. Two rules
-        follow, and this method is built on them:
-
-        * **No deadline of our own.** A deadline computed here (from ``ti.start_date``) would fire before
-          Airflow's timer and end the task with an ordinary error, so Airflow would never call
-          ``on_kill()`` and the Job would run on (and, with ``backoffLimit > 0``, the Job controller would
-          replace every pod the clean-up deleted). The trigger gets no timeout in the worker.
-        * **The event loop never runs in the main thread.** Python runs a signal handler in the main
-          thread, between two bytecodes of whatever the main thread is running. If that were an event
-          loop, the handler's ``AirflowTaskTimeout`` would be raised inside a task's step (asyncio stores
-          a ``BaseException`` other than ``KeyboardInterrupt``/``SystemExit`` as that task's result: an
-          informer dies silently) or inside a callback (logged by the loop): the timeout is lost and the
-          task runs on. So the loop (informers, the trigger's wait, log discovery) runs in a helper
-          thread, which signals never interrupt, and the main thread only blocks in
-          ``threading.Event.wait()``: a lock wait that a signal interrupts (Python >= 3.2 on POSIX),
-          out of which the handler's exception propagates in the main thread, as from upstream's
-          ``time.sleep`` poll.
-
-        When anything is raised in the main thread while it waits (the alarm, ``KeyboardInterrupt``), the
-        wait's task is cancelled in its loop, which closes the log streams, leaves the shared watch and
-        stops the informers; the main thread waits for that (at most ``_STOP_SECONDS``), so that a Job
-        whose create was in flight is recorded in ``self.job``, and re-raises. Airflow then calls
-        ``on_kill()``, which deletes the Job. (SIGTERM needs nothing special: Airflow's handler calls
-        ``on_kill()`` in the main thread, the Job is deleted, and the wait ends with ``deleted``.)
-        """
-        runner = _LoopThread(
-            lambda: self._create_and_wait(job_request, context), name=f"jobwatch-wait-{self.task_id}"
-        )
-        try:
-            event: dict[str, Any] = runner.run(self.log)
-        except AirflowTaskTimeout as e:
-            raise AirflowTaskTimeout(f"{e} ({self._doing_now()})") from e
-        return event
-
-    def _doing_now(self) -> str:
-        """What the Job is doing now, for the in-worker timeout's message (the deferred timeout's words:
-        "it was running: ..."); best effort, never raises."""
-        job = getattr(self, "job", None)
-        if job is None:
-            return "the Job was not created yet"
-        ns, name = job.metadata.namespace, job.metadata.name
-        try:
-            now = self._read_job_now(ns, name, job.metadata.uid)
-            if now is None:
-                return f"Job {ns}/{name} could not be read"
-            pods = self._read_pods(ns, now.metadata.uid, {})
-            fatal = JobTrigger(name, ns, fatal_waiting_reasons=self.fatal_waiting_reasons)._fatal_reasons
-            state = classify_job(now, pods, fatal_waiting_reasons=fatal)
-        except Exception as e:
-            return f"Job {ns}/{name} could not be read: {e}"
-        return f"Job {ns}/{name} was {state.phase} when execution_timeout passed: {state.message}"
+        """Create the Job and wait for it in the worker, the event loop off the main thread so that
+        ``execution_timeout``'s alarm reaches it (:func:`~airflow_jobwatch.operators.inworker.wait_in_worker`
+        says why)."""
+        return inworker.wait_in_worker(self, job_request, context)
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -876,7 +449,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     job.metadata.name,
                     job.metadata.namespace,
                     job.metadata.uid,
-                    deadline=self._deadline(context),
+                    deadline=request.deadline(self, context),
                     end_task=self._end_plan(context),
                     deferred_at=time.time(),
                 ),
@@ -904,260 +477,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ended was not seen) fails the task with the event's message as it is: nothing here can learn more
         (the Job is gone), and the message gives no advice to run it again.
         """
-        name, ns, uid = _event_identity(event)
-        status = event.get("status")
-        outcome = event.get("outcome") or status
-        reason, message = event.get("reason"), event.get("message")
-        context["ti"].xcom_push(key="job", value=event.get("job"))
-        pods = self._read_pods(ns, uid, event)
-        unfinished: k8s.V1Job | None = None
-        if status != STATUS_SUCCESS and ns and name:
-            job_now = self._read_job_now(ns, name, uid)
-            if job_now is not None:
-                fatal = self._trigger(context, name, ns, uid)._fatal_reasons
-                if outcome == OUTCOME_FAILED:
-                    pods = self._settled_pods(job_now, pods, ns, uid, event, fatal)
-                    state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
-                    # Rebuilt from the pods only while they exist: once cleaned up, the event's message
-                    # (read before they went, or from the result written onto the Job) is the one that
-                    # still names the failing container's exit code.
-                    if pods and state.terminal and state.phase == "failed":
-                        message = state.message  # names the failing pod and its container's exit code
-                if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
-                    unfinished = job_now
-        result = JobResult.from_payload(event).with_fresh_pods(pods, self.base_container_name)
-        log_ending(
-            self.log,
-            {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
-            [p.as_dict() for p in result.pods],
-        )
-        try:
-            if self.get_logs:
-                for pod in pods:
-                    self._write_pod_logs(pod)
-            if status != STATUS_SUCCESS:
-                text = failure_text(
-                    {
-                        **event,
-                        "namespace": ns,
-                        "name": name,
-                        "outcome": outcome,
-                        "reason": reason,
-                        "message": message,
-                    },
-                    disruption_retries=self.disruption_retries,
-                )
-                if outcome == OUTCOME_TIMEOUT:
-                    raise AirflowTaskTimeout(text)
-                raise AirflowException(text)
-            if self.do_xcom_push:
-                return self._xcom_value(result)
-            return None
-        finally:
-            if unfinished is not None:
-                self._stop_unfinished_job(unfinished, outcome, reason)
-            self._cleanup_pods(pods, context)
-
-    def _read_job_now(self, ns: str, name: str, uid: str | None) -> k8s.V1Job | None:
-        """The Job as the API server has it now; None when it is gone (or another Job took its name) or
-        cannot be read (logged)."""
-        try:
-            job = self.job_client.read_namespaced_job(name=name, namespace=ns)
-        except ApiException as e:
-            if e.status != 404:
-                self.log.warning("Could not read Job %s/%s: %s", ns, name, _api_error_message(e))
-            return None
-        except Exception as e:  # the API unreachable (what may have ended the wait): say so, go on
-            self.log.warning("Could not read Job %s/%s: %s", ns, name, e)
-            return None
-        if uid and job.metadata.uid != uid:
-            return None
-        return job
-
-    def _settled_pods(
-        self,
-        job: k8s.V1Job,
-        pods: list[k8s.V1Pod],
-        ns: str,
-        uid: str | None,
-        event: dict[str, Any],
-        fatal: Collection[str],
-    ) -> list[k8s.V1Pod]:
-        """The Job's pods once every pod it counts as ended shows so (at most ``_POD_SETTLE_SECONDS``).
-
-        The Job controller counts a pod only after it saw it end, so a list read after the Job's
-        condition normally has them all; the bounded re-read covers a list answered before that.
-        """
-        want = _ended_pods_counted(job)
-        if not pods:
-            # None listed by a consistent read made after the Job ended: they were deleted (a TTL, a user,
-            # an earlier cleanup), not late; the event's result stands, and waiting would not bring them.
-            return pods
-        deadline = time.monotonic() + _POD_SETTLE_SECONDS
-        delay = 0.1
-        while True:
-            ended = sum(1 for p in pods if classify_pod(p, fatal_waiting_reasons=fatal).terminal)
-            if ended >= want or time.monotonic() >= deadline:
-                return pods
-            time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 1.0)
-            pods = self._read_pods(ns, uid, event)
-
-    def _stop_unfinished_job(self, job: k8s.V1Job, outcome: str | None, reason: str | None) -> None:
-        """The task fails while its Job still runs: delete the Job as ``on_kill`` does (with
-        ``on_kill_propagation_policy`` / ``termination_grace_period``; its pods unless
-        ``on_kill_action="keep_pod"``). Best effort: a failure here never hides the task's own error."""
-        self.log.warning(
-            "Job %s/%s has not finished, but the task ends (%s: %s): deleting it as on_kill does",
-            job.metadata.namespace,
-            job.metadata.name,
-            outcome,
-            reason,
-        )
-        self.job = job
-        try:
-            self.on_kill()
-        except Exception as e:
-            self.log.warning(
-                "Could not delete Job %s/%s; it may still be running: %s",
-                job.metadata.namespace,
-                job.metadata.name,
-                e,
-            )
-
-    # -- after the wait ----------------------------------------------------------------------------------
-    def _read_pods(self, ns: str | None, uid: str | None, event: dict[str, Any]) -> list[k8s.V1Pod]:
-        """The Job's pods (oldest first), best effort: a Job deleted with its pods has none left."""
-        if not ns:
-            return []
-        try:
-            if uid:
-                selector = f"controller-uid={uid}"
-                pods = self.client.list_namespaced_pod(namespace=ns, label_selector=selector).items
-            else:  # an event without the Job (upstream's, when it never read it): its pod names
-                pods = []
-                for pod_name in event.get("pod_names") or []:
-                    try:
-                        pods.append(
-                            self.client.read_namespaced_pod(pod_name, event.get("pod_namespace") or ns)
-                        )
-                    except ApiException as e:
-                        if e.status != 404:
-                            raise
-        except ApiException as e:
-            self.log.warning("Could not read the Job's pods: %s", _api_error_message(e))
-            return []
-        return sorted(pods, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
-
-    def _cleanup_pods(self, pods: list[k8s.V1Pod], context: Context) -> None:
-        """``on_finish_action`` on each of the Job's pods, as upstream's operator does it: pods that are
-        kept (or failed) get the ``already_checked`` label; ``process_pod_deletion`` decides per pod.
-        The Job itself is kept (``ttl_seconds_after_finished`` is what removes it)."""
-        if getattr(self, "_killed", False):
-            return
-        keep = self.on_finish_action in ("keep_pod", "delete_active_pod")
-        for pod in pods:
-            try:
-                if (pod.status and pod.status.phase) != "Succeeded" or keep:
-                    self.patch_already_checked(pod, reraise=False)
-                self.process_pod_deletion(pod, reraise=False)
-            except Exception:
-                self.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
-
-    def _log_containers(self, pod: k8s.V1Pod) -> list[str]:
-        spec = pod.spec
-        return self._requested_containers(
-            pod.metadata.name,
-            [c.name for c in (spec.init_containers or [])] if spec else [],
-            [c.name for c in (spec.containers or [])] if spec else [],
-        )
-
-    def _requested_containers(self, pod_name: str, init_names: list[str], names: list[str]) -> list[str]:
-        """Init containers named by ``init_container_logs``, then containers named by
-        ``container_logs`` (``True``: all), in the pod's order."""
-        chosen: list[str] = []
-        for requested, present in ((self.init_container_logs, init_names), (self.container_logs, names)):
-            if not requested:
-                continue
-            if requested is True:
-                chosen.extend(present)
-                continue
-            wanted = [requested] if isinstance(requested, str) else list(requested)
-            for name in wanted:
-                if name in present:
-                    chosen.append(name)
-                else:
-                    self.log.warning(
-                        "Container %s whose logs were requested is not in pod %s", name, pod_name
-                    )
-        return chosen
-
-    def _write_pod_logs(self, pod: k8s.V1Pod) -> None:
-        """Write the logs of the pod's requested containers, but those the in-worker wait streamed
-        already. A pod the followers never saw (its events reached the watch after the Job's end was
-        decided) is read here whole, so no pod's log is missing from the task log."""
-        name = pod.metadata.name
-        if name in self._logs_wanted:  # the followers saw it, and warned about containers not there
-            containers = [c for c in self._logs_wanted[name] if (name, c) not in self._logs_streamed]
-        else:
-            containers = self._log_containers(pod)
-        for container in containers:
-            self._write_container_log(name, pod.metadata.namespace, container, follow=False)
-
-    def _write_container_log(
-        self,
-        pod_name: str,
-        namespace: str,
-        container: str,
-        *,
-        follow: bool,
-        opened: Callable[[Any], None] | None = None,
-        stopped: threading.Event | None = None,
-    ) -> None:
-        """Stream one container's log into the task log, line by line, decoded; never held whole.
-
-        :param follow: keep reading until the container ends (the in-worker wait streams this way).
-        :param opened: called with the open response, so that a follower can be closed from outside.
-        :param stopped: set when the stream was ended on purpose (then its end is no warning).
-        """
-        try:
-            response = self.client.read_namespaced_pod_log(
-                name=pod_name,
-                namespace=namespace,
-                container=container,
-                follow=follow,
-                _preload_content=False,
-            )
-        except ApiException as e:
-            self.log.warning(
-                "Could not read the log of container %s of pod %s: %s",
-                container,
-                pod_name,
-                _api_error_message(e),
-            )
-            return
-        if opened is not None:
-            opened(response)
-        try:
-            for line in _decoded_lines(response.stream(_LOG_CHUNK_BYTES)):
-                self.log.info("[%s] [%s] %s", pod_name, container, line)
-        except Exception as e:  # a log is a nice-to-have; never fail the task for it
-            if stopped is not None and stopped.is_set():
-                self.log.debug("Stopped following the log of container %s of pod %s", container, pod_name)
-            else:
-                self.log.warning(
-                    "Reading the log of container %s of pod %s stopped: %s", container, pod_name, e
-                )
-        finally:
-            response.release_conn()
+        return resume.complete(self, context, event)
 
     def _xcom_value(self, result: JobResult) -> Any:
-        """The value the task returns, read by the one reader the trigger uses too
-        (:class:`~airflow_jobwatch.kube.result.JobResult`)."""
-        try:
-            return result.xcom_value(xcom_path=self.xcom_path, unwrap_single=self.unwrap_single, log=self.log)
-        except XComResultError as e:
-            raise AirflowException(str(e)) from None
+        """The value the task returns (:func:`~airflow_jobwatch.operators.resume.xcom_value`)."""
+        return resume.xcom_value(self, result)
 
     def on_kill(self) -> None:
         """The task was killed: delete the Job, as upstream does, with ``on_kill_propagation_policy``
@@ -1195,226 +519,3 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 self.pod_manager.delete_pod(pod)
             except ApiException:
                 self.log.exception("Unable to delete pod %s of Job %s/%s", pod.metadata.name, ns, name)
-
-
-#: After the in-worker wait has ended, how long the log followers may still take to reach the end of
-#: their streams (containers that ended are read to the end at once; this bounds a pod that still runs
-#: after its Job met its success criteria, whose log upstream would follow for ever).
-_LOG_DRAIN_SECONDS = 60.0
-
-#: How often the in-worker wait looks in the shared watch's cache for pods whose containers have started.
-_LOG_DISCOVERY_SECONDS = 0.5
-
-
-class _LogFollower:
-    """Follows the logs of a Job's pods while the in-worker wait runs: one thread per (pod, container)
-    whose container has started (``pods/log?follow=true``), started as the pods appear in the shared
-    watch's cache (retried pods and parallel pods included), so lines reach the task log as they are
-    written."""
-
-    def __init__(self, operator: KubernetesJobOperator, namespace: str) -> None:
-        self.operator = operator
-        self.namespace = namespace
-        self.started: set[tuple[str, str]] = set()
-        self.wanted: dict[str, list[str]] = {}
-        self.threads: list[threading.Thread] = []
-        self.responses: list[Any] = []
-        self.stopped = threading.Event()
-
-    async def discover(self, pods: Callable[[], list[dict[str, Any]]]) -> None:
-        while True:
-            self.start_ready(pods())
-            await asyncio.sleep(_LOG_DISCOVERY_SECONDS)
-
-    def start_ready(self, pods: list[dict[str, Any]]) -> None:
-        if self.stopped.is_set():
-            return
-        for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or "")):
-            meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-            name = str(meta.get("name"))
-            begun = {
-                cs.get("name")
-                for cs in (status.get("initContainerStatuses") or [])
-                + (status.get("containerStatuses") or [])
-                if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
-            }
-            # The cache keeps a projection of each pod (kube/projection.py) without the spec's container
-            # list; the container statuses name every container once the kubelet reports the pod.
-            if name not in self.wanted:  # once per pod: it warns about requested containers not there
-                if not status.get("containerStatuses"):
-                    continue
-                self.wanted[name] = self.operator._requested_containers(
-                    name,
-                    [cs.get("name") for cs in status.get("initContainerStatuses") or []],
-                    [cs.get("name") for cs in status.get("containerStatuses") or []],
-                )
-            wanted = self.wanted[name]
-            for container in wanted:
-                if container not in begun or (name, container) in self.started:
-                    continue
-                self.started.add((name, container))
-                thread = threading.Thread(
-                    target=self.operator._write_container_log,
-                    args=(name, self.namespace, container),
-                    kwargs={"follow": True, "opened": self.responses.append, "stopped": self.stopped},
-                    name=f"log-{name}-{container}",
-                    daemon=True,
-                )
-                thread.start()
-                self.threads.append(thread)
-
-    async def drain(self, limit: float) -> None:
-        """Wait (up to ``limit`` seconds) for the followers to reach the end of their logs."""
-        deadline = time.monotonic() + limit
-        for thread in self.threads:
-            await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
-        if any(t.is_alive() for t in self.threads):
-            self.operator.log.warning(
-                "Stopped following logs still open %.0f s after the Job ended (a pod still running?)", limit
-            )
-            self.close()
-
-    def close(self) -> None:
-        """End every log stream still open; their threads then return (and release the connection).
-
-        ``HTTPResponse.shutdown()`` (urllib3 >= 2.3) shuts the socket down for reading, which wakes a
-        thread blocked in ``recv``. ``close()`` would not: it waits for the buffered reader's lock, which
-        the following thread holds until the stream ends, so it is only the fallback.
-        """
-        self.stopped.set()
-        for response in self.responses:
-            with contextlib.suppress(Exception):
-                shutdown = getattr(response, "shutdown", None)
-                if callable(shutdown):
-                    shutdown()
-                else:
-                    response.close()
-
-
-#: How long a failure's report waits for the pods the Job counts as ended to show so in a list
-#: (see ``KubernetesJobOperator._settled_pods``); normally the first list already does.
-_POD_SETTLE_SECONDS = 5.0
-
-
-def _ended_pods_counted(job: k8s.V1Job) -> int:
-    """How many of its pods the Job has seen end: its counters plus the ones not yet counted."""
-    status = job.status
-    if status is None:
-        return 0
-    uncounted = status.uncounted_terminated_pods
-    return (
-        (status.succeeded or 0)
-        + (status.failed or 0)
-        + len((uncounted.succeeded or []) if uncounted else [])
-        + len((uncounted.failed or []) if uncounted else [])
-    )
-
-
-#: After the main thread was interrupted (execution_timeout's alarm...), how long it waits for the
-#: in-worker wait's loop to stop (a create in flight answers, the watch closes) before re-raising anyway.
-#: A create is bounded by the client's request timeout; closing informers takes milliseconds.
-_STOP_SECONDS = 30.0
-
-
-class _LoopThread:
-    """Runs one coroutine to its end with ``asyncio.run`` in a thread of its own, while the calling
-    (main) thread waits in a way signals can interrupt. See ``KubernetesJobOperator._wait_in_worker``
-    for why; the thread inherits the caller's context variables (the task's log context)."""
-
-    def __init__(self, make: Callable[[], Coroutine[Any, Any, Any]], *, name: str) -> None:
-        self._make = make
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._stopping = False
-        self._finished = threading.Event()
-        self._result: Any = None
-        self._error: BaseException | None = None
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(target=context.run, args=(self._main,), name=name, daemon=True)
-
-    def _main(self) -> None:
-        try:
-            self._result = asyncio.run(self._run())
-        except BaseException as e:  # handed to the main thread, which re-raises it
-            self._error = e
-        finally:
-            self._finished.set()
-
-    async def _run(self) -> Any:
-        with self._lock:
-            if self._stopping:  # stopped before the loop had even started
-                raise asyncio.CancelledError
-            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
-        return await self._make()
-
-    def _stop(self) -> None:
-        with self._lock:
-            self._stopping = True
-            loop, task = self._loop, self._task
-        if loop is not None and task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop has closed already: nothing to cancel
-                loop.call_soon_threadsafe(task.cancel)
-
-    def run(self, log: Any) -> Any:
-        """Start the thread and return the coroutine's result (or raise its exception).
-
-        Whatever a signal handler raises while the main thread waits here propagates to the caller,
-        after the loop was stopped (at most ``_STOP_SECONDS``).
-        """
-        try:
-            self._thread.start()  # (its own wait for the thread to start is interruptible too)
-            self._finished.wait()  # interruptible: the alarm's AirflowTaskTimeout is raised right here
-        except BaseException:
-            self._stop()
-            # Not alive: either done, or not yet running its target, which then sees `_stopping` first
-            # and ends before it creates anything.
-            if self._thread.is_alive() and not self._finished.wait(_STOP_SECONDS):
-                log.warning("The Job's wait did not stop within %.0f s; leaving it behind", _STOP_SECONDS)
-            raise
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-#: Bytes read from the log stream at a time; a line longer than _MAX_LINE_BYTES is cut into pieces, so
-#: memory stays bounded whatever the container writes.
-_LOG_CHUNK_BYTES = 64 * 1024
-_MAX_LINE_BYTES = 1024 * 1024
-
-
-def _decoded_lines(chunks: Iterable[bytes]) -> Iterable[str]:
-    """Split a byte stream into decoded lines (UTF-8, undecodable bytes escaped, as upstream does)."""
-    partial = b""
-    for chunk in chunks:
-        partial += chunk
-        *complete, partial = partial.split(b"\n")
-        for line in complete:
-            yield line.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
-        while len(partial) > _MAX_LINE_BYTES:
-            yield partial[:_MAX_LINE_BYTES].decode("utf-8", errors="backslashreplace")
-            partial = partial[_MAX_LINE_BYTES:]
-    if partial:
-        yield partial.rstrip(b"\r").decode("utf-8", errors="backslashreplace")
-
-
-def _json_names(names: Any) -> Any:
-    """``container_logs`` / ``init_container_logs`` as JSON: True, None, a name, or a list of names."""
-    if names is None or isinstance(names, (bool, str)):
-        return names
-    return [str(n) for n in names]
-
-
-def _template_labels(job: k8s.V1Job) -> dict[str, str]:
-    template = job.spec.template if job.spec else None
-    return dict((template.metadata.labels if template and template.metadata else None) or {})
-
-
-def _event_identity(event: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
-    """The Job's name, namespace and uid from our event or upstream's (whose ``job`` is a V1Job dict)."""
-    job = event.get("job") if isinstance(event.get("job"), dict) else {}
-    meta = (job or {}).get("metadata") or {}
-    name = event.get("name") or meta.get("name")
-    ns = event.get("namespace") or meta.get("namespace") or event.get("pod_namespace")
-    uid = event.get("uid") or meta.get("uid")
-    return name, ns, uid

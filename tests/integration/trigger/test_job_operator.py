@@ -17,7 +17,7 @@ import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
 from airflow_jobwatch.compat import cncf_kubernetes_version
-from airflow_jobwatch.operators import job as job_operator_module
+from airflow_jobwatch.operators import inworker
 from airflow_jobwatch.operators.job import XCOM_RETURN_PATH, KubernetesJobOperator
 from airflow_jobwatch.triggers.job import JobTrigger
 
@@ -99,7 +99,7 @@ def test_logs_of_pods_the_followers_missed_are_read_after_the_end(sandbox, kubec
     """The followers start on the pods the shared watch has cached. A pod whose events reach the watch
     after the Job's end was decided (its hold for the pods is 1 s; a loaded machine can lag more) is
     never followed; its log is read once the Job has ended, so the task log still has every line, once."""
-    start_ready = job_operator_module._LogFollower.start_ready
+    start_ready = inworker.LogFollower.start_ready
     followed: list[str] = []
 
     def blind(self, pods):
@@ -108,7 +108,7 @@ def test_logs_of_pods_the_followers_missed_are_read_after_the_end(sandbox, kubec
                 followed.append(pods[0]["metadata"]["name"])
             start_ready(self, [p for p in pods if p["metadata"]["name"] in followed])
 
-    monkeypatch.setattr(job_operator_module._LogFollower, "start_ready", blind)
+    monkeypatch.setattr(inworker.LogFollower, "start_ready", blind)
     op = make_operator(
         kubeconfig,
         cmds=["sh", "-c", "echo line-of-$HOSTNAME"],
