@@ -30,7 +30,7 @@ from kubernetes import client, config
 
 from airflow_jobwatch.kube.projection import project_job, project_pod
 from airflow_jobwatch.sandbox.thread import SandboxThread
-from airflow_jobwatch.triggers.registry import _pack, _slim_job, _Tombstone
+from airflow_jobwatch.triggers.tombstones import _pack, _slim_job, _Tombstone
 
 N = 1000
 LABELS = {

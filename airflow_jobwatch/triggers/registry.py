@@ -14,7 +14,8 @@ there, and hands each trigger a :class:`Subscription` that
 * remembers the last state of a Job that was deleted (a Job whose ``ttlSecondsAfterFinished`` is 0 is
   gone a moment after it completed; its DELETED event still says how it ended), whether its deletion
   was seen (a DELETED event) or only inferred (gone at a relist: its end is unknown), and keeps
-  learning its pods' final states from their later events,
+  learning its pods' final states from their later events (the store and its packing are
+  ``triggers/tombstones.py``),
 * stores the Jobs its triggers wait for whole (every version the watch delivers once a trigger listens
   for the name), and the namespace's other Jobs projected, so a waiting trigger's event carries the
   whole Job with no GET,
@@ -30,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import weakref
-import zlib
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,10 +46,13 @@ from airflow_jobwatch.kube.informer import (
     InformerConfig,
     InformerEvent,
     InformerHealth,
-    compare_resource_versions,
 )
-from airflow_jobwatch.kube.projection import JOB_FIELDS, METADATA_FIELDS, POD_FIELDS, Spec, project
 from airflow_jobwatch.triggers.refusals import Refusals
+from airflow_jobwatch.triggers.tombstones import (
+    Tombstone,
+    Tombstones,
+    _slim_pod,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +89,6 @@ GET_MISSING = "missing"
 #: restart, a trigger moved here; or a fail-fast/timeout ending of a Job unchanged since): one GET reads
 #: it whole for the event's ``job``.
 GET_PROJECTED = "projected"
-
-#: How many deleted Jobs' last states are kept, and for how long. A trigger normally reads a tombstone
-#: within milliseconds of the DELETED event (it is called back from it); the bound only matters for a
-#: trigger that subscribes after its Job is already gone, e.g. a trigger moved to this triggerer just
-#: after a TTL deletion. Ten minutes outlasts any triggerer hand-over. Any Job of the namespace gets one,
-#: since a trigger moved here may still subscribe to it; each keeps only what a decision reads (see
-#: ``_TOMBSTONE_JOB_FIELDS``), packed (see :func:`_pack`). Measured with tracemalloc
-#: (``bench/bench_tombstones.py``), a finished Job with one pod, labelled and annotated as the operator
-#: makes them, costs about 1.6 KiB (2.0 KiB for a Job a trigger waits for, which keeps its whole Job:
-#: the event carries it), against 12.6 KiB when a tombstone held the cache's copies as dicts: the
-#: 10,000-entry cap bounds them at about 16 MiB.
-TOMBSTONE_MAX_ENTRIES = 10_000
-TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
 #: ``[jobwatch] namespace_watch_linger_seconds`` default. When the last trigger of a namespace leaves, its
 #: two watches stay open this long in case another trigger arrives: a DAG whose deferred tasks follow one
@@ -160,85 +149,6 @@ ClientFactory = Callable[[], Awaitable[Any]]
 """Coroutine function returning a ``kubernetes_asyncio.client.ApiClient`` for the watch's cluster."""
 
 
-#: What a tombstone keeps of a Job and of each of its pods: what ``kube/states.py`` and the pod summary
-#: read, minus the labels and annotations of the Job (nothing decides on them) and the annotations of its
-#: pods (Airflow's own, often the biggest part of a projected pod). Labels of a pod stay: they tie it
-#: to its Job.
-_TOMBSTONE_METADATA: dict[str, Spec] = {
-    key: spec for key, spec in METADATA_FIELDS.items() if key not in ("labels", "annotations")
-}
-_TOMBSTONE_JOB_FIELDS: dict[str, Spec] = {**JOB_FIELDS, "metadata": _TOMBSTONE_METADATA}
-_TOMBSTONE_POD_FIELDS: dict[str, Spec] = {
-    **POD_FIELDS,
-    "metadata": {**_TOMBSTONE_METADATA, "labels": True},
-}
-
-
-def _slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = project(pod, _TOMBSTONE_POD_FIELDS)
-    return result
-
-
-def _slim_job(job: dict[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = project(job, _TOMBSTONE_JOB_FIELDS)
-    return result
-
-
-def _pack(obj: dict[str, Any]) -> bytes:
-    """A tombstone's copy of an object: compact JSON, deflated. A tombstone is written once and read
-    by its trigger a few times at most, so a decode per read costs less than keeping dicts."""
-    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 6)
-
-
-def _unpack(packed: bytes) -> dict[str, Any]:
-    obj: dict[str, Any] = json.loads(zlib.decompress(packed))
-    return obj
-
-
-def _rv(obj: dict[str, Any]) -> str | None:
-    rv = (obj.get("metadata") or {}).get("resourceVersion")
-    return rv if isinstance(rv, str) else None
-
-
-@dataclass(slots=True)
-class _Tombstone:
-    job: bytes  # packed
-    job_uid: str | None
-    #: pod uid -> (resourceVersion, packed copy): the freshest copy seen of each pod, from the index at
-    #: the Job's end or from a later event of that pod
-    pods: dict[str, tuple[str | None, bytes]]
-    at: float
-    #: True when the Job's DELETED event was seen; False when it vanished at a relist (end unseen)
-    observed: bool
-
-    def learn(self, pod_uid: str, pod: dict[str, Any]) -> None:
-        """Keep ``pod`` unless the copy held is newer (higher resourceVersion); when the versions cannot
-        be compared, the later arrival wins."""
-        held = self.pods.get(pod_uid)
-        rv = _rv(pod)
-        if held is not None:
-            order = compare_resource_versions(held[0], rv)
-            if order is not None and order > 0:
-                return
-        self.pods[pod_uid] = (rv, _pack(_slim_pod(pod)))
-
-
-@dataclass(frozen=True)
-class Tombstone:
-    """A deleted Job as the watch last saw it.
-
-    :param job: the Job's last state.
-    :param pods: the freshest copy seen of each of its pods (a pod's DELETED event carries its final
-        state, and it may arrive after the Job's).
-    :param observed: the Job's deletion was seen (a DELETED event, which carries its final state); False
-        when it vanished while the watch was away (a relist no longer listed it): its end is unknown.
-    """
-
-    job: dict[str, Any]
-    pods: list[dict[str, Any]]
-    observed: bool
-
-
 def _uid(obj: dict[str, Any]) -> str | None:
     uid = (obj.get("metadata") or {}).get("uid")
     return uid if isinstance(uid, str) else None
@@ -297,9 +207,7 @@ class NamespaceWatch:
         self._next_listener_id = 0
         # controller uid -> pod uid -> pod; fed only by the pod informer's events
         self._pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
-        self._tombstones: OrderedDict[str, _Tombstone] = OrderedDict()
-        # Job uid -> name, for the tombstones: a pod event of a deleted Job updates its tombstone
-        self._tombstone_names: dict[str, str] = {}
+        self._tombstones = Tombstones()
         # Job uid -> (job name, pod uid -> final copy) of pods that ended and were then deleted, kept only
         # while a trigger waits for that Job's name: a Job removed with Foreground propagation (as
         # ttlSecondsAfterFinished does) loses its pods before its own DELETED event, and the pod watch
@@ -469,12 +377,7 @@ class NamespaceWatch:
     def tombstone(self, name: str) -> Tombstone | None:
         """The last state of the Job of this name that was deleted (or vanished) recently, with the
         freshest copy seen of each of its pods; None if there is none."""
-        self._expire_tombstones()
-        tomb = self._tombstones.get(name)
-        if tomb is None:
-            return None
-        pods = [_unpack(packed) for _, packed in tomb.pods.values()]
-        return Tombstone(job=_unpack(tomb.job), pods=pods, observed=tomb.observed)
+        return self._tombstones.get(name)
 
     def api_failing_for(self) -> float | None:
         """Seconds the API has been failing without a success in between, or None if it is fine.
@@ -572,32 +475,19 @@ class NamespaceWatch:
             return
         if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
             uid = _uid(event.obj)
-            old = self._tombstones.pop(name, None)
-            if old is not None:
-                self._tombstone_names.pop(old.job_uid or "", None)
             # A Job a trigger waits for keeps its whole last state (the event carries the whole Job, as
             # upstream's does); any other Job only what a decision reads.
-            tomb = _Tombstone(
-                job=_pack(event.obj if name in self._listeners else _slim_job(event.obj)),
-                job_uid=uid,
-                pods={},
-                at=time.monotonic(),
+            self._tombstones.bury(
+                name,
+                event.obj,
+                uid,
+                whole=name in self._listeners,
                 observed=event.type is EventType.DELETED,
+                pods=[(_uid(pod) or "", pod) for pod in self.pods_of(uid)],
             )
-            for pod in self.pods_of(uid):
-                tomb.learn(_uid(pod) or "", pod)
             self._ended_pods.pop(uid or "", None)  # the tombstone holds them now
-            self._tombstones[name] = tomb
-            if uid:
-                self._tombstone_names[uid] = name
-            self._expire_tombstones()
         elif event.type is EventType.ADDED:
-            # A new Job under this name: any tombstone is of an older incarnation; keep it only if
-            # the uid differs so a trigger waiting for the old uid still learns it was deleted.
-            older = self._tombstones.get(name)
-            if older is not None and older.job_uid == _uid(event.obj):
-                del self._tombstones[name]
-                self._tombstone_names.pop(older.job_uid or "", None)
+            self._tombstones.created(name, _uid(event.obj))
         self._notify(name)
 
     def _on_pod_event(self, event: InformerEvent) -> None:
@@ -617,7 +507,7 @@ class NamespaceWatch:
             if (
                 phase in ("Succeeded", "Failed")
                 and job_name in self._listeners
-                and owner not in self._tombstone_names
+                and not self._tombstones.holds(owner)
             ):
                 self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = _slim_pod(event.obj)
         else:
@@ -625,10 +515,7 @@ class NamespaceWatch:
         # While its Job's tombstone lives, a pod keeps updating it: the pod watch can lag behind the Job
         # watch, and a pod's last events (its DELETED one included) carry its final state, exit code
         # and termination message (the XCom value), which the Job's DELETED event did not have.
-        tomb_name = self._tombstone_names.get(owner)
-        tomb = self._tombstones.get(tomb_name) if tomb_name is not None else None
-        if tomb is not None and tomb.job_uid == owner:
-            tomb.learn(pod_uid, event.obj)
+        self._tombstones.learn(owner, pod_uid, event.obj)
         self._notify(job_name)
 
     def _on_health(self, health: InformerHealth) -> None:
@@ -661,16 +548,6 @@ class NamespaceWatch:
             if any(uid is not None and uid != _uid(cached) for uid in uids.values()):
                 return True
         return False
-
-    def _expire_tombstones(self) -> None:
-        cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS
-        while self._tombstones:
-            oldest = next(iter(self._tombstones.values()))
-            if len(self._tombstones) > TOMBSTONE_MAX_ENTRIES or oldest.at < cutoff:
-                self._tombstones.popitem(last=False)
-                self._tombstone_names.pop(oldest.job_uid or "", None)
-            else:
-                break
 
 
 class Subscription:

@@ -35,9 +35,9 @@ def watch_may_lag(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Job missing from the cache is confirmed by a GET only after 30 s here, not 2 s: on a loaded CI
     machine the watch may deliver a new Job more than 2 s late, and that GET would be legitimate. The
     tests that use this check that no *other* path reads the Job (the old code read it at once)."""
-    from airflow_jobwatch.triggers import job
+    from airflow_jobwatch.triggers import waiting
 
-    monkeypatch.setattr(job, "_MISSING_GRACE_SECONDS", 30.0)
+    monkeypatch.setattr(waiting, "_MISSING_GRACE_SECONDS", 30.0)
 
 
 pytestmark = pytest.mark.timeout(180)

@@ -18,7 +18,7 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
-from airflow_jobwatch.triggers import job as job_module
+from airflow_jobwatch.triggers import waiting as waiting_module
 from airflow_jobwatch.triggers.ending import end_from_triggerer
 from airflow_jobwatch.triggers.registry import NamespaceWatch, get_registry
 
@@ -201,7 +201,7 @@ async def test_a_deleted_jobs_pods_keep_updating_its_result(
     exit code, its termination message: the XCom value) arrives; the pod's later events still count."""
     # A hold long enough that a slow machine cannot end it before the pod's events: the result is
     # released as soon as the pod is final, so a passing run never waits for it.
-    monkeypatch.setattr(job_module, "_POD_SETTLE_SECONDS", 30.0)
+    monkeypatch.setattr(waiting_module, "_POD_SETTLE_SECONDS", 30.0)
     job = await create_job(k8s_async_client, job_manifest("late", ["true"]))
     pod = await _create_pod(k8s_async_client, job)
 

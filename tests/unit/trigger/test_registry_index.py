@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
-from airflow_jobwatch.triggers import registry
+from airflow_jobwatch.triggers import tombstones
 from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
 
 
@@ -131,7 +131,7 @@ def test_a_job_of_another_uid_under_a_listened_name_counts_as_missing(watch):
 
 
 def test_tombstones_are_bounded(watch, monkeypatch):
-    monkeypatch.setattr(registry, "TOMBSTONE_MAX_ENTRIES", 3)
+    monkeypatch.setattr(tombstones, "TOMBSTONE_MAX_ENTRIES", 3)
     for i in range(5):
         watch._on_job_event(InformerEvent(EventType.DELETED, _job(f"j{i}", f"u{i}")))
     assert [name for name in ("j0", "j1", "j2", "j3", "j4") if watch.tombstone(name)] == ["j2", "j3", "j4"]
@@ -139,9 +139,9 @@ def test_tombstones_are_bounded(watch, monkeypatch):
 
 def test_tombstones_expire(watch, monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(registry.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(tombstones.time, "monotonic", lambda: now[0])
     watch._on_job_event(InformerEvent(EventType.DELETED, _job("old", "u")))
-    now[0] += registry.TOMBSTONE_MAX_AGE_SECONDS + 1
+    now[0] += tombstones.TOMBSTONE_MAX_AGE_SECONDS + 1
     assert watch.tombstone("old") is None
 
 
