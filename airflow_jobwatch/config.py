@@ -80,6 +80,9 @@ RANGES: dict[str, tuple[float, bool]] = {
     "watcher_unresponsive_after_seconds": (0, False),
     "pod_creation_concurrency": (1, True),
     "disruption_relaunches": (0, True),
+    # The trigger itself warns and uses the default for a value outside 1024..268435456 bytes
+    # (triggers/pod_logs.py), so that a task is never failed for its log's size limit.
+    "trigger_log_max_bytes": (1024, True),
 }
 
 #: The values ``worker_pod_labels`` accepts.
