@@ -1,4 +1,4 @@
-"""The two decoders of a LIST page in kube/informer.py - msgspec (items kept as raw JSON, only uid and
+"""The two decoders of a LIST page in kube/listing.py - msgspec (items kept as raw JSON, only uid and
 resourceVersion read until an item is stored) and the stdlib's json (every item parsed) - say the same
 thing about every page: the list's resourceVersion and continue token, each item's uid and resourceVersion,
 and each item's whole object. Pages recorded from a real kube-apiserver, and the edge shapes a server or a
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube import informer
+from airflow_jobwatch.kube import listing
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real-apiserver"
 
 
 def decoders() -> list[Any]:
-    out = [pytest.param(informer._decode_page_stdlib, id="stdlib")]
-    if hasattr(informer, "_decode_page_msgspec"):
-        out.append(pytest.param(informer._decode_page_msgspec, id="msgspec"))
+    out = [pytest.param(listing._decode_page_stdlib, id="stdlib")]
+    if hasattr(listing, "_decode_page_msgspec"):
+        out.append(pytest.param(listing._decode_page_msgspec, id="msgspec"))
     return out
 
 
@@ -59,13 +59,13 @@ def test_decoders_agree_with_a_plain_parse(decode: Any, name: str) -> None:
 
 
 def test_the_real_pages_are_read_as_recorded() -> None:
-    rv, cont, items, head, load = informer._decode_page(PAGES["real page 1 (continue)"])
+    rv, cont, items, head, load = listing._decode_page(PAGES["real page 1 (continue)"])
     assert rv == "2747" and cont and cont.startswith("eyJ2Ijoi")
     assert [head(i)[0] for i in items] == [
         "034b6cdd-deab-41bc-b573-a8da7bb2bdba",
         load(items[1])["metadata"]["uid"],
     ]
-    rv2, cont2, items2, _, _ = informer._decode_page(PAGES["real page 2"])
+    rv2, cont2, items2, _, _ = listing._decode_page(PAGES["real page 2"])
     assert rv2 == "2747" and cont2 and cont2 != cont and len(items2) == 2  # the same snapshot, further on
 
 

@@ -54,21 +54,22 @@ async def server() -> AsyncIterator[ScriptedServer]:
 
 
 def _page_decoders() -> list[Any]:
-    from airflow_jobwatch.kube import informer
+    from airflow_jobwatch.kube import listing
 
-    out = [pytest.param(informer._decode_page_stdlib, id="stdlib-json")]
-    if hasattr(informer, "_decode_page_msgspec"):
-        out.append(pytest.param(informer._decode_page_msgspec, id="msgspec"))
+    out = [pytest.param(listing._decode_page_stdlib, id="stdlib-json")]
+    if hasattr(listing, "_decode_page_msgspec"):
+        out.append(pytest.param(listing._decode_page_msgspec, id="msgspec"))
     return out
 
 
 @pytest.fixture(params=_page_decoders())
 def each_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the test once with each LIST page decoder of kube/informer.py (msgspec, used when it is installed,
-    which it is wherever Airflow is; the stdlib's json otherwise): the relist rules must not depend on it."""
-    from airflow_jobwatch.kube import informer
+    """Run the test once with each LIST page decoder of kube/listing.py (msgspec, used when it is installed,
+    which it is wherever Airflow is; the stdlib's json otherwise): the relist rules must not depend on it.
+    The engine reads ``listing._decode_page`` at each page, so patching it there reaches every informer."""
+    from airflow_jobwatch.kube import listing
 
-    monkeypatch.setattr(informer, "_decode_page", request.param)
+    monkeypatch.setattr(listing, "_decode_page", request.param)
 
 
 @pytest.fixture(params=["dict-store", "compact-store"])

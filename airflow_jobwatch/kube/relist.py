@@ -1,0 +1,278 @@
+"""Relist and reconcile: a paged LIST applied to an informer's store, page by page, and the checks that keep
+a possibly stale list from inventing deletions or rolling objects back (client-go's ``Reflector.list``).
+
+:class:`Relister` works on the store of the :class:`~airflow_jobwatch.kube.informer.Informer` it belongs to
+and delivers through that informer's fan-out (``_put``, ``_remove``, ``_emit``), as client-go's Reflector
+works on the Store it is given. The informer decides when to list and in which :data:`ListMode`, and records
+the sync (resourceVersion, health) from what :meth:`Relister.relist` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow_jobwatch.kube import listing as list_pages
+from airflow_jobwatch.kube.apierrors import KubeApiError, compare_resource_versions
+from airflow_jobwatch.kube.informer_types import _RESOURCES, EventType
+from airflow_jobwatch.kube.listing import ListMode, _Listing
+from airflow_jobwatch.kube.store import _gc_paused
+
+if TYPE_CHECKING:
+    from airflow_jobwatch.kube.informer import Informer
+
+# The engine's log lines keep the one logger name users configure for it, whichever module writes them.
+log = logging.getLogger("airflow_jobwatch.kube.informer")
+
+
+class Relister:
+    """LIST + reconcile for one informer (see the module docstring).
+
+    :param informer: the informer whose store this fills; its ``config``, selectors and HTTP requests are used.
+    """
+
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
+
+    async def relist(self, mode: ListMode = "any") -> _Listing:
+        """LIST and reconcile the store with what the server has now.
+
+        Emits ADDED for objects new to the store, MODIFIED for objects whose resourceVersion changed, and
+        DELETED_UNKNOWN (with the last state we saw) for objects no longer listed; unchanged objects emit
+        nothing. On the first list every object is new, so subscribers get ADDED for all of them.
+
+        A list read with resourceVersion=0 may come from a watch cache that lags behind what this informer
+        has already seen (another apiserver of an HA control plane, a cache still catching up after a
+        restart). Believing it would report running pods as deleted and roll finished ones back to running,
+        so what such a list says is checked first (issue: "relists that never invent a deletion"):
+
+        * a listed copy older than the stored one (resourceVersions compared as integers, KEP-5504) does not
+          replace it; the watch that follows, from the list's older resourceVersion, replays the changes in
+          order and the ones we already have are skipped the same way;
+        * an object missing from the list is a deletion only if the list is at least as new as our copy of
+          it (a snapshot at resourceVersion L that lacks an object we saw at V <= L really lost it);
+          otherwise (our copy is newer than the list, or the versions cannot be compared) a GET by name, which
+          the server answers from etcd, decides (:meth:`_confirm`);
+        * an object whose deletion was already delivered never comes back (uids are never reused).
+
+        Pages are applied as they arrive (:meth:`_apply_page`), replacing stored objects one by one, so the
+        peak memory is one store plus one page rather than two full copies of the collection.
+        Disappearances are decided only once the list is complete; if it fails half-way, the next list
+        finishes the job.
+        """
+        inf = self._informer
+        listing = _Listing()
+        continue_token: str | None = None
+        while True:
+            body = await self._list_page(mode, continue_token)
+            # No await from here to the end of the page: see _gc_paused for why the collector waits.
+            with _gc_paused():
+                continue_token = self._apply_page(body, mode, listing)
+                del body
+            if not continue_token:
+                break
+        list_rv = listing.rv
+        seen = listing.seen
+        doubtful = listing.doubtful
+        vanished: list[str] = []
+        for uid, prev in inf._store.items():
+            if uid in seen or uid in doubtful:
+                continue
+            order = compare_resource_versions(prev["metadata"].get("resourceVersion"), list_rv)
+            if (order is not None and order <= 0) or (order is None and mode != "any"):
+                vanished.append(uid)
+            else:
+                doubtful[uid] = prev
+        for uid in vanished:
+            inf._remove(uid, EventType.DELETED_UNKNOWN, inf._store[uid])
+        listing.vanished = len(vanished)
+        listing.confirmed_gone = await self._confirm(doubtful) if doubtful else 0
+        return listing
+
+    async def _list_page(self, mode: ListMode, continue_token: str | None) -> bytes:
+        """One page of a LIST: the raw body. The first page (no ``continue_token``) chooses the snapshot by
+        ``mode`` (see :data:`ListMode`); later pages belong to the snapshot of the first (the continue token
+        pins it)."""
+        inf = self._informer
+        params = inf._selector_params()
+        # A watch cache answering resourceVersion=0 ignores `limit` and sends the whole collection at once
+        # (kube-apiserver before ConsistentListFromCache/paginated cache lists; still so for RV=0 on many
+        # versions). Asking is harmless, but once we know it is ignored we stop pretending to page.
+        if mode not in inf._limit_ignored:
+            params["limit"] = str(inf.config.page_size)
+        if continue_token:
+            # resourceVersion must not be sent with continue: the token pins the snapshot. A token older than
+            # the server's history answers 410 Expired, and _run restarts the whole list.
+            params["continue"] = continue_token
+        elif mode == "any":
+            params["resourceVersion"] = "0"
+        elif mode == "not_older_than":
+            assert inf._rv is not None
+            params["resourceVersion"] = inf._rv
+            params["resourceVersionMatch"] = "NotOlderThan"
+        # mode "consistent": no resourceVersion at all, a quorum read
+        resp = await inf._request(params, read_timeout=inf.config.stall_timeout_seconds)
+        try:
+            return await resp.read()
+        finally:
+            resp.release()
+
+    def _apply_page(self, body: bytes, mode: ListMode, listing: _Listing) -> str | None:
+        """Parse one LIST page and apply its items to the store (see :meth:`relist` for the rules); returns
+        the continue token of the next page, or None after the last.
+
+        Items are decoded whole (with msgspec; see ``_decode_page``) and prepared (stripped, projected) only
+        when stored: an unchanged object, the bulk of a relist, costs reading its uid and resourceVersion, a
+        dict lookup and a string comparison. Everything parsed here that is not stored is freed when this
+        returns (the caller holds the collector off until then, :func:`_gc_paused`).
+        """
+        inf = self._informer
+        list_rv, continue_token, items, head, load = list_pages._decode_page(body)
+        if not list_rv and not listing.rv:
+            raise ValueError(f"LIST {inf._path} returned no metadata.resourceVersion")
+        listing.rv = listing.rv or list_rv
+        if len(items) > inf.config.page_size and mode not in inf._limit_ignored:
+            inf._limit_ignored.add(mode)
+            log.debug(
+                "informer %s: the server ignored limit=%d on a %s list (%d items in one response); "
+                "not paging such lists any more",
+                inf.name,
+                inf.config.page_size,
+                mode,
+                len(items),
+            )
+        seen = listing.seen
+        gone = inf._gone
+        store = inf._store
+        for item in items:
+            uid, new_rv = head(item)
+            seen.add(uid)
+            if uid in gone:
+                inf.stats["stale_copies_ignored"] += 1
+                continue
+            prev = store.get(uid)
+            if prev is not None:
+                prev_rv = prev["metadata"].get("resourceVersion")
+                if prev_rv == new_rv:
+                    continue
+                order = compare_resource_versions(new_rv, prev_rv)
+                if order is not None and order < 0:
+                    inf.stats["stale_copies_ignored"] += 1
+                    continue
+                if order is None and mode == "any":
+                    listing.doubtful[uid] = prev
+                    continue
+            obj = inf._prepare(load(item))
+            inf._put(obj)
+            if prev is None:
+                listing.added += 1
+                inf._emit(EventType.ADDED, obj)
+            else:
+                listing.modified += 1
+                inf._emit(EventType.MODIFIED, obj)
+        return continue_token
+
+    async def _confirm(self, doubtful: dict[str, dict[str, Any]]) -> int:
+        """Settle objects a possibly stale list could not: one GET by name each (a consistent read, answered
+        from etcd), at most ``confirm_concurrency`` at a time and ``max_confirmations_per_relist`` in all.
+
+        404, or an object of that name with another uid: the one we knew is gone - DELETED_UNKNOWN. The same
+        uid: it is alive; a newer copy replaces ours (MODIFIED), and one that no longer matches our label
+        selector has left this informer (a watch reports that as DELETED too). A GET that fails, or one over
+        the cap, leaves the object as it is: never tombstoned on a guess; the next relist asks again and
+        the watch that follows this list settles it meanwhile. Returns how many were confirmed gone.
+        """
+        inf = self._informer
+        batch = list(doubtful.items())
+        cap = inf.config.max_confirmations_per_relist
+        if len(batch) > cap:
+            inf.stats["confirm_deferred"] += len(batch) - cap
+            log.warning(
+                "informer %s: %d objects need a confirming GET after a possibly stale list; checking %d now, "
+                "the rest at the next relist",
+                inf.name,
+                len(batch),
+                cap,
+            )
+            batch = batch[:cap]
+        semaphore = asyncio.Semaphore(inf.config.confirm_concurrency)
+
+        async def fetch(prev: dict[str, Any]) -> dict[str, Any] | None:
+            async with semaphore:
+                inf.stats["confirm_gets"] += 1
+                return await self._get_current(prev)
+
+        results = await asyncio.gather(*(fetch(prev) for _, prev in batch), return_exceptions=True)
+        gone = 0
+        for (uid, prev), result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                if isinstance(result, asyncio.CancelledError):
+                    raise result
+                inf.stats["confirm_failed"] += 1
+                log.info(
+                    "informer %s: could not confirm %s/%s (%s); keeping it until the next relist",
+                    inf.name,
+                    prev["metadata"].get("namespace"),
+                    prev["metadata"].get("name"),
+                    result,
+                )
+                continue
+            stored = inf._store.get(uid)
+            if stored is None or stored["metadata"].get("resourceVersion") != prev["metadata"].get(
+                "resourceVersion"
+            ):
+                continue  # changed meanwhile (cannot happen while the watch is not running; be safe)
+            current = result
+            labels = ((current or {}).get("metadata") or {}).get("labels") or {}
+            if (
+                current is None
+                or current["metadata"].get("uid") != uid
+                or (inf._label_match is not None and not inf._label_match(labels))
+            ):
+                gone += 1
+                inf.stats["confirmed_gone"] += 1
+                inf._remove(uid, EventType.DELETED_UNKNOWN, prev)
+                continue
+            inf.stats["confirmed_present"] += 1
+            order = compare_resource_versions(
+                current["metadata"].get("resourceVersion"), prev["metadata"].get("resourceVersion")
+            )
+            if order == 0 or (
+                order is None
+                and current["metadata"].get("resourceVersion") == prev["metadata"].get("resourceVersion")
+            ):
+                continue
+            if order is not None and order < 0:
+                continue
+            inf._put(current)
+            inf._emit(EventType.MODIFIED, current)
+        return gone
+
+    async def _get_current(self, prev: dict[str, Any]) -> dict[str, Any] | None:
+        """The object named like ``prev`` as the server has it now (None on 404)."""
+        inf = self._informer
+        metadata = prev["metadata"]
+        prefix, plural, _, _ = _RESOURCES[inf.kind]
+        namespace = metadata.get("namespace") or inf.namespace
+        path = (
+            f"{prefix}/namespaces/{namespace}/{plural}/{metadata['name']}"
+            if namespace
+            else f"{prefix}/{plural}/{metadata['name']}"
+        )
+        try:
+            # No resourceVersion: "most recent", served from etcd (a quorum read), never from a cache.
+            resp = await inf._request({}, read_timeout=inf.config.stall_timeout_seconds, path=path)
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        try:
+            body = await resp.read()
+        finally:
+            resp.release()
+        obj = json.loads(body)
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise ValueError(f"GET {path} returned no object")
+        return inf._prepare(obj)
