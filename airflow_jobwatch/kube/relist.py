@@ -46,7 +46,7 @@ class Relister:
         A list read with resourceVersion=0 may come from a watch cache that lags behind what this informer
         has already seen (another apiserver of an HA control plane, a cache still catching up after a
         restart). Believing it would report running pods as deleted and roll finished ones back to running,
-        so what such a list says is checked first, so that a relist never invents a deletion:
+        so what such a list says is checked first, and a relist never invents a deletion:
 
         * a listed copy older than the stored one (resourceVersions compared as integers, KEP-5504) does not
           replace it; the watch that follows, from the list's older resourceVersion, replays the changes in
