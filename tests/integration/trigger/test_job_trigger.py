@@ -180,8 +180,13 @@ async def test_suspended_past_deadline_is_timeout(sandbox, kubeconfig, k8s_async
 
 async def test_deleted_while_waiting(sandbox, kubeconfig, k8s_async_client):
     await create_job(k8s_async_client, job_manifest("gone", ["sleep", "30"]))
+    sandbox.reset_counters()
     task = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "gone")))
     await wait_until(lambda: bool(sandbox.objects("pods", NS)), what="the Job's pod")
+    # "deleted" claims a deletion the watch saw while the Job ran: delete it only once the trigger's Job
+    # watch is running, i.e. past the list that showed the Job running (a deletion before that is not
+    # seen, and is the "unknown" outcome instead).
+    await wait_until(lambda: sandbox.counters().get("watch jobs", 0) >= 1, what="the trigger's Job watch")
     await BatchV1Api(k8s_async_client).delete_namespaced_job("gone", NS, propagation_policy="Background")
     [event] = await task
     assert event["outcome"] == "deleted", event
