@@ -41,11 +41,6 @@ K8S_SECTION = "kubernetes_executor"
 # loop must never hang on a black-holed connection. (connect, read) seconds.
 API_REQUEST_TIMEOUT = (10.0, 30.0)
 
-# Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
-# takes one API round trip (~10-50 ms on a healthy server); 8 in parallel keep up with a scheduler that
-# queues hundreds of tasks per second, without looking like a burst to API priority and fairness.
-DEFAULT_CREATE_CONCURRENCY = 8
-
 # Tail of a running pod's log shown in the UI (upstream's default for running_pod_log_lines).
 RUNNING_POD_LOG_LINES = 100
 
@@ -151,9 +146,11 @@ class ExecutorBase(BaseExecutor):
         self._pod_builder: WorkerPodBuilder | None = None
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
         self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
-        self._create_concurrency = max(
-            1, int(_getfloat(SECTION, "pod_creation_concurrency", DEFAULT_CREATE_CONCURRENCY, self.conf))
-        )
+        # Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
+        # takes one API round trip (~10-50 ms on a healthy server); the default 8 in parallel keep up with a
+        # scheduler that queues hundreds of tasks per second, without looking like a burst to API priority
+        # and fairness. A whole number >= 1, checked here when the scheduler starts.
+        self._create_concurrency = jobwatch_config.get_int("pod_creation_concurrency", source=self.conf)
         self._counters: dict[str, int] = {
             "pods_launched": 0,
             "create_retries": 0,

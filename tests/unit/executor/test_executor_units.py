@@ -186,6 +186,20 @@ def test_non_numeric_jobwatch_option_is_a_clear_error(monkeypatch: pytest.Monkey
         informer_config_from_conf()
 
 
+@pytest.mark.parametrize("value", ["0", "2.5", "eight"])
+def test_pod_creation_concurrency_is_checked_when_the_executor_starts(monkeypatch: pytest.MonkeyPatch, value):
+    """A value the executor cannot use is refused when the scheduler builds it, naming the option, the
+    value and what it accepts (it was silently raised to 1, or failed with a message of another form)."""
+    from airflow_jobwatch.config import JobwatchConfigError
+    from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
+
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY", value)
+    with pytest.raises(
+        JobwatchConfigError, match=r"\[jobwatch\] pod_creation_concurrency .*(>= 1|whole number)"
+    ):
+        JobWatchExecutor()
+
+
 def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
     """worker_pod_labels = jobwatch: none of upstream's selectors (watcher, completed-pod cleanup) match."""
     from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, label_scheme
