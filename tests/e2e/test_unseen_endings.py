@@ -2,11 +2,12 @@
 triggerer's watches are disrupted: a real scheduler, triggerer and dag-processor with LocalExecutor on
 SQLite, the sandbox running the Jobs.
 
-* Dropped watches (no 410): the watches resume where they were and miss nothing, so those tasks end with
-  their real outcome (success, or failed with the container's exit code).
-* Watches cut, every new one answered 410 and every LIST failing while the Jobs end and vanish: the
+* Watches cut, every new one answered 410 and every LIST failing while two Jobs end and vanish: the
   triggerer sees neither their ends nor their deletions. Those tasks end with what was seen: their real
   outcome where the pods' final states prove it, else the `unknown` message.
+* Then every watch dropped (no 410) as four Jobs end and vanish: the watches resume where they were
+  and miss nothing, so those tasks end with their real outcome (success, or failed with the container's
+  exit code).
 
 No task ends with a claimed deletion ("deleted ... before it finished").
 """
@@ -66,6 +67,11 @@ def _jobs_of(stack: AirflowStack, pairs: tuple[int, ...]) -> list[dict[str, Any]
     ]
 
 
+def _pods_of(stack: AirflowStack, pairs: tuple[int, ...]) -> list[dict[str, Any]]:
+    prefixes = tuple(f"job-{kind}-{i}-" for i in pairs for kind in ("ok", "fail"))
+    return [p for p in stack.admin.objects("pods", "default") if p["metadata"]["name"].startswith(prefixes)]
+
+
 def _open(gate: Path, pairs: tuple[int, ...]) -> None:
     for i in pairs:
         gate.with_name(f"{gate.name}.{i}").touch()
@@ -93,28 +99,9 @@ def test_jobs_that_end_and_vanish_while_the_watches_are_disrupted(stack: Airflow
     wait_until(lambda: stack.admin.counters().get("watch jobs", 0) > 0, timeout=30, what="the Job watch")
     deferred = time.monotonic()
 
-    # 1. Watches cut again and again while the first Jobs end and vanish: each watch resumes from where
-    # it was, and the API replays what it missed.
-    _open(gate, DROPPED)
-
-    def dropped_and_gone() -> bool:
-        stack.admin.fault("drop_watches")
-        return not _jobs_of(stack, DROPPED)
-
-    wait_until(dropped_and_gone, timeout=30, what="the first Jobs' removal", interval=1.0)
-    # Their tasks end (from the triggerer) before the next faults, which would hit their pod clean-up.
-    wait_until(
-        lambda: all(
-            stack.task_states(DAG_ID, run_id)[f"{kind}_{i}"]["state"] in ("success", "failed")
-            for i in DROPPED
-            for kind in ("ok", "fail")
-        ),
-        timeout=60,
-        what="the first tasks' ends",
-    )
-
-    # 2. Every watch cut, every new one answered 410 and every LIST failing: the watches must relist
-    # and cannot while the last Jobs end and vanish with their pods.
+    # 1. Every watch cut, every new one answered 410 and every LIST failing: the watches must relist
+    # and cannot while the first Jobs end and vanish with their pods (first, so that their resumes'
+    # hold after the deferral runs while the other Jobs end).
     stack.admin.fault("set_error_rate", share=1.0, verbs=["list"])
     stack.admin.fault("set_watch_expired", on=True)
     try:
@@ -125,15 +112,30 @@ def test_jobs_that_end_and_vanish_while_the_watches_are_disrupted(stack: Airflow
         )
         _open(gate, GAP)
         wait_until(
-            lambda: not stack.admin.objects("jobs", "default") and not stack.admin.objects("pods", "default"),
+            lambda: not _jobs_of(stack, GAP) and not _pods_of(stack, GAP),
             timeout=30,
-            what="the last Jobs' and every pod's removal",
+            what="the first Jobs' and their pods' removal",
         )
     finally:
         stack.admin.fault("set_watch_expired", on=False)
         stack.admin.fault("set_error_rate", share=0.0)
     assert stack.admin.counters().get("expired watch jobs", 0) > 0, "no 410: the test proves nothing"
-    lifted = time.monotonic()
+    # The watches are back (a watch is opened again only after a LIST succeeded): a Job that ended and
+    # vanished before that would be a gap's Job too.
+    before = stack.admin.counters()
+
+    def watching_again() -> bool:
+        now = stack.admin.counters()
+        return all(now.get(key, 0) > before.get(key, 0) for key in ("watch jobs", "watch pods"))
+
+    wait_until(watching_again, timeout=30, what="the Job and pod watches to be reopened")
+
+    # 2. Then every watch cut as the other Jobs end and vanish: each watch resumes from where it was,
+    # and the API replays what it missed.
+    _open(gate, DROPPED)
+    stack.admin.fault("drop_watches")
+    wait_until(lambda: not _jobs_of(stack, DROPPED), timeout=30, what="the other Jobs' removal")
+    ended = time.monotonic()
 
     stack.wait_for_run(DAG_ID, run_id, timeout=120)
     states = stack.task_states(DAG_ID, run_id)
@@ -155,7 +157,7 @@ def test_jobs_that_end_and_vanish_while_the_watches_are_disrupted(stack: Airflow
             wrong[task] = f"{s['state']}: {said[-5:] or log[-2000:]}"
     print(
         f"endings: {endings}; seconds: {deferred - started:.1f} to the deferrals, "
-        f"{lifted - deferred:.1f} of faults, {time.monotonic() - lifted:.1f} to the run's end"
+        f"{ended - deferred:.1f} of faults, {time.monotonic() - ended:.1f} to the run's end"
     )
     assert sorted(states) == sorted(TASKS), states
     assert not wrong, wrong
