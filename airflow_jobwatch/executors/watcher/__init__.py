@@ -12,6 +12,8 @@ Each side has its own module:
 * :mod:`.child` - the informer loop that runs in the child (imports ``kube/`` and this package, never Airflow);
 * :mod:`.supervisor` - the parent's :class:`WatcherSupervisor`: starts, health-checks and replaces
   children, tracks the pods the executor launched, reconciles after a restart, and reports results;
+  a facade over :mod:`.slots` (the child of each namespace scope, its restarts and their backoff),
+  :mod:`.inbox` (the children's messages into results) and :mod:`.status` (counters and health);
 * :mod:`.messages` - the picklable messages between them.
 
 A 410 Gone is not a crash: the informer relists and reconciles inside the child, and reports every

@@ -81,13 +81,13 @@ def executor_factory(kube_sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    from airflow_jobwatch.executors import adoption, launching
+    from airflow_jobwatch.executors import completed_pods, launching
     from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
 
     # Pod creation retries start at 1 s in production; 0.1 s keeps this test short.
     monkeypatch.setattr(launching, "CREATE_BACKOFF_INITIAL_SECONDS", 0.1)
     monkeypatch.setattr(launching, "CREATE_BACKOFF_MAX_SECONDS", 0.5)
-    monkeypatch.setattr(adoption, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 0.0)
+    monkeypatch.setattr(completed_pods, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 0.0)
     created: list[JobWatchExecutor] = []
 
     def make(job_id: str = "42", kubeconfig: str | None = None, **extra_env: str) -> JobWatchExecutor:

@@ -23,7 +23,7 @@ import pytest
 from exec_helpers import pods_of, poll, submit, terminal_events, wait_for_file
 from support.workloads import make_workload
 
-from airflow_jobwatch.executors import adoption, results
+from airflow_jobwatch.executors import adoption_retry, results
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -47,7 +47,7 @@ def test_a_failed_list_leaves_the_task_adopted_unresolved_until_a_list_succeeds(
     executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sandbox, _ = kube_sandbox
-    monkeypatch.setattr(adoption, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2, raising=False)
+    monkeypatch.setattr(adoption_retry, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2)
     may_end = tmp_path / "may-end"
     old = executor_factory(job_id="42")
     w = make_workload(task_id="listed", command=f"{wait_for_file(may_end)}; exit 0")
@@ -164,7 +164,7 @@ def test_a_scheduler_adopting_back_a_task_drops_its_own_stale_pending_launch(
     the database's); then 43 dies and 42 adopts the task back. The database names 42 and the launch again,
     so the check before a create would pass for 42's stale pending create: adoption must drop it."""
     sandbox, _ = kube_sandbox
-    monkeypatch.setattr(adoption, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2, raising=False)
+    monkeypatch.setattr(adoption_retry, "ADOPTION_RETRY_INITIAL_SECONDS", 0.2)
     a = executor_factory(job_id="42")
     w = make_workload(task_id="aba", command="sleep 30")
     w.ti.external_executor_id = "launch-aba"

@@ -132,11 +132,11 @@ def test_a_peers_completed_pod_cleanup_does_not_delete_a_pod_whose_task_awaits_a
     ``orphaned_tasks_check_interval`` phase) ran before adoption and deleted a dead scheduler's
     Succeeded pod whose task instance was still queued/running; adoption then found no pod and the task
     was reset and run again. A pod that finished recently is now left for the adopter."""
-    from airflow_jobwatch.executors import adoption
+    from airflow_jobwatch.executors import completed_pods
 
     sandbox, _ = kube_sandbox
     # Production grace (the adoption interval + health threshold + one minute), not the tests' short one.
-    monkeypatch.setattr(adoption, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 60.0)
+    monkeypatch.setattr(completed_pods, "COMPLETED_POD_GRACE_MARGIN_SECONDS", 60.0)
     dead = executor_factory(job_id="42")
     may_end = tmp_path / "may-end"
     w = make_workload(task_id="ends_unwatched", command=f"{_wait_for(may_end)}; exit 0")

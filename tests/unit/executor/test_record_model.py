@@ -233,7 +233,7 @@ class HandOverMachine(RuleBasedStateMachine):
         relabel_fails: bool,
         retry: bool = False,
     ) -> None:
-        """``adopter`` adopts ``task``, queued by ``gone``, as adoption.py does: it lists every worker pod
+        """``adopter`` adopts ``task``, queued by ``gone``, as adoption_matching.py does: it lists every worker pod
         (whatever scheduler's label it carries) across all namespaces, or in the configured namespace plus
         the task's own; ``failing``: a namespace whose list fails (the list across all namespaces then fails
         too); ``relabel_fails``: taking over the pods fails."""
@@ -280,7 +280,7 @@ class HandOverMachine(RuleBasedStateMachine):
                 old.stale_ended(ref)
             current = (t, try_number) == key and launch == row.external_executor_id and not holds_it
             if current and (t, try_number) in mine:
-                current = False  # one current pod per key: the newest of that launch wins in adoption.py
+                current = False  # one current pod per key: the newest of its launch (adoption_matching)
             mine.adopt((t, try_number), ref, launch, current=current)
         row.queued_by_job_id = adopter
         if verdict == LAUNCH:
