@@ -30,6 +30,7 @@ from airflow_jobwatch.kube.informer import InformerConfig
 # Every part of the supervisor logs under the name it always had.
 log = logging.getLogger("airflow_jobwatch.executors.watcher.supervisor")
 
+# How long a new watcher child may stay silent (before its first heartbeat) before it is
 # presumed wedged; a spawned interpreter importing kube/ takes ~0.5 s, much more on a loaded machine.
 CHILD_STARTUP_GRACE_SECONDS = 30.0
 # Grace given to a child asked to stop (SIGTERM) before it is SIGKILLed.
