@@ -144,9 +144,12 @@ def test_an_adopter_reports_the_pod_whose_launch_the_database_names(
     """Both launches have pods; the database names the first (oldest) one: that one is reported."""
     sandbox, _ = kube_sandbox
     old = executor_factory(job_id="42")
-    first = make_workload(task_id="twice", command="exit 3")
+    # Both pods end only once the first scheduler is gone: a pod of an earlier launch that ends while its
+    # scheduler runs is cleaned up by it (deleted), and there would be nothing left to adopt.
+    may_end = tmp_path / "may-end"
+    first = make_workload(task_id="twice", command=f"{wait_for_file(may_end)}; exit 3")
     first.ti.external_executor_id = "launch-a"
-    second = make_workload(task_id="twice", command="exit 0")
+    second = make_workload(task_id="twice", command=f"{wait_for_file(may_end)}; exit 0")
     second.ti.external_executor_id = "launch-b"
     events: list[tuple[Any, Any]] = []
     submit(old, first)
@@ -159,6 +162,7 @@ def test_an_adopter_reports_the_pod_whose_launch_the_database_names(
     submit(old, second)
     poll(old, lambda: len(pods_of(sandbox, "twice")) == 2, timeout=60, what="the second pod", events=events)
     old.terminate()
+    may_end.touch()
     deadline = time.monotonic() + 60
     while sorted(p["status"].get("phase", "") for p in pods_of(sandbox, "twice")) != ["Failed", "Succeeded"]:
         assert time.monotonic() < deadline
