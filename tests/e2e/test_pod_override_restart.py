@@ -174,22 +174,24 @@ def _restart_adopts_the_away_pods(
         what=f"both pods held in {AWAY} (one Pending, one Running)",
     )
     creates = _creates(stack)
-    stack.kill("scheduler")  # SIGKILL to its process group: the scheduler and its watcher
-    if before_restart is not None:
-        before_restart()
-    stack.start("scheduler")
-    new = _scheduler_job(stack, after=old)
-    # Adopted (held by the new scheduler, try 1) or, wrongly, reset for a new try.
-    wait_until(
-        lambda: (
-            (tis := _tis(stack, run_id)).keys() == set(TASKS)
-            and all(t["queued_by_job_id"] == new or t["try_number"] != 1 for t in tis.values())
-        ),
-        timeout=120,
-        what=f"the new scheduler (job {new}) to take over the tasks of job {old}",
-    )
-    for task_id in TASKS:
-        (release_dir / task_id).touch()
+    try:
+        stack.kill("scheduler")  # SIGKILL to its process group: the scheduler and its watcher
+        if before_restart is not None:
+            before_restart()
+        stack.start("scheduler")
+        new = _scheduler_job(stack, after=old)
+        # Adopted (held by the new scheduler, try 1) or, wrongly, reset for a new try.
+        wait_until(
+            lambda: (
+                (tis := _tis(stack, run_id)).keys() == set(TASKS)
+                and all(t["queued_by_job_id"] == new or t["try_number"] != 1 for t in tis.values())
+            ),
+            timeout=120,
+            what=f"the new scheduler (job {new}) to take over the tasks of job {old}",
+        )
+    finally:
+        for task_id in TASKS:  # the pods end now, after the new scheduler took them over (or failed to)
+            (release_dir / task_id).touch()
     state = stack.wait_for_run(DAG_ID, run_id, timeout=120)
     tis, pods = _tis(stack, run_id), _pods(stack, run_id)
     seen = (
