@@ -5,6 +5,7 @@ really had, whenever that happens. ``resync_interval_seconds`` once closed the w
 that ended and was deleted between the two was only found missing, and reported "deleted while running"
 (its success, or the disruption that ended it, lost). Here every list is refused from the moment the resync
 is due, which holds that moment open for as long as the test needs: the pod ends and is deleted inside it.
+After a 410 a list cannot be avoided: a pod found missing then is reported with its end unknown.
 
 No Airflow processes: the test plays the scheduler loop (create, ``track``, ``poll``), as in test_watcher.py.
 """
@@ -119,3 +120,43 @@ def test_a_pod_preempted_at_the_resync_is_reported_with_its_disruption(
     result = _terminal(results)["victim"]
     assert (result.phase, result.reason) == ("failed", "PreemptionByScheduler"), result
     assert result.disruption and "preempted" in result.disruption, result
+
+
+def test_a_pod_deleted_while_a_410_relist_is_held_is_reported_with_an_unknown_end(
+    make_supervisor, core_v1, kube_sandbox
+):
+    """After a 410 a list cannot be avoided, and a pod deleted before it succeeds is found only missing: its
+    end was not seen, and the report says so instead of claiming it was deleted "before it finished"."""
+    sandbox, _ = kube_sandbox
+    sup = make_supervisor()
+    results = _wait_synced(sup)
+    _create(core_v1, sup, "unseen", "sleep 60")
+    poll_until(
+        sup,
+        lambda rs: any(r.key == "unseen" and r.phase == "running" for r in rs),
+        timeout=30,
+        results=results,
+    )
+
+    before = sandbox.counters()
+    sandbox.set_error_rate(1.0, status=500, verbs=["list"])
+    sandbox.set_watch_expired(True)  # the resumed watch is answered 410 Gone: the child must list
+    try:
+        sandbox.drop_watches()
+        poll_until(
+            sup,
+            lambda _: sandbox.counters().get("list pods", 0) > before.get("list pods", 0),
+            timeout=30,
+            results=results,
+        )
+        core_v1.delete_namespaced_pod("unseen", "default", grace_period_seconds=0)
+        _wait("the pod was deleted", lambda: _gone(sandbox, "unseen"))
+    finally:
+        sandbox.set_watch_expired(False)
+        sandbox.set_error_rate(0.0)
+
+    poll_until(sup, lambda rs: "unseen" in _terminal(rs), timeout=30, results=results)
+    result = _terminal(results)["unseen"]
+    assert (result.phase, result.reason) == ("failed", "Deleted"), result
+    assert "last seen running" in result.message and "final state is unknown" in result.message, result
+    assert "before it finished" not in result.message, result
