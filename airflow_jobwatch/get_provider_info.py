@@ -86,7 +86,7 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "60",
                     },
                     "resync_interval_seconds": {
-                        "description": "Safety-net relist period of the executor's watcher: every this many seconds it lists again\nand reconciles, in case the server never sent an event. 0 disables it. The triggerer's\nwatches never relist on a timer (a relist stops watching while it lists).\n",
+                        "description": "Every this many seconds the executor's watcher hands each pod in its cache to its handler\nagain, as client-go's resync does: no request to the API server, and only a state that\nchanged is reported. It never lists on a timer: a watch resumes from the last\nresourceVersion it saw and lists again only after 410 Gone, so a pod that ends and is\ndeleted is seen ending. 0 disables it. The triggerer's watches ignore it.\n",
                         "version_added": "0.1.0",
                         "type": "float",
                         "example": None,

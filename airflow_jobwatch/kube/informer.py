@@ -95,12 +95,6 @@ __all__ = [
     "KubeApiError",
 ]
 
-# "Too large resource version" answers to a NotOlderThan list in a row before the next list is a consistent
-# read instead. The server itself waits ~3 s for its cache before answering so, with our backoff, three
-# answers mean the cache has been behind for well over 10 s: not a blip, and one quorum read is cheaper
-# than waiting on.
-_TOO_LARGE_BEFORE_CONSISTENT = 3
-
 
 class Informer:
     """List + watch one kind of object, keep a local store, tell subscribers what changed.
@@ -309,6 +303,8 @@ class Informer:
         * A stalled stream: reopen the watch from the last resourceVersion at once (indistinguishable from
           a quiet stream without bookmarks, so not a failure).
         * A watch the server ended normally (timeoutSeconds, apiserver restart): resume at once.
+        * The periodic resync (``resync_interval_seconds``): hand the stored objects to the subscribers again
+          and resume the watch. Nothing is listed.
         * Anything else (connection refused/reset, timeouts, 5xx, 429, unexpected ERROR events, bad
           JSON): count a failure, back off (honouring Retry-After), then resume the watch from the last
           resourceVersion (or retry the LIST if we have no complete view yet).
@@ -316,42 +312,49 @@ class Informer:
         loop = asyncio.get_running_loop()
         need_list = True
         # The first list and every list after a 410 read resourceVersion=0 (see ListMode): cheap for the
-        # server, possibly stale, and checked by _relist before anything it says is delivered.
-        list_mode: ListMode = "any"
-        too_large_in_a_row = 0
+        # server, possibly stale, and checked by _relist before anything it says is delivered. No other
+        # list is ever made (the periodic resync lists nothing).
+        resync_every = self.config.resync_interval_seconds
         next_resync: float | None = None
         listed_before = False
         log.debug("informer %s: starting", self.name)
         while True:
             delay = 0.0
-            if next_resync is not None and loop.time() >= next_resync and not need_list:
-                # The resync is due even if the last watch ended by an error. It follows no 410, so it can
-                # ask for a list at least as new as what we have seen (client-go's relist does the same).
-                need_list = True
-                list_mode = "not_older_than" if self._rv else "any"
+            if (
+                resync_every is not None
+                and next_resync is not None
+                and loop.time() >= next_resync
+                and not need_list
+            ):
+                # The periodic resync hands every stored object to the subscribers again, as client-go's
+                # resync does, and asks the server nothing. It never lists: a list is made with the watch
+                # closed, and an object that ended and was deleted in between would be found only missing,
+                # its end unseen (a DELETED_UNKNOWN). Resuming the watch from self._rv loses no event; only
+                # a 410 makes a list necessary.
+                next_resync = loop.time() + resync_every
+                log.debug("informer %s: periodic resync (no list)", self.name)
+                for count, (namespace, name) in enumerate(self.names(), 1):
+                    obj = self.by_name(namespace, name)
+                    if obj is not None:
+                        self._emit(EventType.MODIFIED, obj)
+                    if count % 1000 == 0:
+                        await asyncio.sleep(0)  # thousands of objects: let the loop's other tasks run
             try:
                 listed = need_list
                 if need_list:
-                    await self._relist(list_mode)
+                    await self._relist("any")
                     self._observer.on_list(relist=listed_before)
                     listed_before = True
                     need_list = False
-                    too_large_in_a_row = 0
-                    if self.config.resync_interval_seconds is not None:
-                        next_resync = loop.time() + self.config.resync_interval_seconds
+                    if resync_every is not None:
+                        next_resync = loop.time() + resync_every
                 self._observer.on_watch_start(restart=not listed)
                 await Watcher(self).watch_once(deadline=next_resync)
-                too_large_in_a_row = 0
-                if next_resync is not None and loop.time() >= next_resync:
-                    log.debug("informer %s: periodic resync", self.name)
-                    need_list = True
-                    list_mode = "not_older_than" if self._rv else "any"
             except asyncio.CancelledError:
                 raise
             except _Expired as exc:
                 self._observer.on_expired()
                 need_list = True
-                list_mode = "any"
                 delay = self._health.failure(f"410 Expired: {exc}", free=True)
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
             except _Stalled as exc:
@@ -361,16 +364,8 @@ class Informer:
             except KubeApiError as exc:
                 if exc.too_large_resource_version:
                     # The apiserver we reached has not caught up with a resourceVersion another one gave us
-                    # (HA control plane). Waiting is the answer; for a NotOlderThan list that keeps meeting
-                    # it, one consistent read (no resourceVersion) ends the wait.
+                    # (HA control plane), to a watch resumed from it. Waiting is the answer.
                     self.stats["too_large_rv"] += 1
-                    too_large_in_a_row += 1
-                    if (
-                        need_list
-                        and list_mode == "not_older_than"
-                        and too_large_in_a_row >= _TOO_LARGE_BEFORE_CONSISTENT
-                    ):
-                        list_mode = "consistent"
                     delay = self._health.failure(str(exc), retry_after=exc.retry_after)
                     log.info(
                         "informer %s: server behind our resourceVersion %s (%s); retrying in %.1f s",

@@ -77,8 +77,10 @@ class InformerConfig:
     # Continuous failure for this long -> subscribers are told the informer is unhealthy (they decide what
     # to do: fail tasks, poll, alert). 60 s rides out an apiserver restart or a short network blip.
     unhealthy_after_seconds: float = 60
-    # Optional safety-net relist every N seconds, for events a server never sent (None = off). Each relist
-    # is a full LIST, so keep it at many minutes in production.
+    # Every N seconds, hand every stored object to the subscribers again as MODIFIED (None = off), as
+    # client-go's resync does: no request to the server, the watch resumes from the last resourceVersion.
+    # Never a LIST: a list is made with the watch closed, and what ended and was deleted meanwhile would be
+    # found only missing.
     resync_interval_seconds: float | None = None
     # Items per LIST page. 500 is client-go's pager default: pages small enough not to time out or bloat a
     # response, few enough requests for 10,000 objects (20 pages).
@@ -158,7 +160,7 @@ class InformerHealth:
     :param seconds_since_sync: None before the first LIST; 0.0 while connected; otherwise how long ago the
         store was last known current (end of the last watch or LIST).
     :param last_error: a one-line description of the last failure (server message, no credentials).
-    :param relists: LISTs completed after the initial one (410 recoveries and periodic resyncs).
+    :param relists: LISTs completed after the initial one (410 recoveries; nothing lists on a timer).
     :param watches: watch requests the server accepted.
     """
 

@@ -126,6 +126,9 @@ class PodRelay:
             event.obj, deleted=deleted, fatal_waiting_reasons=self.spec.fatal_waiting_reasons
         )
         signature = (state.phase, state.terminal, state.reason)
+        if event.type is EventType.DELETED_UNKNOWN and state.reason == "Deleted":
+            # Found missing by a list after a 410: its end was not seen. Say so, and claim no end.
+            state = dataclasses.replace(state, message=_unseen_end(event.obj, namespace, event.name))
         if deleted:
             self.last_sent.pop(uid, None)
         elif self.last_sent.get(uid) == signature:
@@ -145,6 +148,17 @@ class PodRelay:
                 disruption=_disruption(event.obj, state),
             )
         )
+
+
+def _unseen_end(pod: dict[str, Any], namespace: str, name: str) -> str:
+    """The message of a pod that vanished while the watch was away: what was seen, and that its end was not."""
+    from airflow_jobwatch.kube.states import classify_pod
+
+    was = classify_pod(pod, deleted=False).phase
+    return (
+        f"Pod '{namespace}/{name}' was last seen {was}, then found deleted when the watch listed again after "
+        "410 Gone (it was reconnecting): its final state is unknown."
+    )
 
 
 def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:

@@ -311,15 +311,19 @@ async def test_sixty_second_outage(make_sandbox, tmp_path):
             ]
 
 
-async def test_periodic_resync_relists(sb, api, pods: Pods):
+async def test_periodic_resync_redelivers_the_store_without_listing(sb, api, pods: Pods):
+    """client-go's resync: every stored object is handed to the subscribers again, and the server is asked
+    nothing but to resume the watch (a LIST would close the watch first, see test_watcher_resync.py)."""
     config = InformerConfig(**{**FAST.__dict__, "resync_interval_seconds": 0.5})
     await pods.create("a")
     async with running_informer(api, config=config) as (informer, rec):
-        await eventually(lambda: informer.health.relists >= 3, within=10)
+        await eventually(lambda: rec.types().get(EventType.MODIFIED, 0) >= 3, within=10)
+        assert informer.health.relists == 0
+        assert sb.counters()["list pods"] == 1
         await pods.set_phase("a", "Running")
         await consistent(informer, rec, sb)
-        # unchanged objects emit nothing on a relist
-        assert rec.types() == {EventType.ADDED: 1, EventType.MODIFIED: 1}
+        assert informer.by_name(informer.namespace, "a")["status"]["phase"] == "Running"
+        assert {etype for etype, *_ in rec.events} == {EventType.ADDED, EventType.MODIFIED}
         assert informer.health.consecutive_failures == 0
 
 
