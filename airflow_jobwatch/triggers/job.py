@@ -373,11 +373,10 @@ class JobTrigger(JobDecisions, JobKilling):
         return key, factory
 
     def _informer_config(self) -> InformerConfig:
-        """The shared informers' settings, without a periodic relist whatever ``[jobwatch]
-        resync_interval_seconds`` says: a relist closes the watch before it lists, and a Job that ends
-        and is removed in between (``ttlSecondsAfterFinished: 0``) would only be seen gone, its end
-        unknown. The watch itself resumes from its last resourceVersion and relists only after a 410,
-        when it must."""
+        """The shared informers' settings, without the periodic resync of ``[jobwatch]
+        resync_interval_seconds`` (the executor's option: it re-delivers the watcher's cache). Nothing
+        here needs a re-delivery: each trigger decides from the store when it starts and from each event.
+        The watch resumes from its last resourceVersion and relists only after a 410, when it must."""
         return dataclasses.replace(informer_config_from_airflow(), resync_interval_seconds=None)
 
     @contextlib.asynccontextmanager

@@ -54,10 +54,9 @@ class Refusals:
 
     :param api_client: the namespace watch's ``kubernetes_asyncio`` ApiClient (shared, never closed here).
     :param namespace: the namespace whose events are watched.
-    :param config: the namespace watch's informer tuning, without its periodic resync: the Jobs and pods
-        are relisted as a safety net because a missed change there could leave a task waiting, but a
-        missed refusal only delays a log line, and the Job controller records the refusal again at each
-        retry (its back-off is capped at minutes), so the watch delivers a fresh one anyway.
+    :param config: the namespace watch's informer tuning, without a periodic resync: a refusal is read
+        when its event arrives, and the Job controller records it again at each retry (its back-off is
+        capped at minutes), so the watch delivers a fresh one anyway.
     """
 
     def __init__(self, api_client: Any, namespace: str, *, config: InformerConfig) -> None:

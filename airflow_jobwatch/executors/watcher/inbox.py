@@ -228,9 +228,10 @@ class ChildMessages:
             "status": {"phase": "Running" if tracked.last_phase == "running" else "Pending"},
         }
         state = classify_pod(stub, deleted=True).as_dict()
+        # The phase and reason say how Airflow should treat it; the words say only what was seen.
         state["message"] = (
-            f"{state.get('message') or 'The pod was deleted.'} (pod {ref[0]}/{ref[1]} was deleted "
-            "while the KubernetesJobWatcher was not running; its final state is unknown)"
+            f"Pod '{ref[0]}/{ref[1]}' was last seen {tracked.last_phase}, then found deleted "
+            "while the KubernetesJobWatcher was not running: its final state is unknown."
         )
         del self._tracked[ref]
         self.counters.gap_deleted += 1

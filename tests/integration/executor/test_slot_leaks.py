@@ -168,7 +168,8 @@ def test_watcher_restart_with_missing_pods_does_not_stall_the_scheduler_loop(
     )
     for t in doomed:
         state, info = terminal(events)[t]
-        assert state == "failed" and "deleted while the KubernetesJobWatcher was not running" in info
+        assert state == "failed" and "found deleted while the KubernetesJobWatcher was not running" in info
+        assert "its final state is unknown" in info and "retry it" not in info
     assert ex.running == set()
     _no_key_twice(all_events)
 
