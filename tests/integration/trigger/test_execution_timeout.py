@@ -342,7 +342,8 @@ def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbo
     """Deferred, ``execution_timeout`` is the trigger's deadline. When it fires, the task resumes
     (through Airflow's resume path, under its timeout wrapper), fails with ``AirflowTaskTimeout`` as in
     the worker, and the Job is deleted as ``on_kill`` deletes it (here: Orphan, pods kept)."""
-    op = _operator(
+    task = functools.partial(
+        _operator,
         OURS,
         kubeconfig,
         cmds=["sleep", "60"],
@@ -351,6 +352,7 @@ def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbo
         on_kill_propagation_policy="Orphan",
         on_kill_action="keep_pod",
     )
+    op = task()
     ti = FakeTI()
     context = {"ti": ti, "run_id": "deferred-timeout", "dag": FakeDag()}
     with pytest.raises(TaskDeferred) as deferred:
@@ -363,15 +365,7 @@ def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbo
     assert event["outcome"] == "timeout"
     assert sandbox.get_object("jobs", NS, name) is not None  # the trigger leaves the Job alone
 
-    resumed = _operator(  # a fresh instance, as after a resume
-        OURS,
-        kubeconfig,
-        cmds=["sleep", "60"],
-        deferrable=True,
-        execution_timeout=datetime.timedelta(seconds=3),
-        on_kill_propagation_policy="Orphan",
-        on_kill_action="keep_pod",
-    )
+    resumed = task()  # a fresh instance, as after a resume
     kills = _record_on_kill(resumed)
     error = _run_under_airflow_timeout(
         resumed,
