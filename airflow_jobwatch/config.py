@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from airflow_jobwatch.kube.informer import InformerConfig
@@ -61,28 +61,51 @@ def get_str(option: str, *, source: Any = None) -> str:
     return str(value).strip()
 
 
-#: The range of each numeric option: ``(lowest, inclusive)``. A timeout, a delay or a period of 0 or
-#: less would make a loop spin or never wait, so those must be > 0; where 0 means "off" or "none", >= 0.
-#: Every read of the option (executor, trigger, worker) applies it, so a bad value is refused by the
-#: first component that starts, with the option's name, not by a class deep in the watch engine.
-RANGES: dict[str, tuple[float, bool]] = {
-    "watch_timeout_seconds": (0, False),
-    "watch_stall_timeout_seconds": (0, False),
-    "api_connect_timeout_seconds": (0, False),
-    "backoff_initial_seconds": (0, False),
-    "backoff_max_seconds": (0, False),
-    "backoff_reset_after_seconds": (0, True),
-    "unhealthy_after_seconds": (0, False),
-    "resync_interval_seconds": (0, True),  # 0: no safety-net relist
-    "namespace_watch_linger_seconds": (0, True),
-    "api_failure_tolerance_seconds": (0, True),
-    "resume_hold_seconds": (0, True),
-    "watcher_unresponsive_after_seconds": (0, False),
-    "pod_creation_concurrency": (1, True),
-    "disruption_relaunches": (0, True),
-    # The trigger itself warns and uses the default for a value outside 1024..268435456 bytes
-    # (triggers/pod_logs.py), so that a task is never failed for its log's size limit.
-    "trigger_log_max_bytes": (1024, True),
+class Bounds(NamedTuple):
+    """The values a numeric option accepts: from ``low`` (itself accepted when ``inclusive``) up to
+    ``high`` (accepted; None: no upper bound)."""
+
+    low: float
+    inclusive: bool
+    high: float | None = None
+
+    def admits(self, value: float) -> bool:
+        above = value >= self.low if self.inclusive else value > self.low
+        return above and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        if self.high is not None and self.inclusive:
+            return f"from {_number(self.low)} to {_number(self.high)}"
+        lowest = f"{'>=' if self.inclusive else '>'} {_number(self.low)}"
+        return lowest if self.high is None else f"{lowest} and <= {_number(self.high)}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+#: The range of each numeric option. A timeout, a delay or a period of 0 or less would make a loop spin
+#: or never wait, so those must be > 0; where 0 means "off" or "none", >= 0. Every read of the option
+#: (executor, trigger, worker) applies it, so a bad value is refused by the first component that starts,
+#: with the option's name, not by a class deep in the watch engine.
+RANGES: dict[str, Bounds] = {
+    "watch_timeout_seconds": Bounds(0, False),
+    "watch_stall_timeout_seconds": Bounds(0, False),
+    "api_connect_timeout_seconds": Bounds(0, False),
+    "backoff_initial_seconds": Bounds(0, False),
+    "backoff_max_seconds": Bounds(0, False),
+    "backoff_reset_after_seconds": Bounds(0, True),
+    "unhealthy_after_seconds": Bounds(0, False),
+    "resync_interval_seconds": Bounds(0, True),  # 0: no safety-net relist
+    "namespace_watch_linger_seconds": Bounds(0, True),
+    "api_failure_tolerance_seconds": Bounds(0, True),
+    "resume_hold_seconds": Bounds(0, True),
+    "watcher_unresponsive_after_seconds": Bounds(0, False),
+    "pod_creation_concurrency": Bounds(1, True),
+    "disruption_relaunches": Bounds(0, True),
+    # 1 KiB to 256 MiB. The trigger reads these bounds too, but warns and uses the default for a value
+    # outside them (triggers/pod_logs.py), so that a task is never failed for its log's size limit.
+    "trigger_log_max_bytes": Bounds(1024, True, 256 * 1024 * 1024),
 }
 
 #: The values ``worker_pod_labels`` accepts.
@@ -116,8 +139,8 @@ def get_float(option: str, *, minimum: float | None = None, source: Any = None) 
     :param source: as for :func:`get_str`.
     """
     raw = get_str(option, source=source) or default(option)
-    low, inclusive = (minimum, True) if minimum is not None else RANGES.get(option, (None, True))
-    expected = "a number" if low is None else f"a number {'>=' if inclusive else '>'} {low:g}"
+    bounds = Bounds(minimum, True) if minimum is not None else RANGES.get(option)
+    expected = "a number" if bounds is None else f"a number {bounds}"
     try:
         value = float(raw)
     except ValueError:
@@ -128,7 +151,7 @@ def get_float(option: str, *, minimum: float | None = None, source: Any = None) 
     if (
         value != value  # NaN
         or value in (float("inf"), float("-inf"))
-        or (low is not None and (value < low or (not inclusive and value == low)))
+        or (bounds is not None and not bounds.admits(value))
     ):
         raise JobwatchConfigError(
             f"[{SECTION}] {option} = {raw!r} must be {expected} (the default is {default(option)!r}; "
@@ -221,6 +244,7 @@ def informer_config(*, resync_interval_seconds: float | None = None, source: Any
 
 __all__ = [
     "RANGES",
+    "Bounds",
     "SECTION",
     "TRIGGER_OPTIONS",
     "JobwatchConfigError",

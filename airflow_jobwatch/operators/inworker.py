@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
+    from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
     from airflow_jobwatch.operators.job import KubernetesJobOperator
 
 __all__ = ["LogFollower", "LoopThread", "create_and_wait", "doing_now", "wait_in_worker"]
@@ -61,7 +62,13 @@ async def create_and_wait(
         return event
 
 
-def wait_in_worker(op: KubernetesJobOperator, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
+def wait_in_worker(
+    op: KubernetesJobOperator,
+    job_request: k8s.V1Job,
+    context: Context,
+    *,
+    alarm: ExecutionTimeoutAlarm | None = None,
+) -> dict[str, Any]:
     """Create the Job and wait for it in the worker, the way Airflow's ``execution_timeout`` expects.
 
     How Airflow 3 enforces ``execution_timeout`` (``task_runner._run_execute_callable``): a SIGALRM
@@ -83,6 +90,10 @@ def wait_in_worker(op: KubernetesJobOperator, job_request: k8s.V1Job, context: C
       ``threading.Event.wait()``: a lock wait that a signal interrupts (Python >= 3.2 on POSIX),
       out of which the handler's exception propagates in the main thread, as from upstream's
       ``time.sleep`` poll.
+    * **An alarm whose exception was dropped still ends the wait.** When the handler runs inside a
+      finalizer or a garbage collector's callback, Python drops what it raises
+      (:mod:`~airflow_jobwatch.operators.alarm`); the main thread reads the timer back (``alarm``) at
+      least every ``_ALARM_CHECK_SECONDS`` while it waits, and once the wait has ended.
 
     When anything is raised in the main thread while it waits (the alarm, ``KeyboardInterrupt``), the
     wait's task is cancelled in its loop, which closes the log streams, leaves the shared watch and
@@ -93,7 +104,7 @@ def wait_in_worker(op: KubernetesJobOperator, job_request: k8s.V1Job, context: C
     """
     runner = LoopThread(lambda: create_and_wait(op, job_request, context), name=f"jobwatch-wait-{op.task_id}")
     try:
-        event: dict[str, Any] = runner.run(op.log)
+        event: dict[str, Any] = runner.run(op.log, check=alarm.check if alarm is not None else None)
     except AirflowTaskTimeout as e:
         raise AirflowTaskTimeout(f"{e} ({doing_now(op)})") from e
     return event
@@ -213,6 +224,10 @@ class LogFollower:
                     response.close()
 
 
+#: How often the main thread, while it waits, reads back execution_timeout's timer: the longest a task
+#: runs on after an alarm whose exception Python dropped (a read costs one system call).
+_ALARM_CHECK_SECONDS = 1.0
+
 #: After the main thread was interrupted (execution_timeout's alarm...), how long it waits for the
 #: in-worker wait's loop to stop (a create in flight answers, the watch closes) before re-raising anyway.
 #: A create is bounded by the client's request timeout; closing informers takes milliseconds.
@@ -259,15 +274,21 @@ class LoopThread:
             with contextlib.suppress(RuntimeError):  # the loop has closed already: nothing to cancel
                 loop.call_soon_threadsafe(task.cancel)
 
-    def run(self, log: Any) -> Any:
+    def run(self, log: Any, *, check: Callable[[], None] | None = None) -> Any:
         """Start the thread and return the coroutine's result (or raise its exception).
 
         Whatever a signal handler raises while the main thread waits here propagates to the caller,
-        after the loop was stopped (at most ``_STOP_SECONDS``).
+        after the loop was stopped (at most ``_STOP_SECONDS``); so does what ``check`` raises, which is
+        called every ``_ALARM_CHECK_SECONDS`` while the coroutine runs and once when it has ended.
         """
         try:
             self._thread.start()  # (its own wait for the thread to start is interruptible too)
-            self._finished.wait()  # interruptible: the alarm's AirflowTaskTimeout is raised right here
+            # interruptible: the alarm's AirflowTaskTimeout is raised right here
+            while not self._finished.wait(_ALARM_CHECK_SECONDS):
+                if check is not None:
+                    check()
+            if check is not None:
+                check()
         except BaseException:
             self._stop()
             # Not alive: either done, or not yet running its target, which then sees `_stopping` first

@@ -11,7 +11,8 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
 * Deadline. Deferred, what is left of ``execution_timeout`` goes to the trigger as an absolute
   deadline, so it holds while deferred and across triggerer restarts. In the worker the only
   deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
-  runs off the main thread so that the alarm always reaches it (``_wait_in_worker``).
+  runs off the main thread so that the alarm always reaches it (``_wait_in_worker``); an alarm whose
+  exception Python dropped (it landed in a finalizer) is read back from the timer (``operators/alarm.py``).
 * XCom without a sidecar. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the base container's ``terminationMessagePath`` *is*
   ``/airflow/xcom/return.json``: the kubelet copies the file into the pod's status when the container
@@ -50,6 +51,7 @@ from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
 from airflow_jobwatch.operators import inworker, request, resume
+from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
@@ -389,11 +391,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         return request.end_plan(self, context)
 
     # -- execution ---------------------------------------------------------------------------------------
-    def _wait_in_worker(self, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
+    def _wait_in_worker(
+        self, job_request: k8s.V1Job, context: Context, alarm: ExecutionTimeoutAlarm | None = None
+    ) -> dict[str, Any]:
         """Create the Job and wait for it in the worker, the event loop off the main thread so that
         ``execution_timeout``'s alarm reaches it (:func:`~airflow_jobwatch.operators.inworker.wait_in_worker`
         says why)."""
-        return inworker.wait_in_worker(self, job_request, context)
+        return inworker.wait_in_worker(self, job_request, context, alarm=alarm)
 
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
@@ -433,10 +437,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             )
 
     def execute(self, context: Context) -> Any:
+        alarm = ExecutionTimeoutAlarm.at_start(self)
         self.name = self._set_name(self.name)
         self._check_arguments()
         job_request = self.build_job_request_obj(context)
         self.job_request_obj = job_request
+        alarm.check()  # a timeout that Python dropped while the Job was built: create nothing
         if not self.wait_until_job_complete:
             job = self._create_job(job_request, context)
             context["ti"].xcom_push(key="job", value=job.to_dict())
@@ -455,7 +461,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 ),
                 method_name="execute_complete",
             )
-        event = self._wait_in_worker(job_request, context)
+        event = self._wait_in_worker(job_request, context, alarm)
         return self.execute_complete(context, event)
 
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:

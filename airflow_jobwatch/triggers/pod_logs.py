@@ -36,7 +36,6 @@ from typing import Any
 #: ``[jobwatch] trigger_log_max_bytes``: the most of a task's pod logs (UTF-8 bytes of the lines) the
 #: trigger writes into its task log; the tail is kept.
 MAX_BYTES_OPTION = "trigger_log_max_bytes"
-MAX_BYTES_RANGE = (1024, 256 * 1024 * 1024)
 
 #: Tasks whose pod logs are read at the same time in one triggerer process. Each holds at most
 #: ``trigger_log_max_bytes`` of lines while it reads, so this also bounds the memory the logs take.
@@ -64,21 +63,24 @@ _locks: dict[int, asyncio.Lock] = {}
 
 
 def max_bytes() -> tuple[int, str | None]:
-    """``[jobwatch] trigger_log_max_bytes`` and, when its value is not usable, why (the default is used)."""
+    """``[jobwatch] trigger_log_max_bytes`` and, when its value is not usable, why (the default is used).
+
+    The option's bounds are the configuration's (``config.RANGES``); a value outside them is a warning,
+    not an error, so that a task is never failed for the size limit of its log."""
     from airflow_jobwatch import config as jobwatch_config
 
     raw = jobwatch_config.get_str(MAX_BYTES_OPTION)
-    low, high = MAX_BYTES_RANGE
+    bounds = jobwatch_config.RANGES[MAX_BYTES_OPTION]
     try:
         value = int(raw)
     except ValueError:
-        value = -1
-    if low <= value <= high:
+        value = None
+    if value is not None and bounds.admits(value):
         return value, None
     fallback = int(jobwatch_config.default(MAX_BYTES_OPTION))
     return fallback, (
-        f"[{jobwatch_config.SECTION}] {MAX_BYTES_OPTION} = {raw!r} must be a whole number of bytes from "
-        f"{low} to {high}; using the default {fallback}"
+        f"[{jobwatch_config.SECTION}] {MAX_BYTES_OPTION} = {raw!r} must be a whole number of bytes "
+        f"{bounds}; using the default {fallback}"
     )
 
 

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -157,28 +159,44 @@ def _job(name: str, command: str = "exit 0") -> dict[str, Any]:
     }
 
 
-@needs_rbac
-async def test_triggerer_role_from_the_doc(sandbox: Any, tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def roles_loaded(sb: Any, tmp_path: Path, manifests: str) -> AsyncIterator[Any]:
+    """The sandbox's RBAC with ``manifests`` loaded; yields a client with the admin token (closed after)."""
+    sb.load_rbac_manifests(manifests)
+    admin = await admin_client(sb, tmp_path)
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def triggerer_on_a_new_job(
+    sb: Any, tmp_path: Path, admin: Any, name: str, command: str = "exit 0", **options: Any
+) -> Any:
+    """A Job ``name`` running ``command``, created as admin, and a JobTrigger for it (``options``) with the
+    triggerer's service account's token."""
     from kubernetes_asyncio.client import BatchV1Api
 
     from airflow_jobwatch.triggers.job import JobTrigger
 
-    sandbox.load_rbac_manifests(doc_manifests("triggerer"))
-    admin = await admin_client(sandbox, tmp_path)
-    try:
-        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("granted"))
-        trigger = JobTrigger(
-            "granted",
-            NAMESPACE,
-            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
-            job_uid=job.metadata.uid,
-            poll_interval=1.0,
-            delete_on_kill=True,
+    job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job(name, command))
+    return JobTrigger(
+        name,
+        NAMESPACE,
+        config_file=kubeconfig_for(sb, "triggerer", tmp_path),
+        job_uid=job.metadata.uid,
+        **options,
+    )
+
+
+@needs_rbac
+async def test_triggerer_role_from_the_doc(sandbox: Any, tmp_path: Path) -> None:
+    async with roles_loaded(sandbox, tmp_path, doc_manifests("triggerer")) as admin:
+        trigger = await triggerer_on_a_new_job(
+            sandbox, tmp_path, admin, "granted", poll_interval=1.0, delete_on_kill=True
         )
         assert (await trigger.wait())["status"] == "success"
         await trigger.on_kill()  # delete is granted too
-    finally:
-        await admin.close()
 
 
 @needs_rbac
@@ -192,44 +210,38 @@ async def test_triggerer_role_reads_why_pods_cannot_be_created(
     import logging
 
     import structlog.testing
-    from kubernetes_asyncio.client import BatchV1Api
 
     from airflow_jobwatch.triggers import notes
-    from airflow_jobwatch.triggers.job import JobTrigger
 
     monkeypatch.setattr(notes, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.3)
     manifests = doc_manifests("triggerer")
     if not events_granted:
         manifests = without(without(manifests, "", "events", "watch"), "", "events", "list")
-    sandbox.load_rbac_manifests(manifests)
     advice: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: advice.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("airflow_jobwatch.triggers.refusals").addHandler(handler)
-    admin = await admin_client(sandbox, tmp_path)
-    sandbox.set_pod_quota(NAMESPACE, 0, "team-quota")
     try:
-        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("capped"))
-        trigger = JobTrigger(
-            "capped",
-            NAMESPACE,
-            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
-            job_uid=job.metadata.uid,
-            poll_interval=0.5,
-        )
-        with structlog.testing.capture_logs() as logs:
-            task = asyncio.create_task(trigger.wait())
-            deadline = asyncio.get_running_loop().time() + 30
-            while not any("cannot create its pods yet" in str(e.get("event")) for e in logs) and not advice:
-                assert asyncio.get_running_loop().time() < deadline, "neither the reason nor the advice"
-                await asyncio.sleep(0.1)
-            if not events_granted:  # refused once, then no more asking: no refusal logged at every backoff
-                asked = sandbox.counters().get("list events", 0)
-                await asyncio.sleep(3.0)  # several backoffs (0.8 s doubling) of an informer that retried
-                assert sandbox.counters().get("list events", 0) == asked >= 1
-                assert not task.done()
-            sandbox.set_pod_quota(NAMESPACE, None)
-            payload = await asyncio.wait_for(task, 30)
+        async with roles_loaded(sandbox, tmp_path, manifests) as admin:
+            sandbox.set_pod_quota(NAMESPACE, 0, "team-quota")
+            trigger = await triggerer_on_a_new_job(sandbox, tmp_path, admin, "capped", poll_interval=0.5)
+            with structlog.testing.capture_logs() as logs:
+                task = asyncio.create_task(trigger.wait())
+                deadline = asyncio.get_running_loop().time() + 30
+                while (
+                    not any("cannot create its pods yet" in str(e.get("event")) for e in logs) and not advice
+                ):
+                    assert asyncio.get_running_loop().time() < deadline, "neither the reason nor the advice"
+                    await asyncio.sleep(0.1)
+                if (
+                    not events_granted
+                ):  # refused once, then no more asking: no refusal logged at every backoff
+                    asked = sandbox.counters().get("list events", 0)
+                    await asyncio.sleep(3.0)  # several backoffs (0.8 s doubling) of an informer that retried
+                    assert sandbox.counters().get("list events", 0) == asked >= 1
+                    assert not task.done()
+                sandbox.set_pod_quota(NAMESPACE, None)
+                payload = await asyncio.wait_for(task, 30)
         assert payload["status"] == "success", payload
         said = [str(e.get("event")) % tuple(e.get("positional_args") or ()) for e in logs]
         if events_granted:
@@ -239,7 +251,6 @@ async def test_triggerer_role_reads_why_pods_cannot_be_created(
             assert not any("cannot create its pods yet" in line for line in said)
     finally:
         logging.getLogger("airflow_jobwatch.triggers.refusals").removeHandler(handler)
-        await admin.close()
 
 
 @needs_rbac
@@ -271,47 +282,36 @@ async def test_triggerer_missing_one_rule_ends_at_once_with_the_advice(
 
 @needs_rbac
 async def test_on_kill_without_delete_is_explained(sandbox: Any, tmp_path: Path) -> None:
-    from kubernetes_asyncio.client import BatchV1Api
-
-    from airflow_jobwatch.triggers.job import JobTrigger
-
-    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "delete"))
-    admin = await admin_client(sandbox, tmp_path)
-    try:
-        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job("undeletable", "sleep 60"))
-        trigger = JobTrigger(
-            "undeletable",
-            NAMESPACE,
-            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
-            job_uid=job.metadata.uid,
-            delete_on_kill=True,
+    manifests = without(doc_manifests("triggerer"), "batch", "jobs", "delete")
+    async with roles_loaded(sandbox, tmp_path, manifests) as admin:
+        trigger = await triggerer_on_a_new_job(
+            sandbox, tmp_path, admin, "undeletable", "sleep 60", delete_on_kill=True
         )
         with pytest.raises(
             PermissionError, match=r'delete jobs \(API group batch\) in namespace "airflow"'
         ) as info:
             await trigger.on_kill()
         assert 'verbs: ["delete"]' in str(info.value) and "HTTP response headers" not in str(info.value)
-    finally:
-        await admin.close()
 
 
-async def _end_from_the_triggerer(sandbox: Any, tmp_path: Path, name: str) -> tuple[Any, Any, list[Any]]:
-    """Run a Job to its end and end its task from the triggerer (on_finish_action delete_pod) with the
-    triggerer's credentials; return the Job and the pods left afterwards, read as admin."""
+async def _end_from_the_triggerer(
+    sandbox: Any, tmp_path: Path, manifests: str, name: str
+) -> tuple[Any, Any, list[Any]]:
+    """With ``manifests`` loaded, run a Job to its end and end its task from the triggerer (on_finish_action
+    delete_pod) with the triggerer's credentials; return the Job, the log entries and the pods left
+    afterwards, read as admin."""
     import structlog.testing
     from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
     from airflow_jobwatch.triggers.ending import end_from_triggerer
-    from airflow_jobwatch.triggers.job import JobTrigger
 
-    admin = await admin_client(sandbox, tmp_path)
-    try:
-        job = await BatchV1Api(admin).create_namespaced_job(NAMESPACE, _job(name, "echo from the job"))
-        trigger = JobTrigger(
+    async with roles_loaded(sandbox, tmp_path, manifests) as admin:
+        trigger = await triggerer_on_a_new_job(
+            sandbox,
+            tmp_path,
+            admin,
             name,
-            NAMESPACE,
-            config_file=kubeconfig_for(sandbox, "triggerer", tmp_path),
-            job_uid=job.metadata.uid,
+            "echo from the job",
             base_container_name="c",
             end_task={
                 "on_finish_action": "delete_pod",
@@ -325,21 +325,20 @@ async def _end_from_the_triggerer(sandbox: Any, tmp_path: Path, name: str) -> tu
         assert type(event).__name__ == "TaskSuccessEvent"
         pods = (
             await CoreV1Api(admin).list_namespaced_pod(
-                NAMESPACE, label_selector=f"controller-uid={job.metadata.uid}"
+                NAMESPACE, label_selector=f"controller-uid={trigger.job_uid}"
             )
         ).items
         left = [p for p in pods if not p.metadata.deletion_timestamp]
         return await BatchV1Api(admin).read_namespaced_job(name, NAMESPACE), entries, left
-    finally:
-        await admin.close()
 
 
 @needs_rbac
 async def test_triggerer_role_from_the_doc_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path) -> None:
     from airflow_jobwatch.kube.result import stored_result
 
-    sandbox.load_rbac_manifests(doc_manifests("triggerer"))
-    job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, "ended-here")
+    job, entries, left = await _end_from_the_triggerer(
+        sandbox, tmp_path, doc_manifests("triggerer"), "ended-here"
+    )
     assert stored_result(job) is not None
     assert left == []
     assert not [e for e in entries if e.get("log_level") == "warning"], entries  # the log read too
@@ -352,8 +351,8 @@ async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
 ) -> None:
     from airflow_jobwatch.kube.result import stored_result
 
-    sandbox.load_rbac_manifests(without(doc_manifests("triggerer"), "batch", "jobs", "patch"))
-    job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, "kept-pods")
+    manifests = without(doc_manifests("triggerer"), "batch", "jobs", "patch")
+    job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, manifests, "kept-pods")
     assert stored_result(job) is None
     assert len(left) == 1  # the result is still on its pod: nothing was deleted
     warnings = [

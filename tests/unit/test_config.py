@@ -92,11 +92,40 @@ def test_a_negative_watch_timeout_names_the_option_value_and_range_not_a_class(m
 
 @pytest.mark.parametrize("option", sorted(config.RANGES))
 def test_every_numeric_option_refuses_a_value_below_its_range(monkeypatch, option):
-    low, inclusive = config.RANGES[option]
-    bad = low - 1 if inclusive else low
+    bounds = config.RANGES[option]
+    bad = bounds.low - 1 if bounds.inclusive else bounds.low
     monkeypatch.setenv(f"AIRFLOW__JOBWATCH__{option.upper()}", str(bad))
     with pytest.raises(config.JobwatchConfigError, match=rf"\[jobwatch\] {option} = '{bad}' must be"):
         config.check_options()
+
+
+@pytest.mark.parametrize("option", sorted(o for o, b in config.RANGES.items() if b.high is not None))
+def test_an_option_with_an_upper_bound_refuses_a_value_above_it_and_says_so(monkeypatch, option):
+    high = config.RANGES[option].high
+    assert high is not None
+    monkeypatch.setenv(f"AIRFLOW__JOBWATCH__{option.upper()}", str(int(high)))
+    config.check_options([option])
+    monkeypatch.setenv(f"AIRFLOW__JOBWATCH__{option.upper()}", str(int(high) + 1))
+    with pytest.raises(config.JobwatchConfigError, match=rf"{option} = '{int(high) + 1}' must be"):
+        config.check_options([option])
+    # the option's documentation states the same range as the check
+    assert str(config.RANGES[option]) in " ".join(_declared()[option]["description"].split())
+
+
+@pytest.mark.parametrize("value", ["1023", "1024", "268435456", "268435457", "2048.0"])
+def test_the_triggers_log_limit_has_the_configs_bounds_and_warns_outside_them(monkeypatch, value):
+    from airflow_jobwatch.triggers import pod_logs
+
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", value)
+    limit, problem = pod_logs.max_bytes()
+    if value in ("1024", "268435456"):
+        assert (limit, problem) == (int(value), None)
+    else:  # a warning naming the range, and the default: never an error that fails the task
+        assert limit == 1048576
+        assert problem == (
+            f"[jobwatch] trigger_log_max_bytes = '{value}' must be a whole number of bytes from 1024 to "
+            "268435456; using the default 1048576"
+        )
 
 
 def test_every_numeric_option_has_a_range():

@@ -52,6 +52,19 @@ def failed_exit_3() -> dict[str, Any]:
     return copy.deepcopy(load("pods", "failed-exit-3"))
 
 
+def read_success(pods: list[Any]) -> JobResult:
+    """What a Job that completed reads from `pods` (dicts or the client's models), with its XCom results."""
+    return JobResult.read(
+        outcome="success",
+        reason="Complete",
+        message="m",
+        uid="u1",
+        pods=pods,
+        base_container=BASE,
+        do_xcom_push=True,
+    )
+
+
 # (pods, expected outcomes as (phase, exit_code), expected termination messages of the base container)
 READS = [
     pytest.param([succeeded("a", '{"x": 1}')], [("succeeded", 0)], ['{"x": 1}'], id="succeeded-with-result"),
@@ -81,32 +94,13 @@ READS = [
 def test_reads_pods_outcomes_and_results(
     pods: list[dict[str, Any]], outcomes: list[tuple[str, int | None]] | None, messages: list[str]
 ) -> None:
-    result = JobResult.read(
-        outcome="success",
-        reason="Complete",
-        message="m",
-        uid="u1",
-        pods=pods,
-        base_container=BASE,
-        do_xcom_push=True,
-    )
+    result = read_success(pods)
     if outcomes is not None:
         assert [(p.phase, p.exit_code) for p in result.pods] == outcomes
     assert list(result.xcom_result or ()) == messages
     assert termination_messages(pods, BASE) == tuple(messages)
     # the same pods as the kubernetes client's models read the same
-    assert (
-        JobResult.read(
-            outcome="success",
-            reason="Complete",
-            message="m",
-            uid="u1",
-            pods=[_model(p) for p in pods],
-            base_container=BASE,
-            do_xcom_push=True,
-        )
-        == result
-    )
+    assert read_success([_model(p) for p in pods]) == result
 
 
 def test_without_xcom_push_there_is_no_xcom_result() -> None:
@@ -246,15 +240,7 @@ def test_another_jobs_result_is_ignored() -> None:
 def test_a_result_over_the_limit_is_not_written() -> None:
     big = "x" * 4000
     pods = [succeeded(f"p{i}", big, created=f"2026-12-02T12:{i // 60:02d}:{i % 60:02d}Z") for i in range(40)]
-    result = JobResult.read(
-        outcome="success",
-        reason="Complete",
-        message="m",
-        uid="u1",
-        pods=pods,
-        base_container=BASE,
-        do_xcom_push=True,
-    )
+    result = read_success(pods)
     assert len(json.dumps(list(result.xcom_result or ()))) > RESULT_ANNOTATION_LIMIT_BYTES
     assert result.to_annotation() is None
 
@@ -283,14 +269,6 @@ def _model(pod: dict[str, Any]) -> Any:
 
 def test_a_result_that_is_not_json_names_its_own_pod() -> None:
     pods = [failed_exit_3(), succeeded("b", "not json", created="2026-12-03T00:00:00Z")]
-    result = JobResult.read(
-        outcome="success",
-        reason="Complete",
-        message="m",
-        uid="u1",
-        pods=pods,
-        base_container=BASE,
-        do_xcom_push=True,
-    )
+    result = read_success(pods)
     with pytest.raises(XComResultError, match="Pod b wrote /x but it is not JSON"):
         result.xcom_value(xcom_path="/x", unwrap_single=True)

@@ -42,12 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def launches_held_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """These harnesses have no task instance rows: every launch is answered as this scheduler's, as the
-    database would for a scheduler never taken for dead (a test of that check answers otherwise)."""
+    database would for a scheduler never taken for dead (a test of that check answers otherwise). The
+    patch raises if the function is renamed, rather than leave the executor asking the real database."""
     from airflow_jobwatch.executors import results
 
-    monkeypatch.setattr(
-        results, "launches_held", lambda launches, job_id: dict.fromkeys(launches, True), raising=False
-    )
+    monkeypatch.setattr(results, "launches_held", lambda launches, job_id: dict.fromkeys(launches, True))
 
 
 @pytest.fixture

@@ -43,6 +43,18 @@ def _all_pods(sandbox: Any, task_id: str) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.fixture
+def owner(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Which scheduler job the database says holds every launch: ``owner["job"]``, "42" until the test
+    changes it, answered through ``results.launches_held``, the one function the executor asks. The
+    patch raises if that function is renamed, so that these tests cannot go on passing without it."""
+    held = {"job": "42"}
+    monkeypatch.setattr(
+        results, "launches_held", lambda launches, job_id: {k: held["job"] == job_id for k in launches}
+    )
+    return held
+
+
 def test_a_failed_list_leaves_the_task_adopted_unresolved_until_a_list_succeeds(
     executor_factory: Any, kube_sandbox: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -75,7 +87,6 @@ def test_a_failed_list_leaves_the_task_adopted_unresolved_until_a_list_succeeds(
         results,
         "task_instance_rows",
         lambda keys: {w.ti.key: _row("running", "43", "launch-listed")},
-        raising=False,
     )
     sandbox.set_error_rate(0.0)
     all_events: list[tuple[Any, Any]] = []
@@ -126,19 +137,12 @@ def test_a_restart_finds_the_pod_in_a_pod_override_namespace_and_launches_nothin
 
 
 def test_a_create_backing_off_is_dropped_once_another_scheduler_holds_the_launch(
-    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+    executor_factory: Any, kube_sandbox: Any, owner: dict[str, str]
 ) -> None:
     """Scheduler 42's create is refused (a full quota); meanwhile 42 was taken for dead and scheduler 43
     adopted the task instance. 42's next retry must not create the pod."""
     sandbox, _ = kube_sandbox
     ex = executor_factory(job_id="42")
-    owner = {"job": "42"}
-    monkeypatch.setattr(
-        results,
-        "launches_held",
-        lambda launches, job_id: {k: owner["job"] == job_id for k in launches},
-        raising=False,
-    )
     w = make_workload(task_id="fenced", command="exit 0")
     w.ti.external_executor_id = "launch-fenced"
     sandbox.set_error_rate(1.0, status=503, verbs={"create"})
@@ -193,23 +197,14 @@ def test_a_scheduler_adopting_back_a_task_drops_its_own_stale_pending_launch(
 
 @pytest.mark.sandbox_opts(pod_start_delay=4.0)  # the pod stays Pending long enough to be evicted
 def test_a_stalled_scheduler_does_not_relaunch_an_evicted_pod_of_a_task_adopted_elsewhere(
-    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch, owner: dict[str, str]
 ) -> None:
     """42's pod is evicted before it started, while 42 was taken for dead and 43 adopted the task (its
     relabel not yet done). 42 must not launch the task again: that launch is 43's to decide."""
-    from airflow_jobwatch.executors import results as results_module
-
-    monkeypatch.setattr(results_module, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.1)
-    monkeypatch.setattr(results_module, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.2)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.1)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_MAX_SECONDS", 0.2)
     sandbox, _ = kube_sandbox
     ex = executor_factory(job_id="42")
-    owner = {"job": "42"}
-    monkeypatch.setattr(
-        results,
-        "launches_held",
-        lambda launches, job_id: {k: owner["job"] == job_id for k in launches},
-        raising=False,
-    )
     w = make_workload(task_id="evicted", command="exit 0")
     w.ti.external_executor_id = "launch-evicted"
     events: list[tuple[Any, Any]] = []

@@ -12,12 +12,14 @@ pytest-timeout runs with its thread method here: its signal method would share S
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import re
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -205,11 +207,7 @@ def test_the_alarm_is_never_swallowed_by_the_event_loop(sandbox, kubeconfig):
             n += 1
             api.patch_namespaced_job(names[n % len(names)], NS, {"metadata": {"labels": {"n": str(n)}}})
 
-    # One whole run first: everything a worker has imported and initialised before its task starts
-    # is then in place, so the alarm cannot land in a one-time import (which nothing recovers from).
-    _operator(OURS, kubeconfig, cmds=["true"], get_logs=True).execute(
-        {"ti": FakeTI(), "run_id": "warm-up", "dag": FakeDag()}
-    )
+    _warm_up(kubeconfig)
     churner = threading.Thread(target=churn, daemon=True)
     churner.start()
     outcomes = []
@@ -240,11 +238,112 @@ def test_the_alarm_is_never_swallowed_by_the_event_loop(sandbox, kubeconfig):
         churner.join(30)
 
 
+def _warm_up(kubeconfig: Any) -> None:
+    """One whole run: everything a worker has imported and initialised before its task starts is then
+    in place, so that an alarm cannot land in a one-time import (which nothing recovers from)."""
+    _operator(OURS, kubeconfig, cmds=["true"], get_logs=True).execute(
+        {"ti": FakeTI(), "run_id": "warm-up", "dag": FakeDag()}
+    )
+
+
+def _alarm_in_a_finalizer() -> None:
+    """Make execution_timeout's alarm land while the main thread runs a weakref callback, as the garbage
+    collector runs them at any allocation (asyncio keeps its tasks and threading its threads in
+    WeakSets, whose callbacks are Python code). Python drops what a signal handler raises there: it
+    prints "Exception ignored in" and goes on."""
+
+    class Garbage:
+        pass
+
+    def callback(_: Any) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # Airflow's timer, brought forward to now
+        deadline = time.monotonic() + 30
+        while signal.getitimer(signal.ITIMER_REAL)[0] > 0 and time.monotonic() < deadline:
+            time.sleep(
+                0.01
+            )  # the alarm lands here; its AirflowTaskTimeout ends this callback, and is dropped
+
+    garbage = Garbage()
+    ref = weakref.ref(garbage, callback)
+    del garbage  # the callback runs now, in this thread
+    assert ref() is None
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_alarm_that_lands_in_a_finalizer_still_ends_the_task(sandbox, kubeconfig):
+    """The alarm lands while the main thread runs a garbage collector's callback, after the Job was
+    built and before it is created (as once under a load average of 12, in asyncio's WeakSet of
+    tasks): Python drops the handler's ``AirflowTaskTimeout`` there. The task must still end with
+    ``AirflowTaskTimeout`` and ``on_kill()``, and not create a Job that nothing would stop."""
+    _warm_up(kubeconfig)
+    op = _operator(OURS, kubeconfig, cmds=["sleep", "20"], execution_timeout=datetime.timedelta(seconds=60))
+    build = op.build_job_request_obj
+
+    def build_then_collect(*args: Any, **kwargs: Any) -> Any:
+        job_request = build(*args, **kwargs)
+        _alarm_in_a_finalizer()
+        return job_request
+
+    op.build_job_request_obj = build_then_collect
+    kills = _record_on_kill(op)
+    error = _run_under_airflow_timeout(op, {"ti": FakeTI(), "run_id": "alarm-in-gc", "dag": FakeDag()})
+    jobs = _jobs_of_run(sandbox, "alarm-in-gc")
+    assert (type(error).__name__, bool(kills), jobs) == ("AirflowTaskTimeout", True, []), (error, jobs)
+
+
+def _dropping_every_alarm(op: Any) -> Any:
+    """``op.execute`` with Airflow's SIGALRM handler wrapped so that what it raises is dropped, wherever
+    the alarm lands: what CPython does when the alarm lands in a finalizer or a garbage collector's
+    callback, made certain at every moment of the run (build, create, wait)."""
+
+    def execute(context: Any) -> Any:
+        airflows = signal.getsignal(signal.SIGALRM)
+        assert callable(airflows), airflows
+
+        def dropped(signum: int, frame: Any) -> None:
+            with contextlib.suppress(AirflowTaskTimeout):
+                airflows(signum, frame)
+
+        signal.signal(signal.SIGALRM, dropped)
+        return op.execute(context)
+
+    return execute
+
+
+def test_an_alarm_whose_exception_is_dropped_still_ends_the_task_at_any_moment(sandbox, kubeconfig):
+    """Whether the dropped alarm lands while the Job is built, created or waited for, the task ends
+    with ``AirflowTaskTimeout`` and ``on_kill()``, and leaves no Job behind."""
+    _warm_up(kubeconfig)
+    for i in range(4):
+        op = _operator(
+            OURS,
+            kubeconfig,
+            cmds=["sleep", "20"],
+            get_logs=i % 2 == 0,
+            execution_timeout=datetime.timedelta(seconds=0.2 + 0.8 * i),
+        )
+        kills = _record_on_kill(op)
+        run_id = f"dropped-{i}"
+        error = _run_under_airflow_timeout(
+            op, {"ti": FakeTI(), "run_id": run_id, "dag": FakeDag()}, _dropping_every_alarm(op)
+        )
+        completed = any(_completed(j) for j in _jobs_of_run(sandbox, run_id))
+        assert (type(error).__name__, bool(kills), completed) == ("AirflowTaskTimeout", True, False), (
+            i,
+            error,
+        )
+        wait_until_sync(
+            lambda run_id=run_id: not _jobs_of_run(sandbox, run_id), f"run {i}'s Job to be deleted", limit=60
+        )
+        _wait_threads_gone("jobwatch-wait-")
+
+
 def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbox, kubeconfig):
     """Deferred, ``execution_timeout`` is the trigger's deadline. When it fires, the task resumes
     (through Airflow's resume path, under its timeout wrapper), fails with ``AirflowTaskTimeout`` as in
     the worker, and the Job is deleted as ``on_kill`` deletes it (here: Orphan, pods kept)."""
-    op = _operator(
+    task = functools.partial(
+        _operator,
         OURS,
         kubeconfig,
         cmds=["sleep", "60"],
@@ -253,6 +352,7 @@ def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbo
         on_kill_propagation_policy="Orphan",
         on_kill_action="keep_pod",
     )
+    op = task()
     ti = FakeTI()
     context = {"ti": ti, "run_id": "deferred-timeout", "dag": FakeDag()}
     with pytest.raises(TaskDeferred) as deferred:
@@ -265,15 +365,7 @@ def test_deferred_timeout_deletes_the_job_and_raises_airflow_task_timeout(sandbo
     assert event["outcome"] == "timeout"
     assert sandbox.get_object("jobs", NS, name) is not None  # the trigger leaves the Job alone
 
-    resumed = _operator(  # a fresh instance, as after a resume
-        OURS,
-        kubeconfig,
-        cmds=["sleep", "60"],
-        deferrable=True,
-        execution_timeout=datetime.timedelta(seconds=3),
-        on_kill_propagation_policy="Orphan",
-        on_kill_action="keep_pod",
-    )
+    resumed = task()  # a fresh instance, as after a resume
     kills = _record_on_kill(resumed)
     error = _run_under_airflow_timeout(
         resumed,

@@ -123,27 +123,41 @@ async def test_two_pods_init_and_main_logs_end_from_the_triggerer(
         assert event.xcoms["job"]["metadata"]["name"] == resumed.xcoms["job"]["metadata"]["name"]
 
 
-@pytest.mark.parametrize("action", ["keep_pod", "delete_pod"])
-async def test_a_log_past_the_bound_leaves_its_tail_and_a_note(
-    sandbox, kubeconfig, monkeypatch, action: str
-) -> None:
-    monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", "4096")
+async def _ended_by_the_triggerer(
+    kubeconfig: Any, monkeypatch: pytest.MonkeyPatch, *, max_bytes: str, script: str, **options: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """Runs ``sh -c script`` in a deferred get_logs=True operator under ``[jobwatch] trigger_log_max_bytes
+    = max_bytes`` and ends it from the triggerer, which must succeed: the event's payload and the task
+    log's lines of the ending."""
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", max_bytes)
     op = make_operator(
         kubeconfig,
-        # 3,000 lines of 11 bytes (newline included): 33,000 bytes, past the 4,096 kept
-        cmds=["sh", "-c", "for i in $(seq 1 3000); do printf 'line-%05d\\n' $i; done"],
+        cmds=["sh", "-c", script],
         deferrable=True,
         wait_until_job_complete=True,
         get_logs=True,
-        on_finish_action=action,
+        **options,
     )
     trigger = _deferred(op)
     payload = await trigger.wait()
     with structlog.testing.capture_logs() as entries:
         event = await end_from_triggerer(trigger, payload)
-
     assert isinstance(event, TaskSuccessEvent), event
-    lines = _task_lines(entries)
+    return payload, _task_lines(entries)
+
+
+@pytest.mark.parametrize("action", ["keep_pod", "delete_pod"])
+async def test_a_log_past_the_bound_leaves_its_tail_and_a_note(
+    sandbox, kubeconfig, monkeypatch, action: str
+) -> None:
+    payload, lines = await _ended_by_the_triggerer(
+        kubeconfig,
+        monkeypatch,
+        max_bytes="4096",
+        # 3,000 lines of 11 bytes (newline included): 33,000 bytes, past the 4,096 kept
+        script="for i in $(seq 1 3000); do printf 'line-%05d\\n' $i; done",
+        on_finish_action=action,
+    )
     kept = [m["text"] for line in lines if (m := _LINE.match(line)) and m["text"].startswith("line-")]
     assert kept == [f"line-{i:05d}" for i in range(3001 - len(kept), 3001)]  # the tail, whole lines
     assert 11 * len(kept) <= 4096 < 11 * (len(kept) + 1)
@@ -161,20 +175,9 @@ async def test_a_log_past_the_bound_leaves_its_tail_and_a_note(
 
 
 async def test_a_bad_bound_is_a_warning_and_the_default_applies(sandbox, kubeconfig, monkeypatch) -> None:
-    monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", "12")
-    op = make_operator(
-        kubeconfig,
-        cmds=["sh", "-c", "echo one; echo two"],
-        deferrable=True,
-        wait_until_job_complete=True,
-        get_logs=True,
+    _, lines = await _ended_by_the_triggerer(
+        kubeconfig, monkeypatch, max_bytes="12", script="echo one; echo two"
     )
-    trigger = _deferred(op)
-    payload = await trigger.wait()
-    with structlog.testing.capture_logs() as entries:
-        event = await end_from_triggerer(trigger, payload)
-    assert isinstance(event, TaskSuccessEvent), event
-    lines = _task_lines(entries)
     assert (
         "[jobwatch] trigger_log_max_bytes = '12' must be a whole number of bytes from 1024 to 268435456; "
         "using the default 1048576"
