@@ -14,10 +14,10 @@ scheduler holds each task, and no earlier try recorded in ``task_instance_histor
   keeps the new pod from being created. The scheduler is restarted in that window (SIGTERM, then a
   new scheduler), the quota is lifted and the first pod released: the task succeeds once, on try 1.
 * Kill during resume: the same deferral; the resumed launch's pod exists but waits in an init container
-  while the first pod still runs. The scheduler is SIGKILLed and a new one adopts both pods: the resumed
-  one as the task's current launch, the first as an earlier launch. The resumed task then runs, and the
-  first pod ends meanwhile: its end is not reported (Airflow would fail the running task as killed
-  externally), and the task succeeds once, on try 1, one pod per launch. On Airflow that does not
+  while the first pod still runs. The scheduler is SIGKILLed, the resumed task runs, and a new scheduler
+  adopts both pods: the resumed one as the task's current launch, the first as an earlier launch. The
+  first pod then ends while the resumed task runs: its end is not reported (Airflow would fail the running
+  task as killed externally), and the task succeeds once, on try 1, one pod per launch. On Airflow that does not
   pre-assign the launch id (3.1) the database names the resumed launch only because the executor reports
   each launch's id as it queues it (the killed scheduler never saw the resumed pod run).
 * Stalled owner: A queues four tasks while a ResourceQuota refuses every pod, and is stopped (SIGSTOP) with
@@ -342,8 +342,16 @@ def test_a_resumed_task_whose_scheduler_is_killed_before_its_pod_starts_succeeds
         resumed,
     )
     stack.kill("scheduler", signal.SIGKILL)  # the scheduler and its watcher, before the second pod starts
+    # The resumed pod starts at once and its task runs with no scheduler to see it, so that the task does not
+    # wait queued through the restart and the adoption ([scheduler] task_queued_timeout would requeue it).
+    (release_dir / f"{dag_id}.gate").touch()
     stack.start("scheduler")
     new = _new_scheduler_job(stack, "scheduler", after=old)
+    wait_until(
+        lambda: (ti := _tis(stack, dag_id, run_id).get(task_id)) and ti["state"] == "running",
+        timeout=120,
+        what="the resumed task to run in its pod",
+    )
     wait_until(
         lambda: (
             (ti := _tis(stack, dag_id, run_id).get(task_id))
@@ -352,13 +360,6 @@ def test_a_resumed_task_whose_scheduler_is_killed_before_its_pod_starts_succeeds
         ),
         timeout=HEALTH_CHECK_THRESHOLD + 90,
         what=f"the new scheduler (job {new}) to adopt the task and both its pods",
-    )
-    assert [p["name"] for p in _pods(stack, run_id) if p["phase"] == "Pending"] == [resumed["name"]]
-    (release_dir / f"{dag_id}.gate").touch()  # the resumed pod starts and its task runs
-    wait_until(
-        lambda: (ti := _tis(stack, dag_id, run_id).get(task_id)) and ti["state"] == "running",
-        timeout=120,
-        what="the resumed task to run in its pod",
     )
     # The first pod ends while the resumed task runs: the adopter sees its end (labels it done) and must
     # not report it as the task's.
