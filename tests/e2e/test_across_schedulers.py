@@ -13,6 +13,13 @@ scheduler holds each task, and no earlier try recorded in ``task_instance_histor
   same try while its first pod still runs; a namespace ResourceQuota (pods: 1) that this pod fills
   keeps the new pod from being created. The scheduler is restarted in that window (SIGTERM, then a
   new scheduler), the quota is lifted and the first pod released: the task succeeds once, on try 1.
+* Kill during resume: the same deferral; the resumed launch's pod exists but waits in an init container
+  while the first pod still runs. The scheduler is SIGKILLed, the resumed task runs, and a new scheduler
+  adopts both pods: the resumed one as the task's current launch, the first as an earlier launch. The
+  first pod then ends while the resumed task runs: its end is not reported (Airflow would fail the running
+  task as killed externally), and the task succeeds once, on try 1, one pod per launch. On Airflow that does not
+  pre-assign the launch id (3.1) the database names the resumed launch only because the executor reports
+  each launch's id as it queues it (the killed scheduler never saw the resumed pod run).
 * Stalled owner: A queues four tasks while a ResourceQuota refuses every pod, and is stopped (SIGSTOP) with
   its creates backing off; B adopts the queued tasks and launches them; A resumes as the quota is lifted.
   A's retries find, in the database, that the tasks are no longer its own: one pod per try, each task
@@ -30,6 +37,8 @@ from typing import Any
 
 import pytest
 from support.stack import AirflowStack, wait_until
+
+from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -52,7 +61,7 @@ def stack(postgres: Any, release_dir: Path) -> Iterator[AirflowStack]:
     with AirflowStack(
         processes=("api-server", "dag-processor", "scheduler", "triggerer"),
         dags_folder=DAGS,
-        dag_ids=["ha_flap", "restart_during_resume"],
+        dag_ids=["ha_flap", "restart_during_resume", "kill_during_resume"],
         database_url=postgres.url,
         config={
             # Pods are kept, so the test can show each task's pods afterwards.
@@ -117,7 +126,9 @@ def _pods(stack: AirflowStack, run_id: str) -> list[dict[str, Any]]:
                 "task": f"{ann.get('task_id')}[{ann.get('map_index')}]",
                 "try": ann.get("try_number"),
                 "phase": p["status"].get("phase"),
+                "launch": ann.get(LAUNCH_ANNOTATION),
                 "worker": (p["metadata"].get("labels") or {}).get("airflow-worker"),
+                "done": (p["metadata"].get("labels") or {}).get("airflow_executor_done"),
                 "ended": [
                     f"{cs['name']}: exit {t.get('exitCode')}: {(t.get('message') or '')[-500:]}"
                     for cs in p["status"].get("containerStatuses") or []
@@ -297,6 +308,91 @@ def test_a_task_resumed_while_a_quota_blocks_its_pod_survives_a_scheduler_restar
     assert _history(stack, dag_id, run_id) == [], "the task was reset or failed on the way"
     assert stack.audit_events(dag_id, run_id) == [], "the scheduler saw an end for a queued task"
     assert "resumed after deferral (try 1)" in stack.task_log(dag_id, run_id, task_id, 1)
+
+
+def test_a_resumed_task_whose_scheduler_is_killed_before_its_pod_starts_succeeds_once(
+    stack: AirflowStack, release_dir: Path
+) -> None:
+    dag_id, task_id = "kill_during_resume", "resumes_and_holds"
+    if "scheduler#2" in stack.procs and stack.procs["scheduler#2"].poll() is None:
+        stack.kill("scheduler#2", signal.SIGKILL)  # one scheduler launches both pods, and is the one killed
+    old = _new_scheduler_job(stack, "scheduler")
+    run_id = stack.trigger_dag(dag_id)
+
+    # The task runs in its first pod and defers; the trigger fires at once and the task is queued again on
+    # try 1. Its second pod waits in its init container (the gate) while the first pod's sidecar keeps that
+    # pod running after its task container exited.
+    def both_launches() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        ti = _tis(stack, dag_id, run_id).get(task_id)
+        if not ti or ti["state"] != "queued" or ti["next_method"] is None:
+            return None
+        pods = _pods(stack, run_id)
+        assert not [p for p in pods if p["phase"] == "Failed"], pods
+        first = [
+            p for p in pods if p["phase"] == "Running" and any(e.startswith("base:") for e in p["ended"])
+        ]
+        resumed = [p for p in pods if p["phase"] == "Pending"]
+        return (first[0], resumed[0]) if len(pods) == 2 and first and resumed else None
+
+    first, resumed = wait_until(
+        both_launches, timeout=180, what="the resumed launch's pod waiting beside the first pod"
+    )
+    assert first["launch"] != resumed["launch"] and None not in (first["launch"], resumed["launch"]), (
+        first,
+        resumed,
+    )
+    stack.kill("scheduler", signal.SIGKILL)  # the scheduler and its watcher, before the second pod starts
+    # The resumed pod starts at once and its task runs with no scheduler to see it, so that the task does not
+    # wait queued through the restart and the adoption ([scheduler] task_queued_timeout would requeue it).
+    (release_dir / f"{dag_id}.gate").touch()
+    stack.start("scheduler")
+    new = _new_scheduler_job(stack, "scheduler", after=old)
+    wait_until(
+        lambda: (ti := _tis(stack, dag_id, run_id).get(task_id)) and ti["state"] == "running",
+        timeout=120,
+        what="the resumed task to run in its pod",
+    )
+    wait_until(
+        lambda: (
+            (ti := _tis(stack, dag_id, run_id).get(task_id))
+            and ti["queued_by_job_id"] == new
+            and all(p["worker"] == str(new) for p in _pods(stack, run_id))
+        ),
+        timeout=HEALTH_CHECK_THRESHOLD + 90,
+        what=f"the new scheduler (job {new}) to adopt the task and both its pods",
+    )
+    # The first pod ends while the resumed task runs: the adopter sees its end (labels it done) and must
+    # not report it as the task's.
+    (release_dir / f"{dag_id}.sidecar").touch()
+    wait_until(
+        lambda: any(p["name"] == first["name"] and p["done"] == "True" for p in _pods(stack, run_id)),
+        timeout=60,
+        what=f"the adopter to see the end of the first pod {first['name']}",
+    )
+    ti = _tis(stack, dag_id, run_id)[task_id]
+    assert ti["state"] == "running", (ti, _pods(stack, run_id), stack.audit_events(dag_id, run_id))
+    (release_dir / dag_id).touch()
+    state = stack.wait_for_run(dag_id, run_id, timeout=150)
+    ti = _tis(stack, dag_id, run_id)[task_id]
+    pods = _pods(stack, run_id)
+    assert state == "success", (ti, pods)
+    assert ti["state"] == "success" and ti["try_number"] == 1, (ti, pods)
+    assert ti["queued_by_job_id"] == new, (old, new, ti)
+    assert _history(stack, dag_id, run_id) == [], "the task was reset or failed on the way"
+    assert stack.audit_events(dag_id, run_id) == [], "the scheduler saw an end for a running task"
+    # One pod per launch: the two that ran through the kill.
+    assert sorted(p["name"] for p in pods) == sorted([first["name"], resumed["name"]]), pods
+    # The database names the resumed launch (pre-assigned by the scheduler, or reported by the executor).
+    assert _launch_in_database(stack, dag_id, run_id, task_id) == resumed["launch"], (first, resumed)
+    assert "resumed after deferral (try 1)" in stack.task_log(dag_id, run_id, task_id, 1)
+
+
+def _launch_in_database(stack: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str | None:
+    rows = stack.query(
+        "SELECT external_executor_id FROM task_instance WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+        (dag_id, run_id, task_id),
+    )
+    return rows[0][0] if rows else None
 
 
 def test_a_stopped_scheduler_whose_creates_a_quota_held_creates_nothing_once_its_tasks_are_adopted(
