@@ -31,7 +31,8 @@ of the task's log lines, the worker's and the triggerer's.
 The scheduler queues index i of every kind before index i + 1 of any (``priority_weight``), so that each
 wave of tasks that ``--parallelism`` lets start holds the same share of each kind.
 
-No test asserts on these figures. Figures go to docs/benchmarks/e2e_trigger.md.
+No test asserts on these figures. Figures go to docs/benchmarks/e2e_trigger.md (this script's section;
+the fragment's other sections are kept).
 """
 
 from __future__ import annotations
@@ -58,16 +59,21 @@ REPO = Path(__file__).resolve().parent.parent
 # tests/support's workloads: one stack for the tests and the benchmarks.
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
+from bench_executor import write_section  # noqa: E402
 from run_all import assemble  # noqa: E402
 
 DAG_ID = "e2e_trigger_bench"
 DAGS = REPO / "bench" / "dags_e2e_trigger"
 FRAGMENT = REPO / "docs" / "benchmarks" / "e2e_trigger.md"
+# This script's section of the fragment: replaced by each run; the fragment's other sections (what the
+# figures say, written by hand) are kept.
+SECTION = "## Deferred Jobs end to end: Job end to task end"
 KINDS = {
     "logs_off": "`get_logs=False`, ended from the triggerer",
     "logs_on": "`get_logs=True` (default), ended from the triggerer with the pods' logs",
     "resume": "`get_logs=True` + task callbacks, resumes on a worker",
 }
+SHORT = {"logs_off": "`get_logs=False`", "logs_on": "`get_logs=True`", "resume": "resumes on a worker"}
 STALE = re.compile(r"finished with state \w+, but the task instance's state attribute is queued")
 # Lines of the task's log (JSON lines; the worker's file attempt=N.log, the triggerer's beside it) that
 # mark the steps between the deferral and the task's end.
@@ -76,6 +82,7 @@ DEFERRED = re.compile(r"^Pausing task as DEFERRED")
 TRIGGER_STARTED = re.compile(r"^trigger \S+ \(ID \d+\) starting")
 TRIGGER_SAW_END = re.compile(r"^Job \S+ ended")
 TRIGGER_FIRED = re.compile(r"^Trigger fired event")
+PARSE_MS = re.compile(r'"dag_file_parse_ms":\s*(\d+)')  # each worker start parses the DAG file
 # The steps reported for each kind (p50 and max): from one mark of the task's timeline to another.
 STEPS = {
     "Job end - deferral": ("deferred", "job_end"),
@@ -83,7 +90,10 @@ STEPS = {
     "trigger saw the end - Job end": ("job_end", "trigger_saw_end"),
     "trigger fired - trigger saw the end": ("trigger_saw_end", "trigger_fired"),
     "task end - trigger fired": ("trigger_fired", "task_end"),
+    "a worker resumed it - trigger fired": ("trigger_fired", "resumed"),
+    "task end - a worker resumed it": ("resumed", "task_end"),
 }
+PARSE_STEP = "the worker parsing the DAG file, each start"
 
 
 class JobWatch(threading.Thread):
@@ -191,12 +201,21 @@ def timeline(log_dir: Path, task_id: str, try_number: int) -> dict[str, Any]:
     runs = {n: _events(path) if path.exists() else [] for n, path in tries.items()}
     worker = runs[try_number]
     trigger = sorted(e for p in base.glob(f"attempt={try_number}.log.trigger.*.log") for e in _events(p))
+    worker_starts = [t for t, message in worker if message.startswith(WORKER_START)]
+    parse_ms = [
+        int(ms)
+        for path in tries.values()
+        if path.exists()
+        for ms in PARSE_MS.findall(path.read_text(errors="replace"))
+    ]
     return {
+        "parse_seconds": [ms / 1000 for ms in parse_ms],
         # every try's file: a try the scheduler reset also ran in a worker
         "worker_starts": sum(
             1 for r in runs.values() for _, message in r if message.startswith(WORKER_START)
         ),
         "deferred": _first(worker, DEFERRED),
+        "resumed": worker_starts[-1] if len(worker_starts) > 1 else None,
         "trigger_started": _first(trigger, TRIGGER_STARTED),
         "trigger_saw_end": _first(trigger, TRIGGER_SAW_END),
         "trigger_fired": _first(trigger, TRIGGER_FIRED),
@@ -213,7 +232,7 @@ def summarise(
     for kind in KINDS:
         tasks = sorted(t for t in by_task if t.startswith(kind + "_"))
         lat: dict[str, list[float]] = {"all": [], "success": [], "failed": []}
-        steps: dict[str, list[float]] = {step: [] for step in STEPS}
+        steps: dict[str, list[float]] = {step: [] for step in [*STEPS, PARSE_STEP]}
         wrong, missing, retried = [], [], []
         per_task: list[dict[str, Any]] = []
         starts: Counter[int] = Counter()
@@ -235,6 +254,7 @@ def summarise(
             seconds = marks["task_end"] - marks["job_end"]
             lat["all"].append(seconds)
             lat[expected_state(t)].append(seconds)
+            steps[PARSE_STEP].extend(marks["parse_seconds"])
             for step, (a, b) in STEPS.items():
                 if marks.get(a) is not None and marks.get(b) is not None:
                     steps[step].append(marks[b] - marks[a])
@@ -272,7 +292,7 @@ def machine(load: list[float]) -> str:
 def render(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [
-        "## Deferred Jobs end to end: Job end to task end",
+        SECTION,
         "",
         f"`python bench/bench_e2e_trigger.py --count {result['count']}` ({result['when']}, commit "
         f"{result['commit']}; {result['machine']}).",
@@ -294,18 +314,25 @@ def render(result: dict[str, Any]) -> str:
         f"Run wall time (trigger to DAG run end): {result['wall']:.0f} s; LocalExecutor parallelism "
         f"{result['parallelism']}.",
         "",
-        "Where the time goes, p50 (max), from the task log's timestamps (the worker's file and the "
-        "triggerer's beside it) and the two ends above:",
+        "Where the time goes, p50 (max) in seconds, from the timestamps of the task log's lines (the "
+        "worker's file and the triggerer's beside it) and the two ends above:",
         "",
-        "| kind | " + " | ".join(STEPS) + " |",
-        "|---|" + "---:|" * len(STEPS),
+        "| step | " + " | ".join(SHORT.values()) + " |",
+        "|---|" + "---:|" * len(KINDS),
     ]
-    for kind in KINDS:
+    for step in [*STEPS, PARSE_STEP]:
         cells = []
-        for step in STEPS:
+        for kind in KINDS:
             values = s[kind]["steps"][step]
-            cells.append(f"{pct(values, 0.5):.1f} ({max(values):.1f}) s" if values else "n/a")
-        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+            cells.append(f"{pct(values, 0.5):.1f} ({max(values):.1f})" if values else "-")
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    if result["drift"]:
+        low, high = result["drift"]
+        lines += [
+            "",
+            f"The Job-end reference: this script's watch received each Job's terminal condition {low:.2f} "
+            f"to {high:.2f} s after the whole second its `lastTransitionTime` names.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -427,7 +454,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, default=str, indent=1))
     if not args.no_write:
-        FRAGMENT.write_text(text)
+        write_section(FRAGMENT, text, SECTION)
         print(f"wrote {assemble()}")
     return 0
 
