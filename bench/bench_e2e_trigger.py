@@ -297,6 +297,13 @@ def render(result: dict[str, Any]) -> str:
         f"`python bench/bench_e2e_trigger.py --count {result['count']}` ({result['when']}, commit "
         f"{result['commit']}; {result['machine']}).",
         "",
+        f"One DAG run starts {result['count']} deferrable `KubernetesJobOperator` tasks of each kind "
+        "together; each Job runs `sleep 1` and exits 0, every fifth exits 1 (its task fails). Real "
+        "scheduler, triggerer, dag-processor and api-server, LocalExecutor, PostgreSQL; the Jobs run on "
+        "the sandbox (its Job controller and kubelet). Job end to task end = the task instance's "
+        "`end_date` - the moment a plain watch of the Jobs received the Job's terminal condition. Worker "
+        "starts = executions of the task in a worker process, from its log.",
+        "",
         "| kind | tasks | Job end to task end, p50 / p90 / max | succeeding Jobs p50 | failing Jobs p50 "
         "| worker starts (tasks x starts) | wrong state | on a later try |",
         "|---|---:|---|---:|---:|---|---:|---:|",
