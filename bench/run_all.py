@@ -15,7 +15,17 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["sandbox", "informer", "executor", "trigger", "trigger_live", "churn", "scale", "pod_build"]
+ORDER = [
+    "sandbox",
+    "informer",
+    "executor",
+    "trigger",
+    "trigger_live",
+    "e2e_trigger",
+    "churn",
+    "scale",
+    "pod_build",
+]
 # Parts that are a mode of another script: (script part, its arguments, and with --quick).
 MODES = {
     "trigger_live": ("trigger", ["--live"], ["--live", "--live-jobs", "200", "--live-ended", "1000"]),
