@@ -29,8 +29,9 @@ from typing import Any
 from kubernetes import client, config
 
 from airflow_jobwatch.kube.projection import project_job, project_pod
+from airflow_jobwatch.kube.store import Packer
 from airflow_jobwatch.sandbox.thread import SandboxThread
-from airflow_jobwatch.triggers.tombstones import _pack, _slim_job, _Tombstone
+from airflow_jobwatch.triggers.tombstones import _slim_job, _Tombstone
 
 N = 1000
 LABELS = {
@@ -102,15 +103,20 @@ def per_entry(
     return sum(stat.size_diff for stat in after.compare_to(before, "filename")) / N
 
 
+# One packer per kind for all entries, as Tombstones keeps them (the first object packed is the preset
+# dictionary of every later one).
+JOBS, PODS = Packer(), Packer()
+
+
 def tombstone(job: dict[str, Any], pod: dict[str, Any], *, whole: bool) -> _Tombstone:
     tomb = _Tombstone(
-        job=_pack(job if whole else _slim_job(job)),
+        job=JOBS.pack(job if whole else _slim_job(job)),
         job_uid=job["metadata"]["uid"],
         pods={},
         at=0.0,
         observed=True,
     )
-    tomb.learn(pod["metadata"]["uid"], pod)
+    tomb.learn(pod["metadata"]["uid"], pod, PODS)
     return tomb
 
 
