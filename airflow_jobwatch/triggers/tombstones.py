@@ -29,9 +29,9 @@ __all__ = ["TOMBSTONE_MAX_AGE_SECONDS", "TOMBSTONE_MAX_ENTRIES", "Tombstone", "T
 #: since a trigger moved here may still subscribe to it; each keeps only what a decision reads (see
 #: ``_TOMBSTONE_JOB_FIELDS``), packed (``kube/store.py``'s ``Packer``). Measured with tracemalloc
 #: (``bench/bench_tombstones.py``), a finished Job with one pod, labelled and annotated as the operator
-#: makes them, costs about 1.6 KiB (2.0 KiB for a Job a trigger waits for, which keeps its whole Job:
-#: the event carries it), against 12.6 KiB when a tombstone held the cache's copies as dicts: the
-#: 10,000-entry cap bounds them at about 16 MiB.
+#: makes them, costs about 0.7 KiB (1.1 KiB for a Job a trigger waits for, which keeps its whole Job:
+#: the event carries it), against 12.4 KiB when a tombstone held the cache's copies as dicts: the
+#: 10,000-entry cap bounds them at about 7 MiB.
 TOMBSTONE_MAX_ENTRIES = 10_000
 TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
