@@ -4,8 +4,8 @@
 
 One Job with one pod runs to completion on the sandbox (labelled and annotated as the operator makes
 it); its final Job and pod are then kept 1,000 times over (each under its own name, uid and
-resourceVersion), three ways, and tracemalloc counts what the
-kept copies hold once the parsed JSON they came from is freed:
+resourceVersion), three ways, and tracemalloc counts what the kept copies hold once the parsed JSON they
+came from is freed:
 
 * the cache's copies as dicts (the Job and pod as the informers store them: what a tombstone held before
   it kept only what a decision reads);
