@@ -3,8 +3,9 @@
     .venv/bin/python bench/bench_tombstones.py
 
 One Job with one pod runs to completion on the sandbox (labelled and annotated as the operator makes
-it); its final Job and pod are then kept 1,000 times over, three ways, and tracemalloc counts what the
-kept copies hold once the parsed JSON they came from is freed:
+it); its final Job and pod are then kept 1,000 times over (each under its own name, uid and
+resourceVersion), three ways, and tracemalloc counts what the kept copies hold once the parsed JSON they
+came from is freed:
 
 * the cache's copies as dicts (the Job and pod as the informers store them: what a tombstone held before
   it kept only what a decision reads);
@@ -23,14 +24,16 @@ import os
 import tempfile
 import time
 import tracemalloc
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client, config
 
 from airflow_jobwatch.kube.projection import project_job, project_pod
+from airflow_jobwatch.kube.store import Packer
 from airflow_jobwatch.sandbox.thread import SandboxThread
-from airflow_jobwatch.triggers.tombstones import _pack, _slim_job, _Tombstone
+from airflow_jobwatch.triggers.tombstones import _slim_job, _Tombstone
 
 N = 1000
 LABELS = {
@@ -85,6 +88,20 @@ def finished_job() -> tuple[dict[str, Any], dict[str, Any]]:
     raise SystemExit("the Job did not complete within 30 s")
 
 
+def _distinct(i: int, job: dict[str, Any], pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Entry ``i``: the Job and pod under their own names, uids and resourceVersions, as distinct Jobs
+    are (the packing's preset dictionary, the first entry, must not flatter copies of itself)."""
+    job_uid, pod_uid = str(uuid.UUID(int=2 * i + 1)), str(uuid.UUID(int=2 * i + 2))
+    job["metadata"].update(name=f"bench-{i:05d}", uid=job_uid, resourceVersion=str(1000 + i))
+    pod["metadata"].update(name=f"bench-{i:05d}-x7k2p", uid=pod_uid, resourceVersion=str(5000 + i))
+    for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+        if key in pod["metadata"].get("labels", {}):
+            pod["metadata"]["labels"][key] = job_uid
+    for ref in pod["metadata"].get("ownerReferences", []):
+        ref.update(uid=job_uid, name=f"bench-{i:05d}")
+    return job, pod
+
+
 def per_entry(
     job: dict[str, Any], pod: dict[str, Any], keep: Callable[[dict[str, Any], dict[str, Any]], Any]
 ) -> float:
@@ -92,7 +109,7 @@ def per_entry(
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    parsed = [(json.loads(texts[0]), json.loads(texts[1])) for _ in range(N)]
+    parsed = [_distinct(i, json.loads(texts[0]), json.loads(texts[1])) for i in range(N)]
     kept = [keep(j, p) for j, p in parsed]
     del parsed
     gc.collect()
@@ -102,15 +119,20 @@ def per_entry(
     return sum(stat.size_diff for stat in after.compare_to(before, "filename")) / N
 
 
+# One packer per kind for all entries, as Tombstones keeps them (the first object packed is the preset
+# dictionary of every later one).
+JOBS, PODS = Packer(), Packer()
+
+
 def tombstone(job: dict[str, Any], pod: dict[str, Any], *, whole: bool) -> _Tombstone:
     tomb = _Tombstone(
-        job=_pack(job if whole else _slim_job(job)),
+        job=JOBS.pack(job if whole else _slim_job(job)),
         job_uid=job["metadata"]["uid"],
         pods={},
         at=0.0,
         observed=True,
     )
-    tomb.learn(pod["metadata"]["uid"], pod)
+    tomb.learn(pod["metadata"]["uid"], pod, PODS)
     return tomb
 
 

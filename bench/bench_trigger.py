@@ -45,6 +45,7 @@ CONTAINER = "base"
 # ------------------------------------------------------------------------------------------- child side
 async def _child_main(variant: str, kubeconfig: str, pairs: list[list[str]]) -> dict[str, Any]:
     names = [f"{ns}/{name}" for ns, name in pairs]
+    rss_at_start = _rss_mib()  # the imports (Airflow's included), before any trigger exists
     if variant == UPSTREAM:
         from airflow.providers.cncf.kubernetes.triggers.job import KubernetesJobTrigger
 
@@ -127,6 +128,9 @@ async def _child_main(variant: str, kubeconfig: str, pairs: list[list[str]]) -> 
     monitor.cancel()
     gc.callbacks.remove(on_gc)
     return {
+        "rss_at_start_mib": rss_at_start,
+        "rss_at_end_mib": _rss_mib(),
+        "cache": _cache_sizes() if variant == OURS else {},
         "gc_full_collections": len(pauses),
         "gc_full_max_seconds": max(pauses, default=0.0),
         "gc_full_total_seconds": sum(pauses),
@@ -215,6 +219,23 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return result
+
+
+def _cache_sizes() -> dict[str, Any]:
+    """What the shared watches hold at the end: objects, and the bytes of their packed copies."""
+    from airflow_jobwatch.triggers.registry import get_registry
+
+    sizes: dict[str, Any] = {}
+    for watch in get_registry()._watches.values():
+        for kind, informer in (("jobs", watch.jobs), ("pods", watch.pods)):
+            if informer is None:
+                continue
+            store = informer._store
+            data = getattr(store, "_data", None)
+            row = sizes.setdefault(kind, {"objects": 0, "packed_bytes": 0})
+            row["objects"] += len(store)
+            row["packed_bytes"] += sum(len(v) for v in data.values()) if data is not None else 0
+    return sizes
 
 
 def _rss_mib() -> float:
@@ -746,6 +767,9 @@ def run_variant(
         "max": max(latencies) if latencies else float("nan"),
         "cpu_seconds": result["cpu_seconds"],
         "peak_rss_mib": result["peak_rss_mib"],
+        "rss_at_start_mib": result.get("rss_at_start_mib"),
+        "rss_at_end_mib": result.get("rss_at_end_mib"),
+        "cache": result.get("cache"),
         "wall_seconds": wall,
         "gc": {k: result[k] for k in result if k.startswith("gc_")},
         "from_write": (

@@ -265,6 +265,11 @@ class Informer:
         decode with ``compact_store``)."""
         return list(self._by_name)
 
+    def uid_of(self, namespace: str | None, name: str) -> str | None:
+        """The uid of the stored object with this namespace and name, or None (no object is read, so
+        this costs no decode with ``compact_store``)."""
+        return self._by_name.get((namespace, name))
+
     def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object with this namespace and name (read-only), or None."""
         uid = self._by_name.get((namespace, name))

@@ -95,12 +95,12 @@ class InformerConfig:
     projection: bool = True
     # Keep each stored object as its compact JSON text, deflated (one bytes object; see _CompactStore), and
     # decode it on every read, instead of as a tree of dicts. A projected worker pod is ~150 bytes that way
-    # (~1 KiB of JSON) against ~4.8 KiB of Python objects,
-    # none of which the garbage collector tracks, and the allocator can give back the memory of parsed list
-    # pages because no small stored object sits between their freed ones. Reads cost a decode each (~10 us),
-    # so this suits a store that is mostly written and rarely read: the executor's watcher child, which reads
-    # an object only to compare a resourceVersion or to report a deletion. Off by default: the
-    # trigger registry reads its Jobs on every decision.
+    # (~1 KiB of JSON) against ~4.8 KiB of Python objects, none of which the garbage collector tracks, and
+    # the allocator can give back the memory of parsed list pages because no small stored object sits
+    # between their freed ones. Reads cost a decode each (~10 us), so this suits a store that is mostly
+    # written and rarely read by object: the executor's watcher child, which reads an object only to
+    # compare a resourceVersion or to report a deletion, and the trigger registry, whose triggers each read
+    # only their own Job and its pods. Off by default (a read returns the stored dict itself).
     compact_store: bool = False
     # Confirmations of a possibly stale relist (see Relister._confirm in relist.py): at most this many GETs
     # in flight at once, so a list missing thousands of objects does not fire thousands of requests together

@@ -1,4 +1,5 @@
-"""The informer's compact store (uid -> object kept as deflated JSON), and the GC pause around a LIST page."""
+"""The informer's compact store (uid -> object kept as deflated JSON), the packing it uses (also the
+triggerer's tombstones'), and the GC pause around a LIST page."""
 
 from __future__ import annotations
 
@@ -33,35 +34,52 @@ def _decode_stored(raw: bytes) -> dict[str, Any]:
     return listing._item_whole.decode(raw)
 
 
-class _CompactStore:
-    """The informer's store (uid -> object) with each object kept as compact JSON, deflated (see
-    ``InformerConfig.compact_store``). Every read decodes a new dict: callers may keep or change it
-    without touching the store, and two reads of one object are equal but never identical.
+class Packer:
+    """Objects of one kind packed one by one: compact JSON, deflated with the first packed object as zlib's
+    preset dictionary (raw deflate, level 6). Each :meth:`unpack` decodes a new dict.
 
-    Objects of one kind (worker pods of one executor) repeat the same keys, labels and most values, which
-    deflate alone barely finds in 1 KiB; with the first object stored as zlib's preset dictionary, a
-    projected worker pod's 1,051 bytes of JSON deflate to about 120 (raw deflate, level 6: ~6 us to
-    compress, ~1 us to inflate on top of the JSON decode). The dictionary is fixed for the life of the
-    store (every entry is inflated with it); an object unlike the first one is merely compressed less.
+    Objects of one kind (worker pods of one executor, the Jobs of a namespace) repeat the same keys, labels
+    and most values, which deflate alone barely finds in 1 KiB; with the first object as the dictionary, a
+    projected worker pod's 1,051 bytes of JSON deflate to about 120 (~6 us to compress, ~1 us to inflate on
+    top of the JSON decode). The dictionary is fixed for the life of the packer (every packed object is
+    inflated with it); an object unlike the first one is merely compressed less.
     """
 
-    __slots__ = ("_data", "_zdict")
+    __slots__ = ("_zdict",)
 
     def __init__(self) -> None:
-        self._data: dict[str, bytes] = {}
         self._zdict: bytes | None = None
 
-    def _pack(self, obj: dict[str, Any]) -> bytes:
+    def pack(self, obj: dict[str, Any]) -> bytes:
         raw = _encode_stored(obj)
         if self._zdict is None:
             self._zdict = raw
         packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=self._zdict)
         return packer.compress(raw) + packer.flush()
 
-    def _unpack(self, packed: bytes) -> dict[str, Any]:
-        assert self._zdict is not None  # set by the first _pack
+    def unpack(self, packed: bytes) -> dict[str, Any]:
+        assert self._zdict is not None  # set by the first pack
         unpacker = zlib.decompressobj(-15, zdict=self._zdict)
         return _decode_stored(unpacker.decompress(packed) + unpacker.flush())
+
+
+class _CompactStore:
+    """The informer's store (uid -> object) with each object kept packed (see :class:`Packer` and
+    ``InformerConfig.compact_store``). Every read decodes a new dict: callers may keep or change it
+    without touching the store, and two reads of one object are equal but never identical.
+    """
+
+    __slots__ = ("_data", "_packer")
+
+    def __init__(self) -> None:
+        self._data: dict[str, bytes] = {}
+        self._packer = Packer()
+
+    def _pack(self, obj: dict[str, Any]) -> bytes:
+        return self._packer.pack(obj)
+
+    def _unpack(self, packed: bytes) -> dict[str, Any]:
+        return self._packer.unpack(packed)
 
     def __len__(self) -> int:
         return len(self._data)

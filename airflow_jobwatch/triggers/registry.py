@@ -17,8 +17,9 @@ there, and hands each trigger a :class:`Subscription` that
   learning its pods' final states from their later events (the store and its packing are
   ``triggers/tombstones.py``),
 * stores the Jobs its triggers wait for whole (every version the watch delivers once a trigger listens
-  for the name), and the namespace's other Jobs projected, so a waiting trigger's event carries the
-  whole Job with no GET,
+  for the name), and the namespace's other Jobs and all pods projected, so a waiting trigger's event
+  carries the whole Job with no GET; every object is stored packed (``InformerConfig.compact_store``),
+  and the pod index holds uids, so the cache costs a few hundred bytes per object,
 * counts the few GETs a trigger still sends (:data:`GET_MISSING`, :data:`GET_PROJECTED`) in
   ``job_gets`` and in the ``jobwatch.triggerer.job_gets.<reason>`` counter.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 import weakref
@@ -205,8 +207,10 @@ class NamespaceWatch:
         # job name -> the uid each of those triggers waits for (None: any Job of that name)
         self._listener_uids: dict[str, dict[int, str | None]] = {}
         self._next_listener_id = 0
-        # controller uid -> pod uid -> pod; fed only by the pod informer's events
-        self._pods_by_job: dict[str, dict[str, dict[str, Any]]] = {}
+        # controller uid -> uids of its pods (the pods themselves are read from the pod informer's store);
+        # fed only by the pod informer's events. A tuple: most Jobs have one pod, and a tuple of one is a
+        # fraction of a dict's size, which counts with 50,000 ended Jobs in the namespace.
+        self._pods_by_job: dict[str, tuple[str, ...]] = {}
         self._tombstones = Tombstones()
         # Job uid -> (job name, pod uid -> final copy) of pods that ended and were then deleted, kept only
         # while a trigger waits for that Job's name: a Job removed with Foreground propagation (as
@@ -241,6 +245,11 @@ class NamespaceWatch:
     async def _start(self) -> None:
         self._api_client = await self._client_factory()
         ns = self.key.namespace
+        # Both stores keep each object packed (compact JSON, deflated; kube/store.py), decoded on every
+        # read: the triggerer's memory then follows the objects' count at a few hundred bytes each,
+        # instead of several KiB of dicts each, in a namespace that keeps thousands of finished Jobs.
+        # A read costs a decode (tens of microseconds), and a trigger reads only its own Job and pods.
+        config = dataclasses.replace(self._config, compact_store=True)
         # Jobs: every Job of the namespace (a trigger may wait for any of them), unless the user narrowed it
         # with [jobwatch] job_label_selector; a Job outside the selector is then read by a GET every
         # poll_interval instead (JobTrigger's fallback for a Job missing from the cache).
@@ -249,7 +258,7 @@ class NamespaceWatch:
             kind="jobs",
             namespace=ns,
             label_selector=self.job_label_selector,
-            config=self._config,
+            config=config,
             name=f"jobs/{ns}" + (f" l={self.job_label_selector}" if self.job_label_selector else ""),
             observer=metrics.InformerMetrics("triggerer", "jobs", ns),
         )
@@ -258,7 +267,7 @@ class NamespaceWatch:
             kind="pods",
             namespace=ns,
             label_selector=POD_LABEL_SELECTOR,
-            config=self._config,
+            config=config,
             name=f"job-pods/{ns}",
             observer=metrics.InformerMetrics("triggerer", "pods", ns),
         )
@@ -366,9 +375,9 @@ class NamespaceWatch:
     def pods_of(self, job_uid: str | None) -> list[dict[str, Any]]:
         """The cached pods the Job controller created for the Job with this uid, and the final copies of
         those of its pods that ended and were deleted while a trigger waited for the Job."""
-        if not job_uid:
+        if not job_uid or self.pods is None:
             return []
-        pods = list(self._pods_by_job.get(job_uid, {}).values())
+        pods = [pod for uid in self._pods_by_job.get(job_uid, ()) if (pod := self.pods.get(uid)) is not None]
         gone = self._ended_pods.get(job_uid)
         if gone is not None:
             pods.extend(gone[1].values())
@@ -497,11 +506,13 @@ class NamespaceWatch:
             return
         labels = (event.obj.get("metadata") or {}).get("labels") or {}
         job_name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+        pods = self._pods_by_job.get(owner, ())
         if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
-            pods = self._pods_by_job.get(owner)
-            if pods is not None:
-                pods.pop(pod_uid, None)
-                if not pods:
+            if pod_uid in pods:
+                rest = tuple(uid for uid in pods if uid != pod_uid)
+                if rest:
+                    self._pods_by_job[owner] = rest
+                else:
                     del self._pods_by_job[owner]
             phase = (event.obj.get("status") or {}).get("phase")
             if (
@@ -510,8 +521,8 @@ class NamespaceWatch:
                 and not self._tombstones.holds(owner)
             ):
                 self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = _slim_pod(event.obj)
-        else:
-            self._pods_by_job.setdefault(owner, {})[pod_uid] = event.obj
+        elif pod_uid not in pods:
+            self._pods_by_job[owner] = (*pods, pod_uid)
         # While its Job's tombstone lives, a pod keeps updating it: the pod watch can lag behind the Job
         # watch, and a pod's last events (its DELETED one included) carry its final state, exit code
         # and termination message (the XCom value), which the Job's DELETED event did not have.
@@ -541,11 +552,13 @@ class NamespaceWatch:
         delivered: its trigger confirms which; a tombstone may answer for it, or be of another uid).
         A Job of the same name with another uid than the one a trigger waits for is not its Job, so it
         counts as missing (it was re-created under that name)."""
+        if self.jobs is None:
+            return bool(self._listener_uids)
         for name, uids in self._listener_uids.items():
-            cached = self.job(name)
+            cached = self.jobs.uid_of(self.key.namespace, name)  # no decode: 10,000 listeners, one pass
             if cached is None:
                 return True
-            if any(uid is not None and uid != _uid(cached) for uid in uids.values()):
+            if any(uid is not None and uid != cached for uid in uids.values()):
                 return True
         return False
 

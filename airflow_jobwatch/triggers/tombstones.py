@@ -10,9 +10,7 @@ JSON, deflated), so that the 10,000 the store may hold stay small. Used by
 
 from __future__ import annotations
 
-import json
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from typing import Any
 
 from airflow_jobwatch.kube.informer import compare_resource_versions
 from airflow_jobwatch.kube.projection import JOB_FIELDS, METADATA_FIELDS, POD_FIELDS, Spec, project
+from airflow_jobwatch.kube.store import Packer
 
 __all__ = ["TOMBSTONE_MAX_AGE_SECONDS", "TOMBSTONE_MAX_ENTRIES", "Tombstone", "Tombstones"]
 
@@ -28,11 +27,11 @@ __all__ = ["TOMBSTONE_MAX_AGE_SECONDS", "TOMBSTONE_MAX_ENTRIES", "Tombstone", "T
 #: trigger that subscribes after its Job is already gone, e.g. a trigger moved to this triggerer just
 #: after a TTL deletion. Ten minutes outlasts any triggerer hand-over. Any Job of the namespace gets one,
 #: since a trigger moved here may still subscribe to it; each keeps only what a decision reads (see
-#: ``_TOMBSTONE_JOB_FIELDS``), packed (see :func:`_pack`). Measured with tracemalloc
+#: ``_TOMBSTONE_JOB_FIELDS``), packed (``kube/store.py``'s ``Packer``). Measured with tracemalloc
 #: (``bench/bench_tombstones.py``), a finished Job with one pod, labelled and annotated as the operator
-#: makes them, costs about 1.6 KiB (2.0 KiB for a Job a trigger waits for, which keeps its whole Job:
-#: the event carries it), against 12.6 KiB when a tombstone held the cache's copies as dicts: the
-#: 10,000-entry cap bounds them at about 16 MiB.
+#: makes them, costs about 0.7 KiB (1.1 KiB for a Job a trigger waits for, which keeps its whole Job:
+#: the event carries it), against 12.4 KiB when a tombstone held the cache's copies as dicts: the
+#: 10,000-entry cap bounds them at about 7 MiB.
 TOMBSTONE_MAX_ENTRIES = 10_000
 TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
@@ -61,17 +60,6 @@ def _slim_job(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _pack(obj: dict[str, Any]) -> bytes:
-    """A tombstone's copy of an object: compact JSON, deflated. A tombstone is written once and read
-    by its trigger a few times at most, so a decode per read costs less than keeping dicts."""
-    return zlib.compress(json.dumps(obj, separators=(",", ":")).encode(), 6)
-
-
-def _unpack(packed: bytes) -> dict[str, Any]:
-    obj: dict[str, Any] = json.loads(zlib.decompress(packed))
-    return obj
-
-
 def _rv(obj: dict[str, Any]) -> str | None:
     rv = (obj.get("metadata") or {}).get("resourceVersion")
     return rv if isinstance(rv, str) else None
@@ -88,16 +76,16 @@ class _Tombstone:
     #: True when the Job's DELETED event was seen; False when it vanished at a relist (end unseen)
     observed: bool
 
-    def learn(self, pod_uid: str, pod: dict[str, Any]) -> None:
-        """Keep ``pod`` unless the copy held is newer (higher resourceVersion); when the versions cannot
-        be compared, the later arrival wins."""
+    def learn(self, pod_uid: str, pod: dict[str, Any], packer: Packer) -> None:
+        """Keep ``pod`` (packed by ``packer``) unless the copy held is newer (higher resourceVersion); when
+        the versions cannot be compared, the later arrival wins."""
         held = self.pods.get(pod_uid)
         rv = _rv(pod)
         if held is not None:
             order = compare_resource_versions(held[0], rv)
             if order is not None and order > 0:
                 return
-        self.pods[pod_uid] = (rv, _pack(_slim_pod(pod)))
+        self.pods[pod_uid] = (rv, packer.pack(_slim_pod(pod)))
 
 
 @dataclass(frozen=True)
@@ -128,6 +116,11 @@ class Tombstones:
         self._tombstones: OrderedDict[str, _Tombstone] = OrderedDict()
         # Job uid -> name, for the tombstones: a pod event of a deleted Job updates its tombstone
         self._tombstone_names: dict[str, str] = {}
+        # A tombstone's copies are packed as the informers' compact stores pack what they hold (compact
+        # JSON, deflated with the first object of the kind as preset dictionary): a tombstone is written
+        # once and read by its trigger a few times at most, so a decode per read costs less than dicts.
+        self._jobs = Packer()
+        self._pods = Packer()
 
     def get(self, name: str) -> Tombstone | None:
         """The last state of the Job of this name that was deleted (or vanished) recently, with the
@@ -136,8 +129,8 @@ class Tombstones:
         tomb = self._tombstones.get(name)
         if tomb is None:
             return None
-        pods = [_unpack(packed) for _, packed in tomb.pods.values()]
-        return Tombstone(job=_unpack(tomb.job), pods=pods, observed=tomb.observed)
+        pods = [self._pods.unpack(packed) for _, packed in tomb.pods.values()]
+        return Tombstone(job=self._jobs.unpack(tomb.job), pods=pods, observed=tomb.observed)
 
     def bury(
         self,
@@ -160,14 +153,14 @@ class Tombstones:
         # A Job a trigger waits for keeps its whole last state (the event carries the whole Job, as
         # upstream's does); any other Job only what a decision reads.
         tomb = _Tombstone(
-            job=_pack(job if whole else _slim_job(job)),
+            job=self._jobs.pack(job if whole else _slim_job(job)),
             job_uid=uid,
             pods={},
             at=time.monotonic(),
             observed=observed,
         )
         for pod_uid, pod in pods:
-            tomb.learn(pod_uid, pod)
+            tomb.learn(pod_uid, pod, self._pods)
         self._tombstones[name] = tomb
         if uid:
             self._tombstone_names[uid] = name
@@ -191,7 +184,7 @@ class Tombstones:
         tomb_name = self._tombstone_names.get(job_uid)
         tomb = self._tombstones.get(tomb_name) if tomb_name is not None else None
         if tomb is not None and tomb.job_uid == job_uid:
-            tomb.learn(pod_uid, pod)
+            tomb.learn(pod_uid, pod, self._pods)
 
     def expire(self) -> None:
         cutoff = time.monotonic() - TOMBSTONE_MAX_AGE_SECONDS

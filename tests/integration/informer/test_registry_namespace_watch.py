@@ -74,3 +74,57 @@ async def test_job_label_selector_restricts_the_job_watch(sb: SandboxThread, tmp
     finally:
         await sub.close()
     assert registry.active() == {}
+
+
+async def test_the_shared_watch_keeps_its_objects_packed_and_a_waited_for_job_whole(
+    make_sandbox, tmp_path: Path
+):
+    """Every Job and pod the shared watch caches is packed (decoded afresh on each read) and its pod index
+    holds uids, so the cache costs bytes per object, not a tree of dicts; a Job no trigger waits for keeps
+    only what a decision reads (no pod template), the Job a trigger waits for is whole; each still reads
+    back with what a decision needs (conditions, its pod's exit code)."""
+    from airflow_jobwatch.kube.store import _CompactStore
+
+    # The Job controller and kubelet run (pods simulated: no host process), so the Jobs end on their own.
+    sb = make_sandbox(kubelet=True, job_controller=True, simulate_pods=True)
+    path = sb.write_kubeconfig(str(tmp_path / "kc"))
+    api = await k8s_config.new_client_from_config(config_file=path)
+    batch = BatchV1Api(api)
+    await batch.create_namespaced_job(NS, job("ended"))
+    registry = InformerRegistry(linger_seconds=0)
+    sub = await registry.subscribe(
+        WatchKey("sandbox", NS), factory(path), job_name="ours", on_change=lambda: None, config=FAST
+    )
+    watch = sub.watch
+
+    def complete(name: str) -> bool:
+        cached = watch.job(name)
+        conditions = ((cached or {}).get("status") or {}).get("conditions") or []
+        ended_pods = [
+            p
+            for p in watch.pods_of((cached or {}).get("metadata", {}).get("uid"))
+            if (p.get("status") or {}).get("phase") == "Succeeded"
+        ]
+        return any(c.get("type") == "Complete" for c in conditions) and bool(ended_pods)
+
+    try:
+        assert await watch.wait_synced(10)
+        await batch.create_namespaced_job(NS, job("ours"))
+        await eventually(lambda: complete("ended") and complete("ours"), within=30, what="both Jobs complete")
+        assert watch.jobs is not None and watch.pods is not None
+        assert isinstance(watch.jobs._store, _CompactStore) and isinstance(watch.pods._store, _CompactStore)
+        assert watch.job("ours") == watch.job("ours") and watch.job("ours") is not watch.job("ours")
+        assert watch._pods_by_job and all(
+            isinstance(uids, tuple) and all(isinstance(uid, str) for uid in uids)
+            for uids in watch._pods_by_job.values()
+        )
+        ended, ours = watch.job("ended"), watch.job("ours")
+        assert ended is not None and ours is not None
+        assert "template" not in ended["spec"], "a Job no trigger waits for is projected"
+        assert ours["spec"]["template"]["spec"]["containers"][0]["name"] == "c", "the waited-for Job is whole"
+        [pod] = watch.pods_of(ended["metadata"]["uid"])
+        [status] = pod["status"]["containerStatuses"]
+        assert status["state"]["terminated"]["exitCode"] == 0
+    finally:
+        await sub.close()
+        await api.close()

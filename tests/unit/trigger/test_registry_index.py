@@ -1,6 +1,8 @@
 """NamespaceWatch's index, fed with informer events by hand (the informers themselves are not started).
 
-The events are our own InformerEvent objects carrying API JSON, as the informer delivers them.
+The events are our own InformerEvent objects carrying API JSON, as the informer delivers them. Pod events
+go through a pod informer that is never started (its store written as a watch event writes it, then the
+event delivered), since the watch's pod index holds uids and reads the pods from that store.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent
 from airflow_jobwatch.triggers import tombstones
 from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
 
@@ -36,19 +38,34 @@ def _pod(name: str, uid: str, job_name: str, job_uid: str) -> dict[str, Any]:
 
 @pytest.fixture
 def watch() -> NamespaceWatch:
-    return NamespaceWatch(WatchKey("c", "ns"), _no_client, config=InformerConfig())
+    watch = NamespaceWatch(WatchKey("c", "ns"), _no_client, config=InformerConfig())
+    watch.pods = Informer(
+        object(), kind="pods", namespace="ns", config=InformerConfig(compact_store=True, projection=False)
+    )
+    watch.pods.subscribe(watch._on_pod_event)
+    return watch
+
+
+def _pod_event(watch: NamespaceWatch, etype: EventType, pod: dict[str, Any]) -> None:
+    """Deliver a pod event as the pod informer does: store (or drop) it, then call its subscribers."""
+    assert watch.pods is not None
+    if etype in (EventType.DELETED, EventType.DELETED_UNKNOWN):
+        watch.pods._remove(pod["metadata"]["uid"], etype, pod)
+    else:
+        watch.pods._put(pod)
+        watch.pods._emit(etype, pod)
 
 
 def test_pods_are_indexed_by_their_jobs_uid_and_only_that_jobs_listeners_are_called(watch):
     calls: list[str] = []
     watch.listen("a", lambda: calls.append("a"))
     watch.listen("b", lambda: calls.append("b"))
-    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-1", "p1", "a", "ua")))
-    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-2", "p2", "a", "ua")))
+    _pod_event(watch, EventType.ADDED, _pod("a-1", "p1", "a", "ua"))
+    _pod_event(watch, EventType.ADDED, _pod("a-2", "p2", "a", "ua"))
     assert calls == ["a", "a"]
     assert sorted(p["metadata"]["name"] for p in watch.pods_of("ua")) == ["a-1", "a-2"]
     assert watch.pods_of("ub") == []
-    watch._on_pod_event(InformerEvent(EventType.DELETED_UNKNOWN, _pod("a-1", "p1", "a", "ua")))
+    _pod_event(watch, EventType.DELETED_UNKNOWN, _pod("a-1", "p1", "a", "ua"))
     assert [p["metadata"]["name"] for p in watch.pods_of("ua")] == ["a-2"]
 
 
@@ -73,7 +90,7 @@ def test_a_failing_listener_does_not_stop_the_others(watch):
 
 
 def test_deleted_job_leaves_a_tombstone_with_its_pods(watch):
-    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("a-1", "p1", "a", "ua")))
+    _pod_event(watch, EventType.ADDED, _pod("a-1", "p1", "a", "ua"))
     final = _job("a", "ua", conditions=[{"type": "Complete", "status": "True"}])
     watch._on_job_event(InformerEvent(EventType.DELETED, final))
     tomb = watch.tombstone("a")
@@ -98,19 +115,19 @@ def test_a_deleted_jobs_tombstone_keeps_each_pods_freshest_copy(watch):
     arriving late does not replace a newer one."""
     running = _pod("a-1", "p1", "a", "ua")
     running["metadata"]["resourceVersion"] = "5"
-    watch._on_pod_event(InformerEvent(EventType.ADDED, running))
+    _pod_event(watch, EventType.ADDED, running)
     watch._on_job_event(InformerEvent(EventType.DELETED, _job("a", "ua")))
     final = _pod("a-1", "p1", "a", "ua")
     final["metadata"].update(resourceVersion="9", annotations={"big": "x" * 1000})
     final["status"] = {"phase": "Succeeded"}
-    watch._on_pod_event(InformerEvent(EventType.DELETED, final))
+    _pod_event(watch, EventType.DELETED, final)
     stale = dict(running, metadata=dict(running["metadata"], resourceVersion="7"))
-    watch._on_pod_event(InformerEvent(EventType.MODIFIED, stale))
+    _pod_event(watch, EventType.MODIFIED, stale)
     [pod] = watch.tombstone("a").pods
     assert pod["status"]["phase"] == "Succeeded"
     assert "annotations" not in pod["metadata"]  # only what a decision reads is kept
     # another Job's pods never touch it
-    watch._on_pod_event(InformerEvent(EventType.ADDED, _pod("b-1", "p2", "b", "ub")))
+    _pod_event(watch, EventType.ADDED, _pod("b-1", "p2", "b", "ub"))
     assert [p["metadata"]["uid"] for p in watch.tombstone("a").pods] == ["p1"]
 
 
@@ -119,8 +136,8 @@ def test_a_job_of_another_uid_under_a_listened_name_counts_as_missing(watch):
         def __init__(self, job: dict[str, Any]) -> None:
             self.job = job
 
-        def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
-            return self.job if name == "a" else None
+        def uid_of(self, namespace: str | None, name: str) -> str | None:
+            return str(self.job["metadata"]["uid"]) if name == "a" else None
 
     watch.jobs = _Jobs(_job("a", "new"))  # type: ignore[assignment]
     remove = watch.listen("a", lambda: None, job_uid="new")

@@ -31,7 +31,8 @@ async def _no_client() -> Any:
 
 
 class _Informer:
-    """What the registry reads of an informer: synced, and the Job store by name."""
+    """What the registry reads of an informer: synced, and its store by name and by uid (written before
+    each event is delivered, as the informer does)."""
 
     synced = True
     failing = False
@@ -41,6 +42,9 @@ class _Informer:
 
     def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         return next((o for o in self.by_uid.values() if o["metadata"]["name"] == name), None)
+
+    def get(self, uid: str) -> dict[str, Any] | None:
+        return self.by_uid.get(uid)
 
 
 def _job(truth: str, rv: int) -> dict[str, Any]:
@@ -120,6 +124,11 @@ def test_a_terminal_outcome_is_reported_only_when_observed(scenario):
                 store[UID] = event.obj
             watch._on_job_event(event)
         else:
+            pods = watch.pods.by_uid  # type: ignore[union-attr]
+            if event.type in (EventType.DELETED, EventType.DELETED_UNKNOWN):
+                pods.pop(event.uid, None)
+            else:
+                pods[event.uid] = event.obj
             watch._on_pod_event(event)
     payload = trigger._decide(watch)
     assert isinstance(payload, dict)
