@@ -341,7 +341,7 @@ class Informer:
                 for count, (namespace, name) in enumerate(self.names(), 1):
                     obj = self.by_name(namespace, name)
                     if obj is not None:
-                        self._emit(EventType.MODIFIED, obj)
+                        self._emit(EventType.MODIFIED, obj, replay=True)
                     if count % 1000 == 0:
                         await asyncio.sleep(0)  # thousands of objects: let the loop's other tasks run
             try:
@@ -486,8 +486,11 @@ class Informer:
             params["fieldSelector"] = self.field_selector
         return params
 
-    def _emit(self, etype: EventType, obj: dict[str, Any]) -> None:
-        self._observer.on_event(etype.value)
+    def _emit(self, etype: EventType, obj: dict[str, Any], *, replay: bool = False) -> None:
+        # A replay of the cache (the periodic resync) is not news from the server: it must not count as
+        # an event, nor reset the time since the last one, which is what shows a watch gone quiet.
+        if not replay:
+            self._observer.on_event(etype.value)
         if not self._subscribers:
             return
         event = InformerEvent(etype, obj)
