@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowTaskTimeout
@@ -29,16 +30,27 @@ from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 __all__ = ["ExecutionTimeoutAlarm"]
 
 
+#: How long after the deadline the timer held at start its reading zero counts as the alarm having gone
+#: off. A timer disarmed before that (a nested ``timeout()`` in a hook, ``signal.alarm(0)``) is not it.
+DEADLINE_SLACK_SECONDS = 0.05
+
+
+def _timer_left() -> float:
+    return signal.getitimer(signal.ITIMER_REAL)[0]
+
+
 def _timer_running() -> bool:
-    return signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    return _timer_left() > 0
 
 
 class ExecutionTimeoutAlarm:
     """Whether ``execution_timeout``'s timer, running when ``execute()`` started, has gone off since."""
 
-    def __init__(self, *, armed: bool, log: Any = None) -> None:
+    def __init__(self, *, armed: bool, log: Any = None, deadline: float | None = None) -> None:
         self.armed = armed
         self.log = log
+        #: ``time.monotonic()`` at which the timer read at start was due; None: not known (always due).
+        self.deadline = deadline
 
     @classmethod
     def at_start(cls, op: Any) -> ExecutionTimeoutAlarm:
@@ -50,12 +62,16 @@ class ExecutionTimeoutAlarm:
             and threading.current_thread() is threading.main_thread()
             and _timer_running()
         )
-        return cls(armed=armed, log=getattr(op, "log", None))
+        deadline = time.monotonic() + _timer_left() if armed else None
+        return cls(armed=armed, log=getattr(op, "log", None), deadline=deadline)
 
     def check(self) -> None:
         """Raise ``AirflowTaskTimeout`` when the timer has gone off although the task still runs (what
         its handler raised was dropped); once, and only if it was running when the task started."""
         if not self.armed or _timer_running():
+            return
+        if self.deadline is not None and time.monotonic() < self.deadline - DEADLINE_SLACK_SECONDS:
+            # Disarmed before it was due: someone else stopped the timer, it did not go off.
             return
         self.armed = False
         handler = signal.getsignal(signal.SIGALRM)

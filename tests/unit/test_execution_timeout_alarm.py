@@ -69,3 +69,12 @@ def test_without_a_timer_armed_for_the_task_nothing_is_raised(
         signal.setitimer(signal.ITIMER_REAL, 0.05)  # one started after execute() began is not the task's
     _wait_until_the_timer_went_off()
     alarm.check()
+
+
+def test_a_timer_disarmed_before_it_was_due_raises_nothing() -> None:
+    """A hook that stops the timer (a nested timeout(), signal.alarm(0)) did not make it go off."""
+    signal.setitimer(signal.ITIMER_REAL, 30)
+    alarm = ExecutionTimeoutAlarm.at_start(SimpleNamespace(execution_timeout=TIMEOUT))
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    alarm.check()
+    assert alarm.armed

@@ -256,12 +256,11 @@ def _alarm_in_a_finalizer() -> None:
         pass
 
     def callback(_: Any) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0.05)  # Airflow's timer, brought forward to now
-        deadline = time.monotonic() + 30
+        # Wait here for Airflow's timer to go off at its own deadline: the alarm lands in this callback,
+        # and its AirflowTaskTimeout ends the callback and is dropped.
+        deadline = time.monotonic() + 60
         while signal.getitimer(signal.ITIMER_REAL)[0] > 0 and time.monotonic() < deadline:
-            time.sleep(
-                0.01
-            )  # the alarm lands here; its AirflowTaskTimeout ends this callback, and is dropped
+            time.sleep(0.01)
 
     garbage = Garbage()
     ref = weakref.ref(garbage, callback)
@@ -276,7 +275,9 @@ def test_an_alarm_that_lands_in_a_finalizer_still_ends_the_task(sandbox, kubecon
     tasks): Python drops the handler's ``AirflowTaskTimeout`` there. The task must still end with
     ``AirflowTaskTimeout`` and ``on_kill()``, and not create a Job that nothing would stop."""
     _warm_up(kubeconfig)
-    op = _operator(OURS, kubeconfig, cmds=["sleep", "20"], execution_timeout=datetime.timedelta(seconds=60))
+    # Short enough to wait for in the callback; the Job is built well within it after the warm-up (were
+    # it not, the alarm would land outside the callback and the test would pass without testing it).
+    op = _operator(OURS, kubeconfig, cmds=["sleep", "20"], execution_timeout=datetime.timedelta(seconds=4))
     build = op.build_job_request_obj
 
     def build_then_collect(*args: Any, **kwargs: Any) -> Any:
