@@ -341,50 +341,55 @@ def test_a_resumed_task_whose_scheduler_is_killed_before_its_pod_starts_succeeds
         first,
         resumed,
     )
-    stack.kill("scheduler", signal.SIGKILL)  # the scheduler and its watcher, before the second pod starts
-    # The resumed pod starts at once and its task runs with no scheduler to see it, so that the task does not
-    # wait queued through the restart and the adoption ([scheduler] task_queued_timeout would requeue it).
-    (release_dir / f"{dag_id}.gate").touch()
-    stack.start("scheduler")
-    new = _new_scheduler_job(stack, "scheduler", after=old)
-    wait_until(
-        lambda: (ti := _tis(stack, dag_id, run_id).get(task_id)) and ti["state"] == "running",
-        timeout=120,
-        what="the resumed task to run in its pod",
-    )
-    wait_until(
-        lambda: (
-            (ti := _tis(stack, dag_id, run_id).get(task_id))
-            and ti["queued_by_job_id"] == new
-            and all(p["worker"] == str(new) for p in _pods(stack, run_id))
-        ),
-        timeout=HEALTH_CHECK_THRESHOLD + 90,
-        what=f"the new scheduler (job {new}) to adopt the task and both its pods",
-    )
-    # The first pod ends while the resumed task runs: the adopter sees its end (labels it done) and must
-    # not report it as the task's.
-    (release_dir / f"{dag_id}.sidecar").touch()
-    wait_until(
-        lambda: any(p["name"] == first["name"] and p["done"] == "True" for p in _pods(stack, run_id)),
-        timeout=60,
-        what=f"the adopter to see the end of the first pod {first['name']}",
-    )
-    ti = _tis(stack, dag_id, run_id)[task_id]
-    assert ti["state"] == "running", (ti, _pods(stack, run_id), stack.audit_events(dag_id, run_id))
-    (release_dir / dag_id).touch()
-    state = stack.wait_for_run(dag_id, run_id, timeout=150)
-    ti = _tis(stack, dag_id, run_id)[task_id]
-    pods = _pods(stack, run_id)
-    assert state == "success", (ti, pods)
-    assert ti["state"] == "success" and ti["try_number"] == 1, (ti, pods)
-    assert ti["queued_by_job_id"] == new, (old, new, ti)
-    assert _history(stack, dag_id, run_id) == [], "the task was reset or failed on the way"
-    assert stack.audit_events(dag_id, run_id) == [], "the scheduler saw an end for a running task"
-    # One pod per launch: the two that ran through the kill.
-    assert sorted(p["name"] for p in pods) == sorted([first["name"], resumed["name"]]), pods
-    # The database names the resumed launch (pre-assigned by the scheduler, or reported by the executor).
-    assert _launch_in_database(stack, dag_id, run_id, task_id) == resumed["launch"], (first, resumed)
-    assert "resumed after deferral (try 1)" in stack.task_log(dag_id, run_id, task_id, 1)
+    try:
+        stack.kill("scheduler", signal.SIGKILL)  # the scheduler and its watcher, before the second pod starts
+        # The resumed pod starts at once and its task runs with no scheduler to see it, so that the task does not
+        # wait queued through the restart and the adoption ([scheduler] task_queued_timeout would requeue it).
+        (release_dir / f"{dag_id}.gate").touch()
+        stack.start("scheduler")
+        new = _new_scheduler_job(stack, "scheduler", after=old)
+        wait_until(
+            lambda: (ti := _tis(stack, dag_id, run_id).get(task_id)) and ti["state"] == "running",
+            timeout=120,
+            what="the resumed task to run in its pod",
+        )
+        wait_until(
+            lambda: (
+                (ti := _tis(stack, dag_id, run_id).get(task_id))
+                and ti["queued_by_job_id"] == new
+                and all(p["worker"] == str(new) for p in _pods(stack, run_id))
+            ),
+            timeout=HEALTH_CHECK_THRESHOLD + 90,
+            what=f"the new scheduler (job {new}) to adopt the task and both its pods",
+        )
+        # The first pod ends while the resumed task runs: the adopter sees its end (labels it done) and must
+        # not report it as the task's.
+        (release_dir / f"{dag_id}.sidecar").touch()
+        wait_until(
+            lambda: any(p["name"] == first["name"] and p["done"] == "True" for p in _pods(stack, run_id)),
+            timeout=60,
+            what=f"the adopter to see the end of the first pod {first['name']}",
+        )
+        ti = _tis(stack, dag_id, run_id)[task_id]
+        assert ti["state"] == "running", (ti, _pods(stack, run_id), stack.audit_events(dag_id, run_id))
+        (release_dir / dag_id).touch()
+        state = stack.wait_for_run(dag_id, run_id, timeout=150)
+        ti = _tis(stack, dag_id, run_id)[task_id]
+        pods = _pods(stack, run_id)
+        assert state == "success", (ti, pods)
+        assert ti["state"] == "success" and ti["try_number"] == 1, (ti, pods)
+        assert ti["queued_by_job_id"] == new, (old, new, ti)
+        assert _history(stack, dag_id, run_id) == [], "the task was reset or failed on the way"
+        assert stack.audit_events(dag_id, run_id) == [], "the scheduler saw an end for a running task"
+        # One pod per launch: the two that ran through the kill.
+        assert sorted(p["name"] for p in pods) == sorted([first["name"], resumed["name"]]), pods
+        # The database names the resumed launch (pre-assigned by the scheduler, or reported by the executor).
+        assert _launch_in_database(stack, dag_id, run_id, task_id) == resumed["launch"], (first, resumed)
+        assert "resumed after deferral (try 1)" in stack.task_log(dag_id, run_id, task_id, 1)
+    finally:
+        # Whatever failed, no pod of this run stays held for the next test on this stack.
+        for hold in (".gate", ".sidecar", ""):
+            (release_dir / f"{dag_id}{hold}").touch()
 
 
 def _launch_in_database(stack: AirflowStack, dag_id: str, run_id: str, task_id: str) -> str | None:
