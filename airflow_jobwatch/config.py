@@ -96,7 +96,7 @@ RANGES: dict[str, Bounds] = {
     "backoff_max_seconds": Bounds(0, False),
     "backoff_reset_after_seconds": Bounds(0, True),
     "unhealthy_after_seconds": Bounds(0, False),
-    "resync_interval_seconds": Bounds(0, True),  # 0: no safety-net relist
+    "resync_interval_seconds": Bounds(0, True),  # 0: the executor's watcher never replays its cache
     "namespace_watch_linger_seconds": Bounds(0, True),
     "api_failure_tolerance_seconds": Bounds(0, True),
     "resume_hold_seconds": Bounds(0, True),

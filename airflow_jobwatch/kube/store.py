@@ -34,6 +34,10 @@ def _decode_stored(raw: bytes) -> dict[str, Any]:
     return listing._item_whole.decode(raw)
 
 
+#: Deflate's window (2**15): the most of a preset dictionary it can refer to.
+_WINDOW = 32 * 1024
+
+
 class Packer:
     """Objects of one kind packed one by one: compact JSON, deflated with the first packed object as zlib's
     preset dictionary (raw deflate, level 6). Each :meth:`unpack` decodes a new dict.
@@ -53,7 +57,7 @@ class Packer:
     def pack(self, obj: dict[str, Any]) -> bytes:
         raw = _encode_stored(obj)
         if self._zdict is None:
-            self._zdict = raw
+            self._zdict = raw[-_WINDOW:]  # deflate reads at most its window's worth of a dictionary
         packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=self._zdict)
         return packer.compress(raw) + packer.flush()
 

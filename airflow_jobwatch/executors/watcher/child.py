@@ -127,7 +127,8 @@ class PodRelay:
         )
         signature = (state.phase, state.terminal, state.reason)
         if event.type is EventType.DELETED_UNKNOWN and state.reason == "Deleted":
-            # Found missing by a list after a 410: its end was not seen. Say so, and claim no end.
+            # Found missing by a list after a 410: its end was not seen. The phase and reason stay (the
+            # scheduler decides from its database), the message says only what was seen.
             state = dataclasses.replace(state, message=_unseen_end(event.obj, namespace, event.name))
         if deleted:
             self.last_sent.pop(uid, None)
