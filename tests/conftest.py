@@ -17,6 +17,8 @@ Real-deployment modes (docs/sandbox.md has the full list):
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 TEST_BOOKMARK_INTERVAL = 0.5
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # A SIGTERM (CI stopping the jobs beside a failed `make test`, a developer's `kill`) ends the run as
+    # Ctrl-C does: pytest then tears its fixtures down, so an end-to-end stack's Airflow processes and
+    # its PostgreSQL server (each in a session of its own) are stopped instead of left running.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL,
+        None,
+    ):
+        signal.signal(signal.SIGTERM, _interrupt)
     config.addinivalue_line(
         "markers",
         "sandbox(**options): keyword options for the `sandbox` fixture's SandboxThread "
