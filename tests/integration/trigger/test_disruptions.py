@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,17 @@ IGNORE_DISRUPTIONS = {
 
 
 def _once_then_succeed(marker: Path) -> list[str]:
-    """The first pod waits to be disrupted; its replacement finds the marker and succeeds."""
+    """The first pod marks that it ran, then waits to be disrupted; its replacement finds the marker and
+    succeeds. Disrupt the first pod only once :func:`_marked_and_running` names it: a pod is Running as
+    soon as its shell process is started, before the shell has run ``touch``, and a pod stopped in
+    between leaves no marker, so its replacement sleeps its 60 s as well and the wait never ends."""
     return ["sh", "-c", f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 60"]
+
+
+def _marked_and_running(sandbox: Any, marker: Path) -> str | None:
+    """The running pod of an :func:`_once_then_succeed` Job, once it has left its marker (the marker is
+    only ever left by a first pod, which then sleeps until it is disrupted)."""
+    return _running_pod(sandbox) if marker.exists() else None
 
 
 async def _start(trigger: Any) -> asyncio.Task[list[dict[str, Any]]]:
@@ -59,6 +70,56 @@ def _running_pod(sandbox: Any, *, besides: set[str] = frozenset()) -> str | None
     return None
 
 
+def _explain(sandbox: Any, name: str, logs: list[dict[str, Any]], marker: Path | None = None) -> str:
+    """What a wait that ended in an error needs to explain itself: the trigger's log lines (with their
+    times when the capture stamps them), the Job's spec.suspend and status, its pods and containers,
+    the namespace's events, the sandbox Kueue's state, and when a pod left the marker, if one did."""
+    lines = ["--- the trigger's log ---"]
+    for entry in logs:
+        event, args = str(entry.get("event")), entry.get("positional_args")
+        text = event % tuple(args) if args else event
+        lines.append(f"{entry.get('timestamp', '-')} {entry.get('log_level', '')} {text}")
+    job = sandbox.get_object("jobs", NS, name) or {}
+    suspend = (job.get("spec") or {}).get("suspend")
+    lines += [f"--- Job {NS}/{name}: spec.suspend={suspend} status ---", json.dumps(job.get("status"))]
+    lines.append("--- pods ---")
+    for pod in sandbox.objects("pods", NS):
+        meta, status = pod["metadata"], pod.get("status") or {}
+        states = [cs.get("state") for cs in status.get("containerStatuses") or []]
+        deleting = f" deleting since {meta['deletionTimestamp']}" if meta.get("deletionTimestamp") else ""
+        lines.append(f"{meta['name']} {status.get('phase')}{deleting} containers={json.dumps(states)}")
+    lines.append("--- events ---")
+    for ev in sandbox.objects("events", NS):
+        who = (ev.get("involvedObject") or {}).get("name")
+        lines.append(f"{ev.get('lastTimestamp')} {who} {ev.get('reason')}: {ev.get('message')}")
+    lines.append(f"--- sandbox Kueue: {json.dumps(sandbox.kueue_state())}")
+    if marker is not None:  # left by the first pod that got past its ``touch`` (compare with the events)
+        left = (
+            datetime.datetime.fromtimestamp(marker.stat().st_mtime, datetime.UTC).isoformat()
+            if marker.exists()
+            else "never"
+        )
+        lines.append(f"--- the marker {marker.name} was left: {left}")
+    return "\n".join(lines)
+
+
+async def _event_of(
+    task: asyncio.Task[list[dict[str, Any]]],
+    sandbox: Any,
+    name: str,
+    logs: list[dict[str, Any]],
+    marker: Path | None = None,
+) -> dict[str, Any]:
+    """The trigger's one event; if the wait fails (``collect``'s time limit), the error carries
+    :func:`_explain`'s account of the trigger and the sandbox."""
+    try:
+        [event] = await task
+    except Exception as exc:
+        exc.add_note(_explain(sandbox, name, logs, marker))
+        raise
+    return event
+
+
 # --------------------------------------------------------------------------------------------------
 # JobTrigger
 
@@ -66,14 +127,15 @@ def _running_pod(sandbox: Any, *, besides: set[str] = frozenset()) -> str | None
 async def test_disrupted_pod_is_logged_and_listed_and_the_job_goes_on(
     sandbox, kubeconfig, k8s_async_client, tmp_path
 ):
-    manifest = job_manifest("spot", _once_then_succeed(tmp_path / "ran"), podFailurePolicy=IGNORE_DISRUPTIONS)
+    marker = tmp_path / "ran"
+    manifest = job_manifest("spot", _once_then_succeed(marker), podFailurePolicy=IGNORE_DISRUPTIONS)
     await create_job(k8s_async_client, manifest)
-    with structlog.testing.capture_logs() as logs:
+    with structlog.testing.capture_logs(processors=[structlog.processors.TimeStamper(fmt="iso")]) as logs:
         task = await _start(make_trigger(sandbox, kubeconfig, "spot", disruption_retries=1))
-        await wait_until(lambda: _running_pod(sandbox) is not None, what="the first pod running")
+        await wait_until(lambda: _marked_and_running(sandbox, marker) is not None, what="the first pod ran")
         victim = _running_pod(sandbox)
         sandbox.preempt_pod(NS, victim, grace_seconds=1)
-        [event] = await task
+        event = await _event_of(task, sandbox, "spot", logs, marker)
     assert event["status"] == "success", event
     assert [(d["pod"], d["reason"], d["started"]) for d in event["disruptions"]] == [
         (victim, "PreemptionByScheduler", True)
@@ -118,14 +180,14 @@ async def test_past_disruption_retries_the_wait_fails_and_deletes_the_job(
 async def test_job_without_disruption_retries_lists_disruptions_without_a_bound(
     sandbox, kubeconfig, k8s_async_client, tmp_path
 ):
-    manifest = job_manifest(
-        "unbounded", _once_then_succeed(tmp_path / "ran"), podFailurePolicy=IGNORE_DISRUPTIONS
-    )
+    marker = tmp_path / "ran"
+    manifest = job_manifest("unbounded", _once_then_succeed(marker), podFailurePolicy=IGNORE_DISRUPTIONS)
     await create_job(k8s_async_client, manifest)
-    task = await _start(make_trigger(sandbox, kubeconfig, "unbounded"))
-    await wait_until(lambda: _running_pod(sandbox) is not None, what="the first pod running")
-    sandbox.shutdown_node(NS, _running_pod(sandbox))
-    [event] = await task
+    with structlog.testing.capture_logs(processors=[structlog.processors.TimeStamper(fmt="iso")]) as logs:
+        task = await _start(make_trigger(sandbox, kubeconfig, "unbounded"))
+        await wait_until(lambda: _marked_and_running(sandbox, marker) is not None, what="the first pod ran")
+        sandbox.shutdown_node(NS, _running_pod(sandbox))
+        event = await _event_of(task, sandbox, "unbounded", logs, marker)
     assert event["status"] == "success", event
     assert [d["reason"] for d in event["disruptions"]] == ["NodeShutdown"]
 
@@ -155,19 +217,22 @@ async def test_kueue_suspension_admission_and_preemption_are_waited_through(
     sandbox, kubeconfig, k8s_async_client, tmp_path
 ):
     sandbox.set_kueue(0)  # no capacity yet: the Job waits suspended
+    marker = tmp_path / "ran"
     manifest = job_manifest(
-        "queued", _once_then_succeed(tmp_path / "ran"), labels={"kueue.x-k8s.io/queue-name": "local-queue"}
+        "queued", _once_then_succeed(marker), labels={"kueue.x-k8s.io/queue-name": "local-queue"}
     )
     await create_job(k8s_async_client, manifest)
-    with structlog.testing.capture_logs() as logs:
+    with structlog.testing.capture_logs(processors=[structlog.processors.TimeStamper(fmt="iso")]) as logs:
         task = asyncio.create_task(collect(make_trigger(sandbox, kubeconfig, "queued", poll_interval=0.5)))
         await wait_until(lambda: "waiting to be admitted" in _rendered(logs), what="the suspension logged")
         await asyncio.sleep(1.5)
         assert not task.done()
         sandbox.set_kueue(1)
-        await wait_until(lambda: _running_pod(sandbox) is not None, what="the admitted Job's pod running")
+        await wait_until(
+            lambda: _marked_and_running(sandbox, marker) is not None, what="the admitted Job's first pod ran"
+        )
         sandbox.kueue_preempt(NS, "queued", hold_seconds=1.0)
-        [event] = await task
+        event = await _event_of(task, sandbox, "queued", logs, marker)
     assert event["status"] == "success", event
     text = _rendered(logs)
     assert "Job default/queued is suspended: waiting to be admitted by Kueue (queue 'local-queue')" in text
@@ -223,9 +288,10 @@ def test_disruption_retries_validation(sandbox, kubeconfig):
 
 @pytest.mark.parametrize("mode", ["worker", "deferred"])
 def test_evicted_mid_run_with_disruption_retries_1_succeeds(sandbox, kubeconfig, tmp_path, mode):
+    marker = tmp_path / "ran"
     op = make_operator(
         kubeconfig,
-        cmds=_once_then_succeed(tmp_path / "ran"),
+        cmds=_once_then_succeed(marker),
         wait_until_job_complete=True,
         deferrable=mode == "deferred",
         disruption_retries=1,
@@ -237,7 +303,9 @@ def test_evicted_mid_run_with_disruption_retries_1_succeeds(sandbox, kubeconfig,
         # deferred: the triggerer watches long before a spot node goes; here, once the trigger looked
         if trigger is not None:
             wait_until_sync(lambda: trigger.notes.observations > 0, "the trigger watching", limit=60)
-        wait_until_sync(lambda: _running_pod(sandbox) is not None, "the first pod running", limit=60)
+        wait_until_sync(
+            lambda: _marked_and_running(sandbox, marker) is not None, "the first pod ran", limit=60
+        )
         sandbox.api_evict_pod(NS, _running_pod(sandbox), grace_seconds=1)
 
     evictors: list[threading.Thread] = []
