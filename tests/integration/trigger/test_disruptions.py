@@ -99,7 +99,7 @@ def _explain(sandbox: Any, name: str, logs: list[dict[str, Any]], marker: Path |
             if marker.exists()
             else "never"
         )
-        lines.append(f"--- the marker {marker.name} was left: {left}")
+        lines.append(f"--- the marker file {marker} was left at: {left}")
     return "\n".join(lines)
 
 
