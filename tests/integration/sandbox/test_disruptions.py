@@ -257,10 +257,15 @@ def _disruption_policy_job(name: str, marker: Path) -> dict[str, Any]:
 def test_pod_failure_policy_ignores_a_preempted_pod(
     sandbox: SandboxThread, core: client.CoreV1Api, batch: client.BatchV1Api, tmp_path: Path
 ) -> None:
-    batch.create_namespaced_job("default", _disruption_policy_job("ignored", tmp_path / "ran"))
+    marker = tmp_path / "ran"
+    batch.create_namespaced_job("default", _disruption_policy_job("ignored", marker))
+    # Running and its marker left: a pod preempted before its shell left it would run again and sleep 60 s.
     first = wait_for(
-        lambda: next((p for p in sandbox.objects("pods") if p["status"].get("phase") == "Running"), None),
-        what="the first pod to run",
+        lambda: (
+            marker.exists()
+            and next((p for p in sandbox.objects("pods") if p["status"].get("phase") == "Running"), None)
+        ),
+        what="the first pod to run and leave its marker",
     )
     sandbox.preempt_pod("default", first["metadata"]["name"], grace_seconds=1)
     job = wait_for(
@@ -365,7 +370,10 @@ def test_kueue_preemption_suspends_and_readmits(
     batch.create_namespaced_job(
         "default", _queued("bumped", f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 60")
     )
-    wait_for(lambda: _phase_of_job_pod(sandbox) == "Running", what="the Job's pod to run")
+    wait_for(
+        lambda: marker.exists() and _phase_of_job_pod(sandbox) == "Running",
+        what="the Job's pod to run and leave its marker",
+    )
     sandbox.kueue_preempt("default", "bumped", hold_seconds=1.0)
     wait_for(
         lambda: condition(sandbox.get_object("jobs", "default", "bumped"), "Suspended"),

@@ -193,9 +193,12 @@ def test_job_preempted_and_readmitted_succeeds(sandbox, kubeconfig, tmp_path, mo
 
     def preempt_when_running() -> None:
         def running() -> bool:
-            return any(p["status"].get("phase") == "Running" for p in sandbox.objects("pods", NS))
+            # the marker too: a pod preempted before its shell left it would run again and sleep 60 s
+            return marker.exists() and any(
+                p["status"].get("phase") == "Running" for p in sandbox.objects("pods", NS)
+            )
 
-        wait_until_sync(running, "the admitted Job's pod running", limit=90)
+        wait_until_sync(running, "the admitted Job's pod running and its marker left", limit=90)
         job = next(j for j in sandbox.objects("jobs", NS))
         sandbox.kueue_preempt(NS, job["metadata"]["name"], hold_seconds=1.0)
 
