@@ -65,7 +65,6 @@ from airflow_jobwatch.kube.informer_types import InformerEvent as InformerEvent
 from airflow_jobwatch.kube.informer_types import InformerHealth as InformerHealth
 from airflow_jobwatch.kube.informer_types import Kind as Kind
 from airflow_jobwatch.kube.label_selector import _selector_matcher as _selector_matcher
-from airflow_jobwatch.kube.listing import ListMode as ListMode
 from airflow_jobwatch.kube.listing import _decode_page as _decode_page
 from airflow_jobwatch.kube.listing import _decode_page_stdlib as _decode_page_stdlib
 from airflow_jobwatch.kube.listing import _Listing as _Listing
@@ -155,9 +154,9 @@ class Informer:
         # uids whose deletion was delivered (bounded, oldest forgotten first): a stale list or a watch replay
         # from an older resourceVersion must not bring them back (uids are never reused).
         self._gone: OrderedDict[str, None] = OrderedDict()
-        # List modes for which the server was seen to ignore `limit` (a watch cache answering
-        # resourceVersion=0 returns everything in one response): we stop asking for pages there.
-        self._limit_ignored: set[str] = set()
+        # Whether the server was seen to ignore `limit` (a watch cache answering resourceVersion=0 returns
+        # everything in one response): we then stop asking for pages.
+        self._limit_ignored = False
         self._label_match = _selector_matcher(self.label_selector)
         self._project = projector(kind) if config.projection else None
         #: Objects for which this returns True are stored whole, projection or not (the trigger registry
@@ -316,7 +315,7 @@ class Informer:
         """
         loop = asyncio.get_running_loop()
         need_list = True
-        # The first list and every list after a 410 read resourceVersion=0 (see ListMode): cheap for the
+        # The first list and every list after a 410 read resourceVersion=0 (see listing.py): cheap for the
         # server, possibly stale, and checked by _relist before anything it says is delivered. No other
         # list is ever made (the periodic resync lists nothing).
         resync_every = self.config.resync_interval_seconds
@@ -347,7 +346,7 @@ class Informer:
             try:
                 listed = need_list
                 if need_list:
-                    await self._relist("any")
+                    await self._relist()
                     self._observer.on_list(relist=listed_before)
                     listed_before = True
                     need_list = False
@@ -428,26 +427,25 @@ class Informer:
             return self._project(obj)
         return obj
 
-    async def _relist(self, mode: ListMode = "any") -> None:
+    async def _relist(self) -> None:
         """LIST and reconcile the store (:meth:`Relister.relist <airflow_jobwatch.kube.relist.Relister.relist>`
         has the rules), then record the sync: the resourceVersion to watch from, health, the first sync."""
         started = time.monotonic()
         first = not self._health.synced
         # A Relister per list (not one kept on self): the informer holds no reference cycle.
-        listing = await Relister(self).relist(mode)
+        listing = await Relister(self).relist()
         self._rv = listing.rv
         self._health.lists += 1
         self._health.last_sync = time.monotonic()
         self._health.synced = True
         self._health.record_success()
         log.debug(
-            "informer %s: %s %d objects at resourceVersion %s (%s) in %.2f s (%d added, %d modified, "
+            "informer %s: %s %d objects at resourceVersion %s in %.2f s (%d added, %d modified, "
             "%d vanished, %d confirmed gone of %d checked)",
             self.name,
             "listed" if first else "relisted",
             len(listing.seen),
             listing.rv,
-            mode,
             time.monotonic() - started,
             listing.added,
             listing.modified,

@@ -5,18 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 # How a LIST chooses its snapshot (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list):
-# * "any": resourceVersion=0 - whatever the apiserver's watch cache holds, cheap for the server but possibly
-#   older than what we have already seen (another apiserver of an HA control plane may lag behind).
-#   Used for the first list and after a 410, and its verdicts are checked before they are believed.
-# * "not_older_than": resourceVersion=<last synced>&resourceVersionMatch=NotOlderThan - what client-go's
-#   reflector uses for a relist that does not follow a 410: still served from the cache, but never older
-#   than what we have seen, so everything it says can be believed.
-# * "consistent": no resourceVersion - a quorum read from etcd. The fallback when the cache keeps answering
-#   "Too large resource version" to a NotOlderThan list (client-go: isLastSyncResourceVersionUnavailable).
-ListMode = Literal["any", "not_older_than", "consistent"]
+# the informer lists only at its start and after a 410, both times with resourceVersion=0 - whatever the
+# apiserver's watch cache holds, cheap for the server but possibly older than what we have already seen
+# (another apiserver of an HA control plane may lag behind), so its verdicts are checked before they are
+# believed (relist.py).
 
 
 # ---- decoding LIST pages -------------------------------------------------------------------------------

@@ -3,8 +3,8 @@ a possibly stale list from inventing deletions or rolling objects back (client-g
 
 :class:`Relister` works on the store of the :class:`~airflow_jobwatch.kube.informer.Informer` it belongs to
 and delivers through that informer's fan-out (``_put``, ``_remove``, ``_emit``), as client-go's Reflector
-works on the Store it is given. The informer decides when to list and in which :data:`ListMode`, and records
-the sync (resourceVersion, health) from what :meth:`Relister.relist` returns.
+works on the Store it is given. The informer decides when to list (every list reads resourceVersion=0; see
+``listing.py``), and records the sync (resourceVersion, health) from what :meth:`Relister.relist` returns.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobwatch.kube import listing as list_pages
 from airflow_jobwatch.kube.apierrors import KubeApiError, compare_resource_versions
 from airflow_jobwatch.kube.informer_types import _RESOURCES, EventType
-from airflow_jobwatch.kube.listing import ListMode, _Listing
+from airflow_jobwatch.kube.listing import _Listing
 from airflow_jobwatch.kube.store import _gc_paused
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Relister:
     def __init__(self, informer: Informer) -> None:
         self._informer = informer
 
-    async def relist(self, mode: ListMode = "any") -> _Listing:
+    async def relist(self) -> _Listing:
         """LIST and reconcile the store with what the server has now.
 
         Emits ADDED for objects new to the store, MODIFIED for objects whose resourceVersion changed, and
@@ -66,10 +66,10 @@ class Relister:
         listing = _Listing()
         continue_token: str | None = None
         while True:
-            body = await self._list_page(mode, continue_token)
+            body = await self._list_page(continue_token)
             # No await from here to the end of the page: see _gc_paused for why the collector waits.
             with _gc_paused():
-                continue_token = self._apply_page(body, mode, listing)
+                continue_token = self._apply_page(body, listing)
                 del body
             if not continue_token:
                 break
@@ -81,7 +81,7 @@ class Relister:
             if uid in seen or uid in doubtful:
                 continue
             order = compare_resource_versions(prev["metadata"].get("resourceVersion"), list_rv)
-            if (order is not None and order <= 0) or (order is None and mode != "any"):
+            if order is not None and order <= 0:
                 vanished.append(uid)
             else:
                 doubtful[uid] = prev
@@ -91,35 +91,29 @@ class Relister:
         listing.confirmed_gone = await self._confirm(doubtful) if doubtful else 0
         return listing
 
-    async def _list_page(self, mode: ListMode, continue_token: str | None) -> bytes:
-        """One page of a LIST: the raw body. The first page (no ``continue_token``) chooses the snapshot by
-        ``mode`` (see :data:`ListMode`); later pages belong to the snapshot of the first (the continue token
-        pins it)."""
+    async def _list_page(self, continue_token: str | None) -> bytes:
+        """One page of a LIST: the raw body. The first page (no ``continue_token``) reads
+        resourceVersion=0; later pages belong to the snapshot of the first (the continue token pins it)."""
         inf = self._informer
         params = inf._selector_params()
         # A watch cache answering resourceVersion=0 ignores `limit` and sends the whole collection at once
         # (kube-apiserver before ConsistentListFromCache/paginated cache lists; still so for RV=0 on many
         # versions). Asking is harmless, but once we know it is ignored we stop pretending to page.
-        if mode not in inf._limit_ignored:
+        if not inf._limit_ignored:
             params["limit"] = str(inf.config.page_size)
         if continue_token:
             # resourceVersion must not be sent with continue: the token pins the snapshot. A token older than
             # the server's history answers 410 Expired, and _run restarts the whole list.
             params["continue"] = continue_token
-        elif mode == "any":
+        else:
             params["resourceVersion"] = "0"
-        elif mode == "not_older_than":
-            assert inf._rv is not None
-            params["resourceVersion"] = inf._rv
-            params["resourceVersionMatch"] = "NotOlderThan"
-        # mode "consistent": no resourceVersion at all, a quorum read
         resp = await inf._request(params, read_timeout=inf.config.stall_timeout_seconds)
         try:
             return await resp.read()
         finally:
             resp.release()
 
-    def _apply_page(self, body: bytes, mode: ListMode, listing: _Listing) -> str | None:
+    def _apply_page(self, body: bytes, listing: _Listing) -> str | None:
         """Parse one LIST page and apply its items to the store (see :meth:`relist` for the rules); returns
         the continue token of the next page, or None after the last.
 
@@ -133,14 +127,13 @@ class Relister:
         if not list_rv and not listing.rv:
             raise ValueError(f"LIST {inf._path} returned no metadata.resourceVersion")
         listing.rv = listing.rv or list_rv
-        if len(items) > inf.config.page_size and mode not in inf._limit_ignored:
-            inf._limit_ignored.add(mode)
+        if len(items) > inf.config.page_size and not inf._limit_ignored:
+            inf._limit_ignored = True
             log.debug(
-                "informer %s: the server ignored limit=%d on a %s list (%d items in one response); "
-                "not paging such lists any more",
+                "informer %s: the server ignored limit=%d on a resourceVersion=0 list (%d items in one "
+                "response); not paging such lists any more",
                 inf.name,
                 inf.config.page_size,
-                mode,
                 len(items),
             )
         seen = listing.seen
@@ -161,7 +154,7 @@ class Relister:
                 if order is not None and order < 0:
                     inf.stats["stale_copies_ignored"] += 1
                     continue
-                if order is None and mode == "any":
+                if order is None:
                     listing.doubtful[uid] = prev
                     continue
             obj = inf._prepare(load(item))
