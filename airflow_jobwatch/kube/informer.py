@@ -271,7 +271,7 @@ class Informer:
 
     def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object with this namespace and name (read-only), or None."""
-        uid = self._by_name.get((namespace, name))
+        uid = self.uid_of(namespace, name)
         return None if uid is None else self._store.get(uid)
 
     @property

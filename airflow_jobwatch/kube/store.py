@@ -79,12 +79,6 @@ class _CompactStore:
         self._data: dict[str, bytes] = {}
         self._packer = Packer()
 
-    def _pack(self, obj: dict[str, Any]) -> bytes:
-        return self._packer.pack(obj)
-
-    def _unpack(self, packed: bytes) -> dict[str, Any]:
-        return self._packer.unpack(packed)
-
     def __len__(self) -> int:
         return len(self._data)
 
@@ -92,26 +86,26 @@ class _CompactStore:
         return uid in self._data
 
     def __getitem__(self, uid: str) -> dict[str, Any]:
-        return self._unpack(self._data[uid])
+        return self._packer.unpack(self._data[uid])
 
     def __setitem__(self, uid: str, obj: dict[str, Any]) -> None:
-        self._data[uid] = self._pack(obj)
+        self._data[uid] = self._packer.pack(obj)
 
     def get(self, uid: str) -> dict[str, Any] | None:
         raw = self._data.get(uid)
-        return None if raw is None else self._unpack(raw)
+        return None if raw is None else self._packer.unpack(raw)
 
     def pop(self, uid: str, default: None = None) -> dict[str, Any] | None:
         raw = self._data.pop(uid, None)
-        return default if raw is None else self._unpack(raw)
+        return default if raw is None else self._packer.unpack(raw)
 
     def items(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for uid, raw in list(self._data.items()):
-            yield uid, self._unpack(raw)
+            yield uid, self._packer.unpack(raw)
 
     def values(self) -> Iterator[dict[str, Any]]:
         for raw in list(self._data.values()):
-            yield self._unpack(raw)
+            yield self._packer.unpack(raw)
 
 
 @contextlib.contextmanager
