@@ -37,6 +37,7 @@ from airflow_jobwatch.executors.watcher.messages import (
     Synced,
     WatcherSpec,
     WatcherStats,
+    unseen_end,
 )
 from airflow_jobwatch.kube.informer import _selector_matcher
 from airflow_jobwatch.kube.states import containers_started as states_containers_started
@@ -129,7 +130,9 @@ class PodRelay:
         if event.type is EventType.DELETED_UNKNOWN and state.reason == "Deleted":
             # Found missing by a list after a 410: its end was not seen. The phase and reason stay (the
             # scheduler decides from its database), the message says only what was seen.
-            state = dataclasses.replace(state, message=_unseen_end(event.obj, namespace, event.name))
+            was = classify_pod(event.obj, deleted=False).phase
+            found = "when the watch listed again after 410 Gone (it was reconnecting)"
+            state = dataclasses.replace(state, message=unseen_end(namespace, event.name, was, found))
         if deleted:
             self.last_sent.pop(uid, None)
         elif self.last_sent.get(uid) == signature:
@@ -149,17 +152,6 @@ class PodRelay:
                 disruption=_disruption(event.obj, state),
             )
         )
-
-
-def _unseen_end(pod: dict[str, Any], namespace: str, name: str) -> str:
-    """The message of a pod that vanished while the watch was away: what was seen, and that its end was not."""
-    from airflow_jobwatch.kube.states import classify_pod
-
-    was = classify_pod(pod, deleted=False).phase
-    return (
-        f"Pod '{namespace}/{name}' was last seen {was}, then found deleted when the watch listed again after "
-        "410 Gone (it was reconnecting): its final state is unknown."
-    )
 
 
 def _disruption(pod: dict[str, Any], state: ObjectState) -> str | None:

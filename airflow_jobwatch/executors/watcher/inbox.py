@@ -28,6 +28,7 @@ from airflow_jobwatch.executors.watcher.messages import (
     PodUpdate,
     Synced,
     WatcherStats,
+    unseen_end,
 )
 
 if TYPE_CHECKING:
@@ -229,9 +230,8 @@ class ChildMessages:
         }
         state = classify_pod(stub, deleted=True).as_dict()
         # The phase and reason say how Airflow should treat it; the words say only what was seen.
-        state["message"] = (
-            f"Pod '{ref[0]}/{ref[1]}' was last seen {tracked.last_phase}, then found deleted "
-            "while the KubernetesJobWatcher was not running: its final state is unknown."
+        state["message"] = unseen_end(
+            ref[0], ref[1], tracked.last_phase, "while the KubernetesJobWatcher was not running"
         )
         del self._tracked[ref]
         self.counters.gap_deleted += 1

@@ -17,6 +17,13 @@ from airflow_jobwatch.kube.informer import InformerConfig
 
 PodRef = tuple[str, str]  # (namespace, name)
 
+
+def unseen_end(namespace: str, name: str, last_seen: str, found: str) -> str:
+    """The message of a pod found deleted with its end unseen: what was seen of it, when it was found gone,
+    and that its final state is unknown (its phase and reason are left for the scheduler to weigh)."""
+    return f"Pod '{namespace}/{name}' was last seen {last_seen}, then found deleted {found}: its final state is unknown."
+
+
 # ---------------------------------------------------------------------------------------------
 # Messages (child -> parent). Plain picklable dataclasses.
 # ---------------------------------------------------------------------------------------------
