@@ -58,19 +58,39 @@ def _gone(sandbox: Any, name: str) -> bool:
     return sandbox.get_object("pods", "default", name) is None
 
 
+def _running(
+    make_supervisor: Any, core_v1: Any, name: str, command: str, **supervisor: Any
+) -> tuple[Any, Any]:
+    """A supervisor whose watcher has synced and seen the pod ``name`` running ``command``."""
+    sup = make_supervisor(**supervisor)
+    results = _wait_synced(sup)
+    _create(core_v1, sup, name, command)
+    poll_until(
+        sup,
+        lambda rs: any(r.key == name and r.phase == "running" for r in rs),
+        timeout=30,
+        results=results,
+    )
+    return sup, results
+
+
+def _end_of(sup: Any, results: Any, name: str) -> Any:
+    """The terminal result the supervisor reports for the pod ``name``."""
+    poll_until(sup, lambda rs: name in _terminal(rs), timeout=30, results=results)
+    return _terminal(results)[name]
+
+
 def test_a_pod_that_succeeds_and_is_deleted_at_the_resync_is_reported_succeeded(
     make_supervisor, core_v1, kube_sandbox, tmp_path: Path
 ):
     sandbox, _ = kube_sandbox
-    sup = make_supervisor(informer_config=RESYNC_INFORMER)
-    results = _wait_synced(sup)
     release = tmp_path / "release"
-    _create(core_v1, sup, "finisher", f"while [ ! -e {release} ]; do sleep 0.05; done; exit 0")
-    poll_until(
-        sup,
-        lambda rs: any(r.key == "finisher" and r.phase == "running" for r in rs),
-        timeout=30,
-        results=results,
+    sup, results = _running(
+        make_supervisor,
+        core_v1,
+        "finisher",
+        f"while [ ! -e {release} ]; do sleep 0.05; done; exit 0",
+        informer_config=RESYNC_INFORMER,
     )
 
     _hold_the_resync(sandbox, sup, results)
@@ -89,8 +109,7 @@ def test_a_pod_that_succeeds_and_is_deleted_at_the_resync_is_reported_succeeded(
     finally:
         sandbox.set_error_rate(0.0)
 
-    poll_until(sup, lambda rs: "finisher" in _terminal(rs), timeout=30, results=results)
-    result = _terminal(results)["finisher"]
+    result = _end_of(sup, results, "finisher")
     assert (result.phase, result.reason) == ("succeeded", "Completed"), result
 
 
@@ -98,15 +117,7 @@ def test_a_pod_preempted_at_the_resync_is_reported_with_its_disruption(
     make_supervisor, core_v1, kube_sandbox
 ):
     sandbox, _ = kube_sandbox
-    sup = make_supervisor(informer_config=RESYNC_INFORMER)
-    results = _wait_synced(sup)
-    _create(core_v1, sup, "victim", "sleep 60")
-    poll_until(
-        sup,
-        lambda rs: any(r.key == "victim" and r.phase == "running" for r in rs),
-        timeout=30,
-        results=results,
-    )
+    sup, results = _running(make_supervisor, core_v1, "victim", "sleep 60", informer_config=RESYNC_INFORMER)
 
     _hold_the_resync(sandbox, sup, results)
     try:
@@ -116,8 +127,7 @@ def test_a_pod_preempted_at_the_resync_is_reported_with_its_disruption(
     finally:
         sandbox.set_error_rate(0.0)
 
-    poll_until(sup, lambda rs: "victim" in _terminal(rs), timeout=30, results=results)
-    result = _terminal(results)["victim"]
+    result = _end_of(sup, results, "victim")
     assert (result.phase, result.reason) == ("failed", "PreemptionByScheduler"), result
     assert result.disruption and "preempted" in result.disruption, result
 
@@ -128,15 +138,7 @@ def test_a_pod_deleted_while_a_410_relist_is_held_is_reported_with_an_unknown_en
     """After a 410 a list cannot be avoided, and a pod deleted before it succeeds is found only missing: its
     end was not seen, and the report says so instead of claiming it was deleted "before it finished"."""
     sandbox, _ = kube_sandbox
-    sup = make_supervisor()
-    results = _wait_synced(sup)
-    _create(core_v1, sup, "unseen", "sleep 60")
-    poll_until(
-        sup,
-        lambda rs: any(r.key == "unseen" and r.phase == "running" for r in rs),
-        timeout=30,
-        results=results,
-    )
+    sup, results = _running(make_supervisor, core_v1, "unseen", "sleep 60")
 
     before = sandbox.counters()
     sandbox.set_error_rate(1.0, status=500, verbs=["list"])
@@ -155,8 +157,7 @@ def test_a_pod_deleted_while_a_410_relist_is_held_is_reported_with_an_unknown_en
         sandbox.set_watch_expired(False)
         sandbox.set_error_rate(0.0)
 
-    poll_until(sup, lambda rs: "unseen" in _terminal(rs), timeout=30, results=results)
-    result = _terminal(results)["unseen"]
+    result = _end_of(sup, results, "unseen")
     assert (result.phase, result.reason) == ("failed", "Deleted"), result
     assert "last seen running" in result.message and "final state is unknown" in result.message, result
     assert "before it finished" not in result.message, result
