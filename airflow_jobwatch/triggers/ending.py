@@ -404,8 +404,16 @@ async def persist_result(api: Any, namespace: str, name: str, payload: dict[str,
     from kubernetes_asyncio.client import BatchV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from airflow_jobwatch.triggers.result_keys import result_keys
+
+    keys = result_keys()
+    if not keys:
+        return (
+            "[core] fernet_key is not set, so its result cannot be signed onto the Job (an unsigned result "
+            "would not be used), so the pods that hold it are kept"
+        )
     result = JobResult.from_payload(payload)
-    text = result.to_annotation()
+    text = result.to_annotation(keys[0])
     if text is None:
         return (
             f"its result is larger than {RESULT_ANNOTATION_LIMIT_BYTES} bytes, too large to keep on the Job, "

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_jobwatch.kube.result import RESULT_ANNOTATION
 from airflow_jobwatch.kube.states import pod_disruption
 from airflow_jobwatch.triggers.refusals import Refusals
 
@@ -102,6 +103,7 @@ class WaitNotes:
         self._suspended_at: float | None = None
         self._missing_since: float | None = None
         self._missing_reasons: set[str] = set()
+        self._rejected_results: set[str] = set()
         self._unlisten: Callable[[], None] | None = None  # set while listening for refusals
         self._timer: asyncio.TimerHandle | None = None
         self._context: contextvars.Context | None = None
@@ -144,6 +146,24 @@ class WaitNotes:
     def disruption_list(self) -> list[dict[str, Any]]:
         """The disruptions seen, oldest first, for the event payload."""
         return [dict(entry) for entry in self.disruptions.values()]
+
+    def result_rejected(self, why: str) -> None:
+        """The Job carries a stored result that does not count (``JobResult.with_stored``): say which and
+        why, once per reason; how the Job ended is read from the cluster alone."""
+        if why in self._rejected_results:
+            return
+        self._rejected_results.add(why)
+        if why.startswith("there is no key"):
+            why += " ([core] fernet_key is not set in this Airflow process)"
+        self._say(
+            "warning",
+            "Job %s/%s carries a result in its %s annotation that is not used: %s. How the Job ended is "
+            "read from its own status and its pods only.",
+            self.namespace,
+            self.job_name,
+            RESULT_ANNOTATION,
+            why,
+        )
 
     def exceeded(self) -> bool:
         return self.disruption_retries is not None and len(self.disruptions) > self.disruption_retries
