@@ -266,8 +266,6 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
         return
     from kubernetes_asyncio.client import CoreV1Api
 
-    from airflow_jobwatch.kube import client as kube_client
-
     log = trigger.log
     limit, problem = pod_logs.max_bytes()
     if problem is not None:
@@ -276,7 +274,7 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
     tail = pod_logs.Tail(limit)
     async with pod_logs.reading():
         try:
-            api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+            api, release = await trigger._end_client()
         except Exception as e:
             log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
             return
@@ -313,7 +311,7 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
                         core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
                     )
         finally:
-            await api.close()
+            await release()
         async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
             await pod_logs.write(log, tail, on_finish_action)
 
@@ -340,11 +338,9 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
     from kubernetes_asyncio.client import CoreV1Api, V1DeleteOptions
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_jobwatch.kube import client as kube_client
-
     base = trigger.base_container_name
     try:
-        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+        api, release = await trigger._end_client()
     except Exception as e:
         trigger.log.warning(
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
@@ -394,7 +390,7 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
         )
     finally:
-        await api.close()
+        await release()
 
 
 async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
@@ -289,6 +289,8 @@ class JobTrigger(JobDecisions, JobKilling):
         self.end_task = dict(end_task) if end_task is not None else None
         self.deferred_at = float(deferred_at) if deferred_at is not None else None
         self._notes: WaitNotes | None = None
+        #: While the task's end runs in ``run()``: the shared watch's client it uses (see _end_client).
+        self._end_api_client: Any = None
 
     @property
     def notes(self) -> WaitNotes:
@@ -404,19 +406,43 @@ class JobTrigger(JobDecisions, JobKilling):
         Only in a triggerer (``task_instance`` set): a caller that runs the trigger itself (``dag.test()``)
         resumes the task with the payload, as without ``end_task``.
         """
-        payload = await self.wait()
-        if self.task_instance is not None:
-            if self.end_task is not None:
+        ended: Any = None
+
+        async def end(payload: dict[str, Any], watch: NamespaceWatch | None) -> None:
+            nonlocal ended
+            if self.task_instance is None or self.end_task is None:
+                return
+            self._end_api_client = watch.api_client if watch is not None else None
+            try:
                 ended = await end_from_triggerer(self, payload)
-                if ended is not None:
-                    yield ended
-                    return
+            finally:
+                self._end_api_client = None
+
+        payload = await _Wait(self).run(then=end)
+        if ended is not None:
+            yield ended
+            return
+        if self.task_instance is not None:
             await hold_resume(self)
         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
 
     async def wait(self) -> dict[str, Any]:
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
         return await _Wait(self).run()
+
+    async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
+        """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared
+        watch's own client while this trigger's run holds the watch (its credential is this trigger's,
+        since the watch is keyed by the credential's digest), so an exec-plugin credential (EKS, GKE)
+        runs no plugin for the end; else a client of its own, closed when given back."""
+        if self._end_api_client is not None:
+
+            async def keep() -> None:
+                return None
+
+            return self._end_api_client, keep
+        api = await kube_client.async_api_client(await self._resolved_cluster_config())
+        return api, api.close
 
     async def on_kill(self) -> None:
         """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when
