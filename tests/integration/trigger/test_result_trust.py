@@ -176,3 +176,27 @@ async def test_without_a_fernet_key_the_pods_that_hold_the_result_are_kept(
     )
     assert len(pods.items) == 1
     assert "[core] fernet_key is not set" in _rendered(entries)
+
+
+async def test_a_second_run_on_a_watch_that_cached_the_job_projected_still_gives_the_xcom(
+    sandbox: Any, kubeconfig: Any, tmp_path: Path
+) -> None:
+    """The cache keeps no stored result in a Job it holds projected (one that changed last before a
+    trigger waited for it: a triggerer whose watch of the namespace was already open). The second run
+    then takes the result from the whole Job it reads once at the end."""
+    from airflow_jobwatch.triggers.registry import GET_PROJECTED
+
+    path = tmp_path / "return.json"
+    trigger = _deferred_task(kubeconfig, f"echo '[4, 2]' > {path}", path, "delete_pod")
+    _, kwargs = trigger.serialize()
+    first = await end_from_triggerer(trigger, await trigger.wait())
+    assert first is not None and first.xcoms["return_value"] == [4, 2]
+    await wait_until(lambda: not sandbox.objects("pods", NS), what="the first run's clean-up of the pods")
+
+    other = JobTrigger("another-job", NS, config_file=str(kubeconfig))
+    async with other.watching() as watch:  # the namespace's watch, open before the second run
+        again = JobTrigger(**kwargs)
+        payload = await again.wait()
+        assert watch.job_gets[GET_PROJECTED] == 1
+    assert payload["outcome"] == "success" and payload["xcom_result"] == ["[4, 2]\n"], payload
+    assert payload["pods"] and payload["pods"][0]["exit_code"] == 0
