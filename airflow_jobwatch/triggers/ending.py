@@ -394,9 +394,10 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
 
 
 async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:
-    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``), where a later reader
-    of the same Job takes it from (:meth:`JobResult.read`); None when written, else why it was not
-    (too large, the Job gone or replaced, the API refused), in which case the pods must be kept."""
+    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``, signed with the first of
+    ``result_keys()``), where a later reader of the same Job takes it from (:meth:`JobResult.read`); None
+    when written, else why it was not (no key, too large, the Job gone or replaced, the API refused), in
+    which case the pods must be kept."""
     from kubernetes_asyncio.client import BatchV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
