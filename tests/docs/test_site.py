@@ -68,6 +68,8 @@ NAVIGATION = [
         [
             "How it is built and tested",
             "Architecture",
+            "The executor's design",
+            "The deferrable wait's design",
             "Benchmarks",
             "The sandbox's design",
             "Failure-modes catalogue",
