@@ -212,6 +212,6 @@ class MaskedLog:
                 except (TypeError, ValueError):
                     text = " ".join([text, *map(str, args)])
             # No arguments left: neither structlog nor logging formats the message again.
-            return attribute(self._secrets.redact(text), **self._secrets.redact(kwargs))
+            return attribute(self._secrets.redact(text), **(self._secrets.redact(kwargs) if kwargs else {}))
 
         return emit
