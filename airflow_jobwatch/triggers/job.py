@@ -54,7 +54,7 @@ from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.killing import JobKilling
 from airflow_jobwatch.triggers.masking import KWARG as MASK_SECRETS_KWARG
-from airflow_jobwatch.triggers.masking import TaskSecrets, redact_job_env
+from airflow_jobwatch.triggers.masking import TaskSecrets, logged_event
 from airflow_jobwatch.triggers.notes import WaitNotes
 from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_DELETED,
@@ -431,9 +431,8 @@ class JobTrigger(JobDecisions, JobKilling):
         """
         payload = await self.wait()
         if self.task_instance is not None:
-            # Airflow logs a resume's whole event, and its ``job`` carries the pod template's rendered
-            # env values; the same Job goes into the ``job`` XCom when the task ends here.
-            payload["job"] = redact_job_env(payload.get("job"))
+            # Airflow logs a resume's whole event (masking.logged_event says what it keeps out)
+            payload = logged_event(payload, self.secrets)
             if self.end_task is not None:
                 ended = await end_from_triggerer(self, payload)
                 if ended is not None:

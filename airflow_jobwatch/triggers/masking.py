@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["KWARG", "TaskSecrets", "capture", "redact_job_env"]
+__all__ = ["KWARG", "TaskSecrets", "capture", "logged_event", "redact_job_env"]
 
 #: The trigger kwarg that carries the task's secrets (a list of strings; absent: not known).
 KWARG = "mask_secrets"
@@ -131,6 +131,21 @@ def redact_job_env(job: dict[str, Any] | None) -> dict[str, Any] | None:
         return job
     template = job["spec"]["template"]
     return {**job, "spec": {**job["spec"], "template": {**template, "spec": {**spec, **changed}}}}
+
+
+def logged_event(payload: dict[str, Any], secrets: TaskSecrets | None) -> dict[str, Any]:
+    """The trigger's event ``payload`` as it may be logged: Airflow logs a resume's event whole.
+
+    Its ``job`` has no env values (:func:`redact_job_env`; the same Job becomes the ``job`` XCom when the
+    task ends in the triggerer), and, with the task's secrets, its ``message`` (which quotes a failed
+    container's termination message) and ``disruptions`` are masked. What the resume reads to find the
+    Job and its result (names, uid, outcome, ``xcom_result``) is left as it is."""
+    event = {**payload, "job": redact_job_env(payload.get("job"))}
+    if secrets is not None:
+        for key in ("message", "disruptions"):
+            if key in event:
+                event[key] = secrets.redact(event[key])
+    return event
 
 
 def _container_without_env_values(container: Any) -> Any:

@@ -123,3 +123,25 @@ def test_the_jobs_env_values_are_redacted_and_references_kept() -> None:
 @pytest.mark.parametrize("job", [None, {}, {"spec": {}}, {"metadata": {"name": "projected"}}])
 def test_a_job_without_a_pod_template_is_unchanged(job: Any) -> None:
     assert masking.redact_job_env(job) is job
+
+
+def test_the_logged_event_masks_its_words_and_keeps_what_the_resume_reads() -> None:
+    payload = {
+        "status": "error",
+        "name": "job",
+        "uid": "u1",
+        "message": "container 'base' exited with code 3: 'p4ssw0rd-in-the-termination-message'",
+        "disruptions": [{"pod": "p", "message": "evicted while p4ssw0rd-in-the-termination-message"}],
+        "xcom_result": ['"p4ssw0rd-in-the-termination-message"'],
+        "job": JOB,
+    }
+    secrets = masking.TaskSecrets(["p4ssw0rd-in-the-termination-message"])
+    event = masking.logged_event(payload, secrets)
+    assert event["message"] == "container 'base' exited with code 3: '***'"
+    assert event["disruptions"] == [{"pod": "p", "message": "evicted while ***"}]
+    assert event["xcom_result"] == payload["xcom_result"]  # the resume's value, as the pod wrote it
+    assert (event["name"], event["uid"], event["status"]) == ("job", "u1", "error")
+    assert event["job"] == masking.redact_job_env(JOB)
+    assert payload["message"].endswith("message'")  # the trigger's own payload is not changed
+    unknown = masking.logged_event(payload, None)  # without the secrets: only the Job's env values
+    assert unknown["message"] == payload["message"] and unknown["job"] == event["job"]
