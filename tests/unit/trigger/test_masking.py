@@ -126,16 +126,17 @@ def test_a_job_without_a_pod_template_is_unchanged(job: Any) -> None:
 
 
 def test_the_logged_event_masks_its_words_and_keeps_what_the_resume_reads() -> None:
-    payload = {
-        "status": "error",
-        "name": "job",
-        "uid": "u1",
-        "message": "container 'base' exited with code 3: 'p4ssw0rd-in-the-termination-message'",
-        "disruptions": [{"pod": "p", "message": "evicted while p4ssw0rd-in-the-termination-message"}],
-        "xcom_result": ['"p4ssw0rd-in-the-termination-message"'],
-        "job": JOB,
-    }
-    secrets = masking.TaskSecrets(["p4ssw0rd-in-the-termination-message"])
+    secret = "p4ssw0rd-in-the-termination-message"
+    payload = dict(
+        status="error",
+        name="job",
+        uid="u1",
+        message=f"container 'base' exited with code 3: '{secret}'",
+        disruptions=[{"pod": "p", "message": f"evicted while {secret}"}],
+        xcom_result=[f'"{secret}"'],
+        job=JOB,
+    )
+    secrets = masking.TaskSecrets([secret])
     event = masking.logged_event(payload, secrets)
     assert event["message"] == "container 'base' exited with code 3: '***'"
     assert event["disruptions"] == [{"pod": "p", "message": "evicted while ***"}]
