@@ -37,6 +37,7 @@ from .rbac import Request as AuthzRequest
 from .reads import ReadsMixin
 from .responses import JSON, _bool_param, _error_response, _json_response
 from .store import Store
+from .validation import warning_header
 from .watch import DEFAULT_WATCH_TIMEOUT_RANGE, WatchMixin
 from .writes import WritesMixin
 
@@ -212,7 +213,7 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         if verb == "create":
             entry = self.create(resource, ns, body)
-            return _json_response(entry.full, 201)
+            return _json_response(entry.full, 201, headers=warning_header(resource, entry.obj) or None)
         if verb == "update":
             return _json_response(self.update(resource, ns or "", name or "", body, subresource=sub).full)
         if verb == "patch":

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .decoding import decoded
 from .errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import PREPARE, init_metadata
@@ -95,7 +96,7 @@ class WritesMixin:
                 f"the object provided is a {body.get('apiVersion')}/{body.get('kind')}: "
                 f"expected {api_version}/{kind} on this path"
             )
-        obj = clone(body)
+        obj = clone(decoded(resource, body))  # a 400 before validation, as the real decoder answers
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         body_ns = (obj.get("metadata") or {}).get("namespace")
@@ -124,6 +125,7 @@ class WritesMixin:
             raise bad_request(
                 f"the name of the object ({meta_in.get('name')}) does not match the name on the URL ({name})"
             )
+        body = decoded(resource, body)
         rv = meta_in.get("resourceVersion")
         if rv not in (None, "") and rv != entry.obj["metadata"]["resourceVersion"]:
             raise conflict(resource, name)
