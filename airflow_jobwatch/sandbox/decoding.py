@@ -486,7 +486,45 @@ def decoded(resource: str, body: dict[str, Any]) -> dict[str, Any]:
         kind = _KINDS[resource]
         raise bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: {err}')
     typ = TYPES.get(resource)
-    return body if typ is None else dict(without_nulls(body, typ))
+    if typ is None:
+        return body
+    out = dict(without_nulls(body, typ))
+    for container, _path, key in _unknown_container_fields(resource, out):
+        del container[key]
+    return out
 
 
-__all__ = ["decode_error", "decoded", "quantity_error", "without_nulls"]
+# Every field of core/v1 Container (k8s.io/api v0.36). A key of a container outside this set is not
+# decoded: the real server drops it and answers with a warning (fieldValidation=Warn, the default),
+# so a misspelt "commands" creates a Job whose container has no command.
+CONTAINER_FIELDS = frozenset(
+    "name image command args workingDir ports envFrom env resources resizePolicy restartPolicy "
+    "restartPolicyRules volumeMounts volumeDevices livenessProbe readinessProbe startupProbe lifecycle "
+    "terminationMessagePath terminationMessagePolicy imagePullPolicy securityContext stdin stdinOnce tty".split()
+)
+
+
+def _unknown_container_fields(resource: str, body: Any) -> list[tuple[dict[str, Any], str, str]]:
+    """(container, its field path, key) of each key a container of ``body`` has that its type has not."""
+    spec = body.get("spec") if isinstance(body, dict) else None
+    prefix = "spec."
+    if resource == "jobs":
+        template = spec.get("template") if isinstance(spec, dict) else None
+        spec = template.get("spec") if isinstance(template, dict) else None
+        prefix = "spec.template.spec."
+    found: list[tuple[dict[str, Any], str, str]] = []
+    for kind in ("initContainers", "containers"):
+        containers = spec.get(kind) if isinstance(spec, dict) else None
+        for i, c in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(c, dict):
+                path = f"{prefix}{kind}[{i}]"
+                found.extend((c, path, key) for key in c if key not in CONTAINER_FIELDS)
+    return found
+
+
+def unknown_field_warnings(resource: str, body: Any) -> list[str]:
+    """The warnings the real decoder gives for the container fields it drops, in document order."""
+    return [f'unknown field "{path}.{key}"' for _c, path, key in _unknown_container_fields(resource, body)]
+
+
+__all__ = ["decode_error", "decoded", "quantity_error", "unknown_field_warnings", "without_nulls"]

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from . import discovery, tables
 from .auth import Identity
+from .decoding import unknown_field_warnings
 from .errors import ApiError, bad_request, status_object
 from .gc import GarbageCollector
 from .kubeconfig import kubeconfig_text, write_kubeconfig_file
@@ -213,7 +214,10 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         if verb == "create":
             entry = self.create(resource, ns, body)
-            return _json_response(entry.full, 201, headers=warning_header(resource, entry.obj) or None)
+            dropped = unknown_field_warnings(resource, body)
+            return _json_response(
+                entry.full, 201, headers=warning_header(resource, entry.obj, dropped) or None
+            )
         if verb == "update":
             return _json_response(self.update(resource, ns or "", name or "", body, subresource=sub).full)
         if verb == "patch":

@@ -10,7 +10,7 @@ Recorded examples: ``tests/fixtures/real-apiserver/status-422-*.json``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Cause = tuple[str, str, str]  # (reason, field, message)
@@ -458,9 +458,10 @@ def container_causes(c: dict[str, Any], field: str, volumes: set[str]) -> list[C
     )
 
 
-def warning_header(resource: str, obj: Mapping[str, Any]) -> dict[str, str]:
+def warning_header(resource: str, obj: Mapping[str, Any], decoding: Sequence[str] = ()) -> dict[str, str]:
     """The ``Warning`` header of a created Pod or Job (``299 - "text"``, quotes escaped, several
-    warnings comma-separated as RFC 7234 allows); empty when there is nothing to warn about."""
+    warnings comma-separated as RFC 7234 allows): the ``decoding`` warnings (fields dropped), then the
+    pod spec's; empty when there is nothing to warn about."""
     spec = obj.get("spec")
     if resource == "jobs" and isinstance(spec, dict):
         template = spec.get("template")
@@ -471,6 +472,7 @@ def warning_header(resource: str, obj: Mapping[str, Any]) -> dict[str, str]:
         found = pod_spec_warnings(spec, "spec.")
     else:
         found = []
+    found = [*decoding, *found]
     if not found:
         return {}
     quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in found)

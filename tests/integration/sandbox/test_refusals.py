@@ -312,3 +312,19 @@ def test_kubectl_prints_the_recorded_refusal(kubeconfig: Path, tmp_path: Path, c
     else:
         assert f"Error from server ({expected['reason']}): error when creating" in result.stderr
         assert expected["message"] in result.stderr
+
+
+def test_an_unknown_container_field_is_dropped_with_a_warning(
+    api_client: kubernetes.client.ApiClient,
+) -> None:
+    # Recorded: a misspelt "commands" is 201 on a real server (invalid-bodies.json); the decoder drops
+    # the field and, with fieldValidation Warn (the default), says so in a Warning header.
+    record = next(r for r in RECORDS if r["case"] == "unknown field in the container")
+    body, _name = _named(record)
+    batch = kubernetes.client.BatchV1Api(api_client)
+    _data, status, headers = batch.create_namespaced_job_with_http_info("default", body)
+    assert status == 201
+    assert headers["Warning"] == '299 - "unknown field \\"spec.template.spec.containers[0].commands\\""'
+    raw = batch.read_namespaced_job("rec-ok", "default", _preload_content=False)  # the JSON as served
+    container = json.loads(raw.data)["spec"]["template"]["spec"]["containers"][0]
+    assert "commands" not in container and container["command"] == ["true"]
