@@ -478,16 +478,20 @@ def without_nulls(value: Any, typ: Any) -> Any:
     return value
 
 
-def decoded(resource: str, body: dict[str, Any]) -> dict[str, Any]:
+def decoded(resource: str, body: dict[str, Any], *, strict: bool = False) -> dict[str, Any]:
     """``body`` as the server holds it once decoded; the real server's 400 when it does not decode
-    into the resource's Go type. Resources without a table here are returned as they are."""
-    err = decode_error(resource, body)
-    if err is not None:
-        kind = _KINDS[resource]
-        raise bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: {err}')
+    into the resource's Go type, or (``strict``: ``?fieldValidation=Strict``, what kubectl sends by
+    default) when a container has a field its type has not. Other resources are returned as they are."""
     typ = TYPES.get(resource)
     if typ is None:
         return body
+    err = decode_error(resource, body)
+    if err is None and strict:
+        unknown = unknown_field_warnings(resource, body)
+        err = f"strict decoding error: {', '.join(unknown)}" if unknown else None
+    if err is not None:
+        kind = _KINDS[resource]
+        raise bad_request(f'{kind} in version "v1" cannot be handled as a {kind}: {err}')
     out = dict(without_nulls(body, typ))
     for container, _path, key in _unknown_container_fields(resource, out):
         del container[key]

@@ -213,8 +213,9 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             return _json_response(entry.full)
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         if verb == "create":
-            entry = self.create(resource, ns, body)
-            dropped = unknown_field_warnings(resource, body)
+            validation = query.get("fieldValidation", "Warn")
+            entry = self.create(resource, ns, body, field_validation=validation)
+            dropped = unknown_field_warnings(resource, body) if validation == "Warn" else []
             return _json_response(
                 entry.full, 201, headers=warning_header(resource, entry.obj, dropped) or None
             )

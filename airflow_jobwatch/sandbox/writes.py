@@ -87,7 +87,9 @@ class WritesMixin:
         )
 
     # ---- create / update / patch -----------------------------------------------------------------
-    def create(self, resource: str, ns: str | None, body: Any) -> Entry:
+    def create(self, resource: str, ns: str | None, body: Any, *, field_validation: str = "Warn") -> Entry:
+        """CREATE; ``field_validation`` is the request's ``fieldValidation`` (``Strict`` refuses an
+        unknown container field, ``Warn`` and ``Ignore`` drop it)."""
         if not isinstance(body, dict):
             raise bad_request("the object provided is unrecognized or invalid JSON: expected an object")
         api_version, kind = API_VERSIONS[resource]
@@ -96,7 +98,8 @@ class WritesMixin:
                 f"the object provided is a {body.get('apiVersion')}/{body.get('kind')}: "
                 f"expected {api_version}/{kind} on this path"
             )
-        obj = clone(decoded(resource, body))  # a 400 before validation, as the real decoder answers
+        # A 400 before validation, as the real decoder answers.
+        obj = clone(decoded(resource, body, strict=field_validation == "Strict"))
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         body_ns = (obj.get("metadata") or {}).get("namespace")

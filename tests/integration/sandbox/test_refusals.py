@@ -328,3 +328,21 @@ def test_an_unknown_container_field_is_dropped_with_a_warning(
     raw = batch.read_namespaced_job("rec-ok", "default", _preload_content=False)  # the JSON as served
     container = json.loads(raw.data)["spec"]["template"]["spec"]["containers"][0]
     assert "commands" not in container and container["command"] == ["true"]
+
+
+def test_strict_field_validation_refuses_an_unknown_container_field(
+    api_client: kubernetes.client.ApiClient,
+) -> None:
+    # fieldValidation=Strict (kubectl's default): the decoder's strict error is a 400, worded as
+    # "<Kind> in version ... cannot be handled as a <Kind>: strict decoding error: unknown field ...".
+    record = next(r for r in RECORDS if r["case"] == "unknown field in the container")
+    body, _name = _named(record)
+    with pytest.raises(kubernetes.client.ApiException) as info:
+        kubernetes.client.BatchV1Api(api_client).create_namespaced_job(
+            "default", body, field_validation="Strict"
+        )
+    assert info.value.status == 400
+    assert json.loads(info.value.body)["message"] == (
+        'Job in version "v1" cannot be handled as a Job: strict decoding error: '
+        'unknown field "spec.template.spec.containers[0].commands"'
+    )
