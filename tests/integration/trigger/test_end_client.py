@@ -45,6 +45,7 @@ async def test_ten_task_ends_run_the_credential_plugin_no_more_than_their_one_sh
             config_file=str(exec_kubeconfig),
             job_uid=job["metadata"]["uid"],
             poll_interval=5.0,
+            mask_secrets=[],  # the task's secrets are known (it has none): it may end here
             end_task={
                 "on_finish_action": "delete_pod",
                 "push_return": False,
