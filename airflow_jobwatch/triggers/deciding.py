@@ -26,6 +26,7 @@ from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_UNKNOWN,
 )
 from airflow_jobwatch.triggers.registry import GET_PROJECTED, NamespaceWatch
+from airflow_jobwatch.triggers.result_keys import result_keys
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:
@@ -68,6 +69,8 @@ class JobDecisions(BaseTrigger):
             do_xcom_push=self.do_xcom_push,
             disruptions=self.notes.disruption_list(),
             job=job,
+            keys=result_keys,
+            rejected=self.notes.result_rejected,
         )
         read = result.to_payload()
         return {
@@ -229,6 +232,12 @@ class JobDecisions(BaseTrigger):
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
         answered, job = await self._read_job(watch, GET_PROJECTED)
         if answered and job is not None and _uid(job) == payload["uid"]:
+            # The cache's projected copy has no stored result (kube/projection.py drops it): the whole Job
+            # may complete what the pods no longer show, as a Job cached whole does in _payload.
+            result = JobResult.from_payload(payload)
+            payload.update(
+                result.with_stored(job, result_keys, rejected=self.notes.result_rejected).to_payload()
+            )
             payload["job"] = client_job_dict(without_result_annotation(job))
 
 

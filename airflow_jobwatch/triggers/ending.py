@@ -275,8 +275,6 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
         return
     from kubernetes_asyncio.client import CoreV1Api
 
-    from airflow_jobwatch.kube import client as kube_client
-
     log = trigger.log
     limit, problem = pod_logs.max_bytes()
     if problem is not None:
@@ -285,7 +283,7 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
     tail = pod_logs.Tail(limit)
     async with pod_logs.reading():
         try:
-            api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+            api, release = await trigger._end_client()
         except Exception as e:
             log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
             return
@@ -322,7 +320,7 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
                         core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
                     )
         finally:
-            await api.close()
+            await release()
         async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
             await pod_logs.write(log, tail, on_finish_action)
 
@@ -349,11 +347,9 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
     from kubernetes_asyncio.client import CoreV1Api, V1DeleteOptions
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_jobwatch.kube import client as kube_client
-
     base = trigger.base_container_name
     try:
-        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+        api, release = await trigger._end_client()
     except Exception as e:
         trigger.log.warning(
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
@@ -403,18 +399,27 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
         )
     finally:
-        await api.close()
+        await release()
 
 
 async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:
-    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``), where a later reader
-    of the same Job takes it from (:meth:`JobResult.read`); None when written, else why it was not
-    (too large, the Job gone or replaced, the API refused), in which case the pods must be kept."""
+    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``, signed with the first of
+    ``result_keys()``), where a later reader of the same Job takes it from (:meth:`JobResult.read`); None
+    when written, else why it was not (no key, too large, the Job gone or replaced, the API refused), in
+    which case the pods must be kept."""
     from kubernetes_asyncio.client import BatchV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from airflow_jobwatch.triggers.result_keys import result_keys
+
+    keys = result_keys()
+    if not keys:
+        return (
+            "[core] fernet_key is not set, so its result cannot be signed onto the Job (an unsigned result "
+            "would not be used), so the pods that hold it are kept"
+        )
     result = JobResult.from_payload(payload)
-    text = result.to_annotation()
+    text = result.to_annotation(keys[0])
     if text is None:
         return (
             f"its result is larger than {RESULT_ANNOTATION_LIMIT_BYTES} bytes, too large to keep on the Job, "

@@ -42,7 +42,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
@@ -299,6 +299,8 @@ class JobTrigger(JobDecisions, JobKilling):
         self.mask_secrets = list(mask_secrets) if mask_secrets is not None else None
         self.secrets = TaskSecrets.from_kwargs(self.mask_secrets)
         self._notes: WaitNotes | None = None
+        #: While the task's end runs in ``run()``: the shared watch's client it uses (see _end_client).
+        self._end_api_client: Any = None
 
     @property
     def log(self) -> Any:
@@ -429,21 +431,45 @@ class JobTrigger(JobDecisions, JobKilling):
         Only in a triggerer (``task_instance`` set): a caller that runs the trigger itself (``dag.test()``)
         resumes the task with the payload, as without ``end_task``.
         """
-        payload = await self.wait()
+        ended: Any = None
+
+        async def end(payload: dict[str, Any], watch: NamespaceWatch | None) -> None:
+            nonlocal ended
+            if self.task_instance is None or self.end_task is None:
+                return
+            self._end_api_client = watch.api_client if watch is not None else None
+            try:
+                # Airflow logs a resume's whole event (masking.logged_event says what it keeps out)
+                ended = await end_from_triggerer(self, logged_event(payload, self.secrets))
+            finally:
+                self._end_api_client = None
+
+        payload = await _Wait(self).run(then=end)
+        if ended is not None:
+            yield ended
+            return
         if self.task_instance is not None:
-            # Airflow logs a resume's whole event (masking.logged_event says what it keeps out)
             payload = logged_event(payload, self.secrets)
-            if self.end_task is not None:
-                ended = await end_from_triggerer(self, payload)
-                if ended is not None:
-                    yield ended
-                    return
             await hold_resume(self)
         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
 
     async def wait(self) -> dict[str, Any]:
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
         return await _Wait(self).run()
+
+    async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
+        """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared
+        watch's own client while this trigger's run holds the watch (its credential is this trigger's,
+        since the watch is keyed by the credential's digest), so an exec-plugin credential (EKS, GKE)
+        runs no plugin for the end; else a client of its own, closed when given back."""
+        if self._end_api_client is not None:
+
+            async def keep() -> None:
+                return None
+
+            return self._end_api_client, keep
+        api = await kube_client.async_api_client(await self._resolved_cluster_config())
+        return api, api.close
 
     async def on_kill(self) -> None:
         """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when

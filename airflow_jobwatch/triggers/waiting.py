@@ -11,6 +11,7 @@ import contextvars
 import datetime
 import random
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_jobwatch import metrics
@@ -155,7 +156,12 @@ class _Wait:
         )
 
     # -- the whole run ---------------------------------------------------------------------------------
-    async def run(self) -> dict[str, Any]:
+    async def run(
+        self, then: Callable[[dict[str, Any], NamespaceWatch | None], Awaitable[None]] | None = None
+    ) -> dict[str, Any]:
+        """Wait, and return the payload; ``then(payload, watch)`` runs first, while this wait still holds
+        its shared watch (the task's end uses the watch's client: a credential plugin runs once per
+        credential, not once more per end)."""
         t = self.trigger
         t.notes.bind_context(contextvars.copy_context())  # its lines go to this task's log
         if t.deadline is not None:
@@ -200,6 +206,8 @@ class _Wait:
                 )
             if self.watch is not None:
                 await t._with_whole_job(self.watch, payload)
+            if then is not None:
+                await then(payload, self.watch)
             return payload
         finally:
             t.notes.close()

@@ -386,11 +386,12 @@ SOURCES = {"docs": doc_manifests, "deploy/rbac": deploy_rbac}
 @pytest.mark.parametrize("source", sorted(SOURCES))
 async def test_triggerer_role_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path, source: str) -> None:
     from airflow_jobwatch.kube.result import stored_result
+    from airflow_jobwatch.triggers.result_keys import result_keys
 
     job, entries, left = await _end_from_the_triggerer(
         sandbox, tmp_path, SOURCES[source]("triggerer"), "ended-here"
     )
-    assert stored_result(job) is not None
+    assert stored_result(job, result_keys()) is not None
     assert left == []
     assert not [e for e in entries if e.get("log_level") == "warning"], entries  # the log read too
     assert any(str(e.get("event")).endswith("] [c] from the job") for e in entries), entries
@@ -401,10 +402,11 @@ async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
     sandbox: Any, tmp_path: Path
 ) -> None:
     from airflow_jobwatch.kube.result import stored_result
+    from airflow_jobwatch.triggers.result_keys import result_keys
 
     manifests = without(doc_manifests("triggerer"), "batch", "jobs", "patch")
     job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, manifests, "kept-pods")
-    assert stored_result(job) is None
+    assert stored_result(job, result_keys()) is None
     assert len(left) == 1  # the result is still on its pod: nothing was deleted
     warnings = [
         str(e.get("event")) % tuple(e.get("positional_args") or ())
