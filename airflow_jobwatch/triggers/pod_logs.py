@@ -265,6 +265,7 @@ class Channel:
         """Wait for room for a record of about ``cost`` bytes and for this writer's turn among those
         waiting (first come, first served); False when the supervisor has stopped reading."""
         if not self._turns and self.fits(cost):
+            await asyncio.sleep(0)  # a turn ends with a pass of the loop, whatever the room
             return True
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._turns.append((cost, future))
@@ -371,7 +372,7 @@ class _Segment:
         """The kept lines, decoded, one at a time (never all at once)."""
         start = 0
         while (end := self.text.find(b"\n", start)) >= 0:
-            yield decoded(bytes(self.text[start:end]))
+            yield decoded(self.text[start:end])
             start = end + 1
 
 
@@ -517,7 +518,7 @@ async def read_into(core: Any, tail: Tail, pod: str, namespace: str, container: 
         response.release()
 
 
-def decoded(line: bytes) -> str:
+def decoded(line: bytes | bytearray) -> str:
     """UTF-8, undecodable bytes escaped (as upstream's operator decodes log lines)."""
     return line.decode("utf-8", errors="backslashreplace")
 

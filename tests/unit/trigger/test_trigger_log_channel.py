@@ -111,3 +111,23 @@ async def test_two_tasks_logs_at_once_all_read_and_the_loop_never_blocked() -> N
         assert sum(f"{name} line " in e for e in read) == 2000 and f"Deleting pod: pod-{name}" in read
     assert supervisor.risky_writes == 0
     assert lag.longest < 1.0, lag.longest  # Airflow's deadlock watchdog: nothing near it
+
+
+async def test_tails_held_at_once_stay_within_the_process_budget_first_come_first_served() -> None:
+    budget = pod_logs.Budget(10)
+    held, peak, order = 0, 0, []
+
+    async def tail(name: str, size: int) -> None:
+        nonlocal held, peak
+        async with budget.hold(size):
+            held += size
+            peak = max(peak, held)
+            order.append(name)
+            await asyncio.sleep(0.01)
+            held -= size
+
+    # the large tail, asked second, is served before the small ones asked after it
+    await asyncio.gather(tail("a", 6), tail("large", 8), tail("b", 3), tail("c", 3))
+    assert peak <= 10
+    assert order == ["a", "large", "b", "c"]
+    assert budget.free == 10
