@@ -270,59 +270,68 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
     writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, pods oldest first. At most
     ``[jobwatch] trigger_log_max_bytes`` of lines, the tail, with a note where lines were left out. A log
     that cannot be read is a warning."""
-    uid = payload.get("uid")
-    if not uid:
+    if not payload.get("uid"):
         return
-    from kubernetes_asyncio.client import CoreV1Api
-
     log = trigger.log
     limit, problem = pod_logs.max_bytes()
     if problem is not None:
         log.warning("%s", problem)
     on_finish_action = str(logs.get("on_finish_action") or "delete_pod")
     tail = pod_logs.Tail(limit)
-    async with pod_logs.reading():
-        try:
-            api, release = await trigger._end_client()
-        except Exception as e:
-            log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
-            return
-        try:
-            core = CoreV1Api(api)
-            try:
-                listed = await core.list_namespaced_pod(
-                    trigger.namespace,
-                    label_selector=f"controller-uid={uid}",
-                    _request_timeout=pod_logs.READ_TIMEOUT,
-                )
-            except Exception as e:
-                log.warning("Could not read the Job's pods: %s", e)
+    # The tail's bytes come from the process's budget for as long as it is held: read, then written.
+    async with pod_logs.budget().hold(limit):
+        async with pod_logs.reading():
+            if not await _read_pod_logs(trigger, payload, logs, tail, on_finish_action):
                 return
-            pods = sorted(
-                listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name)
+        await pod_logs.write(log, tail, on_finish_action)
+
+
+async def _read_pod_logs(
+    trigger: Any, payload: dict[str, Any], logs: dict[str, Any], tail: pod_logs.Tail, on_finish_action: str
+) -> bool:
+    """Every requested container's log of every pod of the Job into ``tail``; False when the pods could
+    not be listed (said in the task log)."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    log = trigger.log
+    try:
+        api, release = await trigger._end_client()
+    except Exception as e:
+        log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
+        return False
+    try:
+        core = CoreV1Api(api)
+        try:
+            listed = await core.list_namespaced_pod(
+                trigger.namespace,
+                label_selector=f"controller-uid={payload.get('uid')}",
+                _request_timeout=pod_logs.READ_TIMEOUT,
             )
-            for pod in pods:
-                spec = pod.spec
-                containers = requested_containers(
-                    tail,
-                    pod.metadata.name,
-                    [c.name for c in (spec.init_containers or [])] if spec else [],
-                    [c.name for c in (spec.containers or [])] if spec else [],
-                    logs,
+        except Exception as e:
+            log.warning("Could not read the Job's pods: %s", e)
+            return False
+        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        for pod in pods:
+            spec = pod.spec
+            containers = requested_containers(
+                tail,
+                pod.metadata.name,
+                [c.name for c in (spec.init_containers or [])] if spec else [],
+                [c.name for c in (spec.containers or [])] if spec else [],
+                logs,
+            )
+            kept = pod_logs.pod_kept(
+                on_finish_action,
+                pod.status.phase if pod.status else None,
+                _base_succeeded(pod, trigger.base_container_name),
+            )
+            for container in containers:
+                await pod_logs.read_into(
+                    core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
                 )
-                kept = pod_logs.pod_kept(
-                    on_finish_action,
-                    pod.status.phase if pod.status else None,
-                    _base_succeeded(pod, trigger.base_container_name),
-                )
-                for container in containers:
-                    await pod_logs.read_into(
-                        core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
-                    )
-        finally:
-            await release()
-        async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
-            await pod_logs.write(log, tail, on_finish_action)
+    finally:
+        await release()
+    return True
 
 
 def _base_succeeded(pod: Any, base: str) -> bool:
