@@ -104,20 +104,26 @@ def delete_refused(op: KubernetesJobOperator, job: k8s.V1Job) -> None:
             raise
     deadline = time.monotonic() + 60.0
     delay = 0.1
-    while time.monotonic() < deadline:
-        try:
-            current = op.job_client.read_namespaced_job(name=name, namespace=ns)
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        if current.metadata.uid != uid:
-            return
+    while not _gone(op, ns, name, uid):
+        if time.monotonic() >= deadline:
+            break
         time.sleep(delay * random.uniform(0.5, 1.5))
         delay = min(delay * 2, 2.0)
+    else:
+        return
     raise AirflowException(
         f"Job {ns}/{name} (created with an XCom sidecar this cluster cannot run) is not gone"
     )
+
+
+def _gone(op: KubernetesJobOperator, ns: str, name: str, uid: str | None) -> bool:
+    """Whether the Job ``uid`` no longer holds its name."""
+    try:
+        return bool(op.job_client.read_namespaced_job(name=name, namespace=ns).metadata.uid != uid)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
 
 
 def with_sidecar_results(op: KubernetesJobOperator, result: JobResult, pods: list[Any]) -> JobResult:
