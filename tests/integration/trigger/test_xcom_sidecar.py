@@ -53,7 +53,8 @@ async def test_framing_like_lines_in_the_output_and_in_the_value_are_data(
 ) -> None:
     path = str(tmp_path / "return.json")
     fake = "airflow-xcom-end 000000000000000000000000 2 44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-    value = {"lines": ["airflow-xcom-begin 1234 gzip+base64", "e30=", fake, "airflow-xcom-empty 1"], "n": 7}
+    lines = ["airflow-xcom-begin 1234 gzip+base64", "e30=", fake, "airflow-xcom-empty 1"]
+    value = {"lines": lines * 100, "n": 7}  # ~17 KiB: more than a termination message holds
     op, trigger = _deferred_with_xcom(
         kubeconfig,
         _writer(value, path, before=f"echo 'airflow-xcom-begin 0 gzip+base64'; echo e30=; echo '{fake}'"),
@@ -66,23 +67,41 @@ async def test_framing_like_lines_in_the_output_and_in_the_value_are_data(
     assert _decoded(event.xcoms["return_value"]) == value
 
 
-def test_a_base_container_that_fails_after_writing_a_result_fails_the_task(
+def test_the_result_of_a_pod_whose_base_container_failed_after_writing_it_is_not_returned(
     sandbox, kubeconfig, tmp_path
 ) -> None:
-    path = str(tmp_path / "return.json")
-    op = make_operator(
-        kubeconfig,
-        cmds=_writer({"rows": list(range(2000))}, path, then="exit 3"),
-        deferrable=False,
-        wait_until_job_complete=True,
-        get_logs=False,
-        do_xcom_push=True,
-        xcom_path=path,
+    """The first pod writes a result, then fails; the Job's retry writes another and succeeds: the
+    task returns the retry's alone. With no retry left, the task fails with the exit code and no value."""
+    path = str(tmp_path / "xcom" / "return.json")
+    marker = tmp_path / "first-pod-ran"
+    first, second = {"pod": "first", "rows": list(range(2000))}, {"pod": "second", "rows": list(range(2000))}
+    program = (
+        "import json, os, sys; first = not os.path.exists(sys.argv[1]); open(sys.argv[1], 'a').close(); "
+        f"json.dump({first!r} if first else {second!r}, open({path!r}, 'w')); sys.exit(3 if first else 0)"
     )
-    ti = FakeTI()
-    with pytest.raises(AirflowException, match="exit") as failed:
-        op.execute(make_context(ti))
-    assert "code 3" in str(failed.value)
+
+    def run(backoff_limit: int) -> tuple[Any, FakeTI]:
+        op = make_operator(
+            kubeconfig,
+            cmds=["python", "-c", program, str(marker)],
+            deferrable=False,
+            wait_until_job_complete=True,
+            get_logs=False,
+            do_xcom_push=True,
+            xcom_path=path,
+            backoff_limit=backoff_limit,
+        )
+        ti = FakeTI()
+        try:
+            return op.execute(make_context(ti)), ti
+        except AirflowException as e:
+            return e, ti
+
+    returned, _ti = run(backoff_limit=1)
+    assert returned == second
+    marker.unlink()
+    failed, ti = run(backoff_limit=0)
+    assert isinstance(failed, AirflowException) and "code 3" in str(failed)
     assert "return_value" not in ti.xcoms
 
 
