@@ -649,6 +649,12 @@ class Kubelet:
         for c, runner in reversed(list(zip(rt.sidecars(), rt.sidecar_runners, strict=False))):
             if runner.done():
                 continue
+            if c.proc is None and c.last_state:  # waiting to restart (back-off): it is not started again
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+                c.state, c.final = c.last_state, True
+                continue
             if c.proc is not None and c.proc.returncode is None:
                 self._event(rt, "Killing", f"Stopping container {c.name}", container=c.name)
                 simulated.signal_group(c.proc, signal.SIGTERM)
@@ -810,13 +816,13 @@ class Kubelet:
     async def _run_once(self, rt: PodRuntime, c: ContainerRuntime) -> int:
         argv = [str(a) for a in (c.spec.get("command") or [])] + [str(a) for a in (c.spec.get("args") or [])]
         argv = [rewrite(a, c.mounts) for a in argv]
+        if rt.stopping.is_set() or (c.sidecar and rt.sidecars_stopping):
+            c.final = True
+            return 137
         if c.restart_count:
             c.previous_logs = c.logs
             c.logs = LogBuffer()
         started_at = now_rfc3339()
-        if rt.stopping.is_set() or (c.sidecar and rt.sidecars_stopping):
-            c.final = True
-            return 137
         pod = self._current(rt)  # read once: nothing below yields before the process starts
         try:
             forced = start_failure(pod or {}, c.name)
