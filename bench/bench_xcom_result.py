@@ -110,7 +110,10 @@ def _pod(name: str, mib: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10], help="result sizes in MiB")
+    parser.add_argument("--quick", action="store_true", help="1 MiB only (a smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.sizes = [1]
     from kubernetes import client, config
 
     from airflow_jobwatch.kube import xcom_sidecar
