@@ -5,6 +5,7 @@ again; the new one picks the waits up from the database and they end correctly.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -57,6 +58,7 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
         "long": "success",
         "fan_out": "success",
         "fails": "failed",
+        "big_result": "success",
         "bad_image": "failed",
     }, states
     long_log = stack.task_log(DAG_ID, run_id, "long", 1)
@@ -66,6 +68,13 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     assert not BYTES_REPR.search(long_log), long_log[-3000:]
     fan_out_log = stack.task_log(DAG_ID, run_id, "fan_out", 1)
     assert fan_out_log.count("[base] one of three") == 3, fan_out_log[-3000:]
+    # a result of ~1 MiB, printed by the pod's XCom sidecar and read from its log by the triggerer
+    (stored,) = stack.query(
+        "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = 'big_result' AND key = 'return_value'",
+        (DAG_ID, run_id),
+    )
+    value = json.loads(stored[0])
+    assert value == [{"id": i} for i in range(100_000)], str(value)[:300]
     fails_log = stack.task_log(DAG_ID, run_id, "fails", 1)
     assert "BackoffLimitExceeded" in fails_log
     assert "[base] about to fail" in fails_log  # a failed Job's log is written too
@@ -76,9 +85,10 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     # stay; bad_image's Job, which could never run, is deleted as on_kill deletes it (its task failed)
     wait_until(lambda: not stack.admin.objects("pods", "default"), timeout=30, what="the pods' deletion")
     wait_until(
-        lambda: len(stack.admin.objects("jobs", "default")) == 4, timeout=30, what="bad_image's Job deletion"
+        lambda: len(stack.admin.objects("jobs", "default")) == 5, timeout=30, what="bad_image's Job deletion"
     )
     assert sorted(j["metadata"]["labels"].get("task_id") for j in stack.admin.objects("jobs", "default")) == [
+        "big_result",
         "fails",
         "fan_out",
         "long",

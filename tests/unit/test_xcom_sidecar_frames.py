@@ -29,13 +29,11 @@ from airflow_jobwatch.kube.xcom_sidecar import (
 def _printed(path: Path) -> bytes:
     """What the sidecar program prints for ``path`` when stopped with SIGTERM, as the kubelet stops it."""
     proc = subprocess.Popen(sidecar_command(str(path)), stdout=subprocess.PIPE, start_new_session=True)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     deadline = time.monotonic() + 10
-    while proc.poll() is None and time.monotonic() < deadline:  # its trap is set once it sleeps
-        try:
-            if subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True).returncode == 0:
-                break
-        except FileNotFoundError:
-            break
+    # its trap is set before it starts its sleep: wait for that child (Linux's /proc lists it)
+    while proc.poll() is None and not children.read_text().strip():
+        assert time.monotonic() < deadline, "the sidecar program never started its sleep"
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGTERM)  # the container's main process only, as the kubelet does
     out, _ = proc.communicate(timeout=30)
