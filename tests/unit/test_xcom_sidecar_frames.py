@@ -31,11 +31,16 @@ def _printed(path: Path) -> bytes:
     proc = subprocess.Popen(sidecar_command(str(path)), stdout=subprocess.PIPE, start_new_session=True)
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     deadline = time.monotonic() + 10
-    # its trap is set before it starts its sleep: wait for that child (Linux's /proc lists it)
-    while proc.poll() is None and not children.read_text().strip():
+
+    def sleeping() -> bool:  # its trap is set before it starts its sleep (Linux's /proc shows the child)
+        pids = children.read_text().split()
+        return bool(pids) and Path(f"/proc/{pids[0]}/comm").read_text().strip() == "sleep"
+
+    while proc.poll() is None and not sleeping():
         assert time.monotonic() < deadline, "the sidecar program never started its sleep"
         time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGTERM)  # the container's main process only, as the kubelet does
+    # to the whole group, as a container's end takes every process of it (the sandbox signals the group)
+    os.killpg(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     return out
