@@ -230,11 +230,9 @@ def _cache_sizes() -> dict[str, Any]:
         for kind, informer in (("jobs", watch.jobs), ("pods", watch.pods)):
             if informer is None:
                 continue
-            store = informer._store
-            data = getattr(store, "_data", None)
             row = sizes.setdefault(kind, {"objects": 0, "packed_bytes": 0})
-            row["objects"] += len(store)
-            row["packed_bytes"] += sum(len(v) for v in data.values()) if data is not None else 0
+            row["objects"] += len(informer.cache)
+            row["packed_bytes"] += sum(informer.cache.packed_sizes())
     return sizes
 
 

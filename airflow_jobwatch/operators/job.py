@@ -54,6 +54,7 @@ from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobRes
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
+from airflow_jobwatch.triggers import masking
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
 )
@@ -462,6 +463,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     deadline=request.deadline(self, context),
                     end_task=self._end_plan(context),
                     deferred_at=time.time(),
+                    # what the task's masker hides now, for the lines the triggerer writes for it
+                    mask_secrets=masking.capture(),
                 ),
                 method_name="execute_complete",
             )

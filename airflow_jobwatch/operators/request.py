@@ -187,6 +187,7 @@ def trigger(
     deadline: datetime.datetime | None = None,
     end_task: dict[str, Any] | None = None,
     deferred_at: float | None = None,
+    mask_secrets: list[str] | None = None,
 ) -> JobTrigger:
     """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
     ``execution_timeout`` (SIGALRM) is the one deadline
@@ -213,6 +214,7 @@ def trigger(
         disruption_retries=op.disruption_retries,
         end_task=end_task,
         deferred_at=deferred_at,
+        mask_secrets=mask_secrets,
     )
 
 

@@ -771,17 +771,20 @@ class Kubelet:
         env["PATH"] = f"{bindir}{os.pathsep}{path}" if path else bindir
         env["HOSTNAME"] = rt.name
         pod = self._current(rt) or {}
+        # Read defensively: whatever the API server stored must start (or fail as a container
+        # fails), never crash the kubelet. A Go string the body left null is "".
         for item in c.spec.get("env") or []:
-            if not isinstance(item, dict) or "name" not in item:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 continue
-            if "value" in item:
-                env[item["name"]] = str(item["value"])
-            elif isinstance(item.get("valueFrom"), dict) and "fieldRef" in item["valueFrom"]:
-                path_ = str(item["valueFrom"]["fieldRef"].get("fieldPath", ""))
+            source = item.get("valueFrom")
+            field_ref = source.get("fieldRef") if isinstance(source, dict) else None
+            if isinstance(field_ref, dict):
                 value: Any = pod
-                for part in path_.split("."):
+                for part in str(field_ref.get("fieldPath") or "").split("."):
                     value = value.get(part) if isinstance(value, dict) else None
                 env[item["name"]] = "" if value is None else str(value)
+            elif source is None:
+                env[item["name"]] = str(item.get("value") or "")
         return env
 
     async def _run_container(self, rt: PodRuntime, c: ContainerRuntime) -> None:
@@ -814,7 +817,7 @@ class Kubelet:
             backoff = min(backoff * 2, RESTART_BACKOFF_MAX)
 
     async def _run_once(self, rt: PodRuntime, c: ContainerRuntime) -> int:
-        argv = [str(a) for a in (c.spec.get("command") or [])] + [str(a) for a in (c.spec.get("args") or [])]
+        argv = [_arg(a) for key in ("command", "args") for a in _listed(c.spec.get(key))]
         argv = [rewrite(a, c.mounts) for a in argv]
         if rt.stopping.is_set() or (c.sidecar and rt.sidecars_stopping):
             c.final = True
@@ -1172,15 +1175,15 @@ _IMAGE_REFERENCE = re.compile(
 
 def _missing_reference(container: dict[str, Any]) -> str | None:
     """The kubelet's message for the first Secret/ConfigMap a container needs (none exist here)."""
-    for item in container.get("env") or []:
-        source = (item or {}).get("valueFrom") or {}
+    for item in _dicts(container.get("env")):
+        source = item.get("valueFrom")
         for key, kind in (("secretKeyRef", "secret"), ("configMapKeyRef", "configmap")):
-            ref = source.get(key)
+            ref = source.get(key) if isinstance(source, dict) else None
             if isinstance(ref, dict) and not ref.get("optional"):
                 return f'{kind} "{ref.get("name", "")}" not found'
-    for item in container.get("envFrom") or []:
+    for item in _dicts(container.get("envFrom")):
         for key, kind in (("secretRef", "secret"), ("configMapRef", "configmap")):
-            ref = (item or {}).get(key)
+            ref = item.get(key)
             if isinstance(ref, dict) and not ref.get("optional"):
                 return f'{kind} "{ref.get("name", "")}" not found'
     return None
@@ -1202,7 +1205,7 @@ def start_failure(pod: dict[str, Any], container: str) -> str | None:
     reason, target = reason.strip(), target.strip()
     spec = pod.get("spec") or {}
     names = [
-        str(x.get("name")) for x in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        str(x.get("name")) for x in [*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers"))]
     ]
     if reason not in START_FAILURE_REASONS or (target and target not in names):
         raise ValueError(
@@ -1211,6 +1214,21 @@ def start_failure(pod: dict[str, Any], container: str) -> str | None:
             f"pod's containers ({', '.join(names)})"
         )
     return reason if not target or target == container else None
+
+
+def _listed(value: Any) -> list[Any]:
+    """A container's ``command`` or ``args`` as stored (a list, or absent)."""
+    return value if isinstance(value, list) else []
+
+
+def _arg(value: Any) -> str:
+    """One argument: a null element of a Go ``[]string`` decodes to the empty string."""
+    return "" if value is None else str(value)
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a stored list (``env``, ``envFrom``, containers), anything else skipped."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _truthy(value: str | None) -> bool:

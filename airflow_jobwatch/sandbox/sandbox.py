@@ -326,10 +326,13 @@ class Sandbox:
         )
         self.rbac.enabled = True
 
-    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
-        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) and turn
-        RBAC on. Returns what was loaded (``kind/namespace/name``)."""
-        loaded = self.rbac.load_manifests(manifests)
+    def load_rbac_manifests(
+        self, manifests: str | list[dict[str, Any]], *, namespace: str | None = None
+    ) -> list[str]:
+        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) as
+        ``kubectl apply -n namespace`` would, and turn RBAC on. Returns what was loaded
+        (``kind/namespace/name``)."""
+        loaded = self.rbac.load_manifests(manifests, namespace=namespace)
         self.rbac.enabled = True
         return loaded
 

@@ -181,8 +181,10 @@ class SandboxThread:
             )
         )
 
-    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
-        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests)))
+    def load_rbac_manifests(
+        self, manifests: str | list[dict[str, Any]], *, namespace: str | None = None
+    ) -> list[str]:
+        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests, namespace=namespace)))
 
     def clear_rbac(self) -> None:
         self._call(lambda sb: sb.clear_rbac())

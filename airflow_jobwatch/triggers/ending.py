@@ -181,6 +181,15 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
     plan = trigger.end_task or {}
+    if getattr(trigger, "secrets", None) is None:
+        # The task's secrets are not known here (an operator that did not send them, or an Airflow
+        # without a masker to read): what this path writes (pod logs, XCom and termination-message
+        # lines) would be in clear. A worker's supervisor masks them: resume there.
+        trigger.log.info(
+            "The task's secrets are not known to the triggerer: resuming the task on a worker, which "
+            "masks them in the task log"
+        )
+        return None
     outcome = payload.get("outcome")
     may_fail = may_fail_here(plan)
     if outcome == "failed":

@@ -53,6 +53,8 @@ from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
 from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.killing import JobKilling
+from airflow_jobwatch.triggers.masking import KWARG as MASK_SECRETS_KWARG
+from airflow_jobwatch.triggers.masking import TaskSecrets, logged_event
 from airflow_jobwatch.triggers.notes import WaitNotes
 from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_DELETED,
@@ -215,6 +217,11 @@ class JobTrigger(JobDecisions, JobKilling):
         ``unwrap_single``, ``fail`` (a failure may end the task from here). None: always resume.
     :param deferred_at: when the task deferred (seconds since the epoch). A resume that fires sooner
         than ``[jobwatch] resume_hold_seconds`` after it is held until then.
+    :param mask_secrets: the values the task's secrets masker hid in the worker when it deferred
+        (connection passwords, sensitive Variables, ``mask_secret()`` values), set by the operator. Every
+        line this trigger logs is masked with them, as the worker's supervisor would mask it; they travel
+        in the trigger's kwargs, which Airflow stores encrypted, and never appear in its ``repr``. None
+        (not known): the trigger does not end the task itself (``end_task``) but resumes it on a worker.
     """
 
     def __init__(
@@ -240,6 +247,7 @@ class JobTrigger(JobDecisions, JobKilling):
         disruption_retries: int | None = None,
         end_task: dict[str, Any] | None = None,
         deferred_at: float | None = None,
+        mask_secrets: list[str] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if disruption_retries is not None and (
@@ -288,7 +296,23 @@ class JobTrigger(JobDecisions, JobKilling):
         self.disruption_retries = disruption_retries
         self.end_task = dict(end_task) if end_task is not None else None
         self.deferred_at = float(deferred_at) if deferred_at is not None else None
+        self.mask_secrets = list(mask_secrets) if mask_secrets is not None else None
+        self.secrets = TaskSecrets.from_kwargs(self.mask_secrets)
         self._notes: WaitNotes | None = None
+
+    @property
+    def log(self) -> Any:
+        """The trigger's logger; with the task's secrets (``mask_secrets``), every line it writes is
+        masked with them, since the triggerer's supervisor does not know them."""
+        log = super().log
+        secrets = getattr(self, "secrets", None)
+        return secrets.log(log) if secrets is not None else log
+
+    def __repr__(self) -> str:
+        classpath, kwargs = self.serialize()
+        if kwargs.get(MASK_SECRETS_KWARG) is not None:  # the values never reach a log line
+            kwargs[MASK_SECRETS_KWARG] = f"<{len(kwargs[MASK_SECRETS_KWARG])} masked values>"
+        return str(self.repr(classpath, kwargs))
 
     @property
     def notes(self) -> WaitNotes:
@@ -326,6 +350,7 @@ class JobTrigger(JobDecisions, JobKilling):
                 "disruption_retries": self.disruption_retries,
                 "end_task": self.end_task,
                 "deferred_at": self.deferred_at,
+                MASK_SECRETS_KWARG: self.mask_secrets,
             },
         )
 
@@ -406,6 +431,8 @@ class JobTrigger(JobDecisions, JobKilling):
         """
         payload = await self.wait()
         if self.task_instance is not None:
+            # Airflow logs a resume's whole event (masking.logged_event says what it keeps out)
+            payload = logged_event(payload, self.secrets)
             if self.end_task is not None:
                 ended = await end_from_triggerer(self, payload)
                 if ended is not None:

@@ -94,10 +94,9 @@ def _deliver(informer: Informer, etype: EventType, obj: dict[str, Any]) -> None:
     """What a watch event does to an informer: prepare (strip, project), store or remove, fan out."""
     prepared = informer._prepare(copy.deepcopy(obj))
     if etype is EventType.DELETED:
-        informer._remove(prepared["metadata"]["uid"], etype, prepared)
+        informer.cache.delete(prepared["metadata"]["uid"], etype, prepared)
     else:
-        informer._put(prepared)
-        informer._emit(etype, prepared)
+        informer.cache.put(prepared)
 
 
 def _decide(
