@@ -20,7 +20,7 @@ import copy
 import posixpath
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client import models as k8s
@@ -35,10 +35,20 @@ from airflow_jobwatch.kube.xcom_sidecar import (
     too_large_hint,
 )
 
-if TYPE_CHECKING:
-    from airflow_jobwatch.operators.job import KubernetesJobOperator
 
-__all__ = ["add_sidecar", "delete_refused", "drop_sidecar", "with_sidecar_results"]
+class KubernetesJobOperator(Protocol):
+    """What this module reads of the operator (a protocol, so that it does not import the operator)."""
+
+    @property
+    def xcom_path(self) -> str: ...
+    @property
+    def xcom_sidecar_container_security_context(self) -> Any: ...
+    @property
+    def hook(self) -> Any: ...
+    @property
+    def client(self) -> Any: ...  # CoreV1Api
+    @property
+    def job_client(self) -> Any: ...  # BatchV1Api
 
 
 def add_sidecar(op: KubernetesJobOperator, job: k8s.V1Job, base: k8s.V1Container) -> None:
