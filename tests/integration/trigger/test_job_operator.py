@@ -400,7 +400,11 @@ def test_xcom_with_parallelism_above_completions(sandbox, kubeconfig, tmp_path):
         parallelism=3,
         completions=1,
     )
-    assert op.execute(make_context()) == [1, 2]
+    value = op.execute(make_context())
+    # The first pod to succeed completes the Job, and the controller deletes the others; one whose base
+    # container had already exited 0 ends Succeeded too (its sidecar prints before it stops), and then
+    # returns its result as well: one value, or one per succeeded pod.
+    assert value == [1, 2] or (isinstance(value, list) and value and all(v == [1, 2] for v in value)), value
 
 
 def wait_until_sync(predicate, what: str, limit: float = 20.0, state=None) -> None:

@@ -111,9 +111,10 @@ def test_a_cluster_without_native_sidecars_returns_small_results_and_says_why_no
     sandbox.set_native_sidecars(False)
     path = str(tmp_path / "return.json")
 
-    def run(value: Any) -> Any:
+    def run(value: Any, task_id: str) -> Any:
         op = make_operator(
             kubeconfig,
+            task_id=task_id,
             cmds=_writer(value, path),
             deferrable=False,
             wait_until_job_complete=True,
@@ -123,11 +124,12 @@ def test_a_cluster_without_native_sidecars_returns_small_results_and_says_why_no
         )
         with structlog.testing.capture_logs() as entries:
             try:
-                return op.execute(make_context()), _rendered(entries)
+                # each run its own task: a retried try would adopt the other's Job
+                return op.execute(make_context(FakeTI(task_id=task_id))), _rendered(entries)
             except AirflowException as e:
                 return e, _rendered(entries)
 
-    small, log = run({"answer": 42})
+    small, log = run({"answer": 42}, "small")
     assert small == {"answer": 42}
     assert "does not run native sidecars (Kubernetes 1.29 or later" in log
     # the Job that runs is the one without the sidecar; the first one is gone
@@ -135,7 +137,7 @@ def test_a_cluster_without_native_sidecars_returns_small_results_and_says_why_no
     assert len(jobs) == 1
     assert not jobs[0]["spec"]["template"]["spec"].get("initContainers")
 
-    large, _log = run({"rows": list(range(3000))})
+    large, _log = run({"rows": list(range(3000))}, "large")
     assert isinstance(large, AirflowException)
     assert "4096 bytes" in str(large) and "native sidecars (Kubernetes 1.29 or later)" in str(large)
 
