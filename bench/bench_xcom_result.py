@@ -79,32 +79,26 @@ def _pod(name: str, mib: int) -> dict:
         f"for i in range({rows})], open('/airflow/xcom/return.json', 'w'))"
     )
     mount = {"name": xcom_sidecar.VOLUME_NAME, "mountPath": "/airflow/xcom"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "volumes": [{"name": xcom_sidecar.VOLUME_NAME, "emptyDir": {}}],
-            "initContainers": [
-                {
-                    "name": xcom_sidecar.SIDECAR_NAME,
-                    "image": xcom_sidecar.DEFAULT_IMAGE,
-                    "restartPolicy": "Always",
-                    "command": xcom_sidecar.sidecar_command("/airflow/xcom/return.json"),
-                    "volumeMounts": [mount],
-                }
-            ],
-            "containers": [
-                {
-                    "name": "base",
-                    "image": "python:3.12-slim",
-                    "command": ["python", "-c", writer],
-                    "volumeMounts": [mount],
-                }
-            ],
-        },
+    sidecar = {
+        "name": xcom_sidecar.SIDECAR_NAME,
+        "image": xcom_sidecar.DEFAULT_IMAGE,
+        "restartPolicy": "Always",
+        "command": xcom_sidecar.sidecar_command("/airflow/xcom/return.json"),
+        "volumeMounts": [mount],
     }
+    base = {
+        "name": "base",
+        "image": "python:3.12-slim",
+        "command": ["python", "-c", writer],
+        "volumeMounts": [mount],
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "volumes": [{"name": xcom_sidecar.VOLUME_NAME, "emptyDir": {}}],
+        "initContainers": [sidecar],
+        "containers": [base],
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def main() -> None:
@@ -136,26 +130,48 @@ def main() -> None:
             ).data
             for variant in VARIANTS:
                 resultfile = workdir / "result.json"
-                out = subprocess.run(
-                    [sys.executable, "-c", READER, variant, str(sandbox.kubeconfig), name, str(resultfile)],
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                )
-                if out.returncode != 0:
-                    print(out.stderr[-3000:], file=sys.stderr)
-                    raise SystemExit(f"{variant} failed")
+                argv = [sys.executable, "-c", READER, variant, str(sandbox.kubeconfig), name, str(resultfile)]
+                reader = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+                if reader.returncode:
+                    raise SystemExit(f"{variant} failed: {reader.stderr[-3000:]}")
                 row = json.loads(resultfile.read_text())
                 row.update(mib=mib, log_mib=len(log) / 1024 / 1024)
                 rows.append(row)
-    print(
-        f"{'result':>7} {'sidecar log':>11}  {'reader':24} {'seconds':>8} {'RSS growth':>11} {'peak RSS':>9}"
-    )
+    header = ("result", "sidecar log", "reader", "seconds", "RSS growth", "peak RSS")
+    print("{:>7} {:>11}  {:24} {:>8} {:>11} {:>9}".format(*header))
     for r in rows:
-        print(
-            f"{r['mib']:5d}Mi {r['log_mib']:9.2f}Mi  {r['variant']:24} {r['seconds']:8.3f} "
-            f"{r['rss_peak_mb'] - r['rss_before_mb']:9.1f}MB {r['rss_peak_mb']:7.0f}MB"
+        growth = r["rss_peak_mb"] - r["rss_before_mb"]
+        cells = (
+            f"{r['mib']}Mi",
+            f"{r['log_mib']:.2f}Mi",
+            r["variant"],
+            f"{r['seconds']:.3f}",
+            f"{growth:.1f}MB",
         )
+        print("{:>7} {:>11}  {:24} {:>8} {:>11} {:>7.0f}MB".format(*cells, r["rss_peak_mb"]))
+    _write_fragment(rows)
+
+
+def _write_fragment(rows: list[dict]) -> None:
+    """docs/benchmarks/xcom_result.md: its table replaced by these rows, its text kept."""
+    path = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "xcom_result.md"
+    text = path.read_text()
+    start, end = text.find("| result |"), text.find("\n\nWhat the figures say")
+    if start < 0 or end < 0:
+        print(f"not written: {path} has no table to replace", file=sys.stderr)
+        return
+    lines = [
+        "| result | sidecar log (gzip + base64) | reader | seconds | RSS growth | peak RSS |",
+        "|--------|-----------------------------|--------|---------|------------|----------|",
+    ]
+    for r in rows:
+        growth = r["rss_peak_mb"] - r["rss_before_mb"]
+        lines.append(
+            f"| {r['mib']} MiB | {r['log_mib']:.2f} MiB | {r['variant']} | {r['seconds']:.2f} | "
+            f"{growth:.1f} MB | {r['rss_peak_mb']:.0f} MB |"
+        )
+    path.write_text(text[:start] + "\n".join(lines) + text[end:])
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

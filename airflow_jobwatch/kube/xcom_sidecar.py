@@ -81,7 +81,7 @@ MAX_RESULT_BYTES = 48 * 1024 * 1024
 
 #: Results read at once in one process (the triggerer serves every deferred task): each read holds its
 #: decoded file, so two bound the memory to two results, and a third waits (reads are short: a 10 MiB
-#: result is read and checked in one to a few seconds, see the benchmarks).
+#: result is read and checked in half a second to a few seconds, see the benchmarks).
 READ_CONCURRENCY = 2
 
 #: (connect, read) seconds for one log read: the log is complete when it is read (the sidecar has

@@ -28,17 +28,13 @@ pytestmark = pytest.mark.timeout(240)
 
 def _deferred_with_xcom(kubeconfig: Any, cmds: list[str], path: str, **kwargs: Any) -> Any:
     """The trigger of a deferred task with ``do_xcom_push`` whose pods are kept."""
-    op = make_operator(
-        kubeconfig,
-        cmds=cmds,
-        deferrable=True,
-        wait_until_job_complete=True,
-        get_logs=False,
-        on_finish_action="keep_pod",
-        do_xcom_push=True,
-        xcom_path=path,
-        **kwargs,
-    )
+    settings = {
+        "deferrable": True,
+        "wait_until_job_complete": True,
+        "get_logs": False,
+        "on_finish_action": "keep_pod",
+    }
+    op = make_operator(kubeconfig, cmds=cmds, do_xcom_push=True, xcom_path=path, **settings, **kwargs)
     return op, _deferred(op, make_context(FakeTI(task_id=kwargs.get("name", "task"))))
 
 
