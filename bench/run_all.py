@@ -25,6 +25,7 @@ ORDER = [
     "churn",
     "scale",
     "pod_build",
+    "xcom_result",
 ]
 # Parts that are a mode of another script: (script part, its arguments, and with --quick).
 MODES = {

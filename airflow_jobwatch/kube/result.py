@@ -72,6 +72,9 @@ EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
 #: ``MaxContainerTerminationMessageLength``, pkg/kubelet/container).
 TERMINATION_MESSAGE_LIMIT_BYTES = 4096
 
+#: At most this many characters of an XCom result are copied into the task log.
+XCOM_LOG_MAX_CHARS = 4096
+
 #: The Job annotation that holds a finished Job's result once the pods it was read from may be deleted.
 RESULT_ANNOTATION = "jobwatch.io/result"
 
@@ -452,8 +455,13 @@ def parse_xcom_results(
         if not isinstance(text, str) or not text.strip():
             results.append(None)
             continue
-        if log is not None:
-            log.info("xcom result: \n%s", text)
+        if log is not None:  # a large result is not copied whole into the task log
+            shown = (
+                text
+                if len(text) <= XCOM_LOG_MAX_CHARS
+                else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
+            )
+            log.info("xcom result: \n%s", shown)
         try:
             results.append(json.loads(text))
         except (ValueError, RecursionError):  # RecursionError: deeply nested arrays cut by the kubelet
@@ -465,7 +473,9 @@ def parse_xcom_results(
                     f"termination message ({xcom_path}), which the kubelet cuts to "
                     f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
                     f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
-                    f"write the data elsewhere (object storage, a volume) and return its location."
+                    f"write the data elsewhere (object storage, a volume) and return its location. On a "
+                    f"cluster with native sidecars (Kubernetes 1.29 or later) the result is read from the "
+                    f"XCom sidecar's log instead, whatever its size."
                 ) from None
             raise XComResultError(f"Pod {pod} wrote {xcom_path} but it is not JSON: {text[:200]!r}") from None
     if unwrap_single and len(results) == 1:

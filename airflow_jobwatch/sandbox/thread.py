@@ -230,6 +230,10 @@ class SandboxThread:
     def set_image_pull_failure(self, pattern: str | None) -> None:
         self._call(lambda sb: sb.set_image_pull_failure(pattern))
 
+    def set_native_sidecars(self, on: bool) -> None:
+        """See :meth:`Sandbox.set_native_sidecars`."""
+        self._call(lambda sb: sb.set_native_sidecars(on))
+
     def evict_pod(self, namespace: str, name: str) -> None:
         self._call(lambda sb: sb.evict_pod(namespace, name))
 

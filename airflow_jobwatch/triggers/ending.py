@@ -28,7 +28,7 @@ from airflow_jobwatch.kube.result import (
     XComResultError,
     parse_xcom_results,
 )
-from airflow_jobwatch.triggers import pod_logs
+from airflow_jobwatch.triggers import pod_logs, sidecar_results
 
 __all__ = [
     "EMPTY_XCOM_RESULT",
@@ -207,6 +207,10 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     if outcome == "success":
         if plan.get("push_return"):
             try:
+                # results printed by the pods' XCom sidecars (sidecar_results.py); kept in the payload
+                # so that the result written onto the Job before cleanup is the one returned
+                result = await sidecar_results.with_sidecar_results(trigger, payload, result)
+                payload = sidecar_results.payload_with(payload, result)
                 value = result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single)
             except XComResultError as e:
                 if not may_fail:
