@@ -6,7 +6,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   (:mod:`airflow_jobwatch.triggers.registry`). A trigger that subscribes before its Job ends sends no
   GET of its Job: not while it waits, and not at the end, since the watch stores the Jobs triggers wait
   for whole. 500 deferred Jobs cost two watches, not 50 GETs a second. A trigger GETs its Job only
-  when the watch cannot answer for it (see :meth:`JobTrigger._read_job`): once for a Job the synced
+  when the watch cannot answer for it (see ``JobDecisions.read_job``): once for a Job the synced
   cache has lacked for ``_MISSING_GRACE_SECONDS`` (deleted before the watch saw it, or a watch that
   lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
   subscribed: a triggerer restart).
