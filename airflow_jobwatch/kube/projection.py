@@ -116,7 +116,7 @@ DROPPED_JOB_ANNOTATIONS = frozenset({RESULT_ANNOTATION, "kubectl.kubernetes.io/l
 #: (conditions and counters: a few hundred bytes). Its pod template, the bulk of a Job, is not kept. The
 #: trigger registry stores the Jobs its triggers wait for whole (``Informer.keep_whole``), since their event
 #: carries the whole Job (``V1Job.to_dict()``, as upstream's ``job`` key does); a Job cached projected
-#: before its trigger came is read whole by one GET at the end (``JobTrigger._with_whole_job``).
+#: before its trigger came is read whole by one GET at the end (``JobDecisions.with_whole_job``).
 JOB_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,

@@ -6,7 +6,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   (:mod:`airflow_jobwatch.triggers.registry`). A trigger that subscribes before its Job ends sends no
   GET of its Job: not while it waits, and not at the end, since the watch stores the Jobs triggers wait
   for whole. 500 deferred Jobs cost two watches, not 50 GETs a second. A trigger GETs its Job only
-  when the watch cannot answer for it (see :meth:`JobTrigger._read_job`): once for a Job the synced
+  when the watch cannot answer for it (see ``JobDecisions.read_job``): once for a Job the synced
   cache has lacked for ``_MISSING_GRACE_SECONDS`` (deleted before the watch saw it, or a watch that
   lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
   subscribed: a triggerer restart).
@@ -33,7 +33,8 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
 This module holds what Airflow calls (``JobTrigger``'s arguments, ``serialize``, ``run``, ``on_kill``);
 each path behind it has a module of its own: the decision and the payload (``triggers/deciding.py``),
 the wait loop (``triggers/waiting.py``), the kill path (``triggers/killing.py``) and the event's words
-(``triggers/outcomes.py``). Every name imported from here before still is.
+(``triggers/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
+:meth:`JobTrigger._wait`): the wait never sees the trigger. Every name imported from here before still is.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ from airflow_jobwatch.triggers.outcomes import (
     STATUS_ERROR,
     STATUS_SUCCESS,
 )
-from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey, get_registry
+from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 from airflow_jobwatch.triggers.waiting import (
     DEFAULT_POLL_INTERVAL_SECONDS,
+    Wait,
+    WaitTarget,
     _pods_final,  # noqa: F401 - importable from here, as before
-    _Wait,
 )
 
 __all__ = [
@@ -143,7 +145,7 @@ def _parse_deadline(timeout: float | int | str | datetime.datetime | None) -> da
     )
 
 
-class JobTrigger(JobDecisions, JobKilling):
+class JobTrigger(JobKilling):
     """
     Wait for a Kubernetes Job to end, through the triggerer's shared watch of the Job's namespace.
 
@@ -155,7 +157,7 @@ class JobTrigger(JobDecisions, JobKilling):
     * ``name`` / ``namespace``: the Job's;
     * ``job``: the whole Job as ``kubernetes.client.V1Job.to_dict()`` gives it (None if it was never
       read), from the shared watch, or read by one GET when the watch held it projected (see
-      :meth:`_with_whole_job`);
+      :meth:`~airflow_jobwatch.triggers.deciding.JobDecisions.with_whole_job`);
     * ``pod_names`` / ``pod_namespace``: the Job's pods (every pod, retried ones included);
     * ``xcom_result``: with ``do_xcom_push``, one string per succeeded pod (the base container's
       termination message, i.e. its ``/airflow/xcom/return.json``), else None;
@@ -287,7 +289,6 @@ class JobTrigger(JobDecisions, JobKilling):
         self.api_failure_tolerance = api_failure_tolerance
         self.job_uid = job_uid
         self.delete_on_kill = delete_on_kill
-        self._get_denied: str | None = None  # a 401/403 on the trigger's own GET of its Job
         self.do_xcom_push = do_xcom_push
         self.base_container_name = base_container_name
         self.on_kill_propagation_policy = on_kill_propagation_policy
@@ -444,7 +445,7 @@ class JobTrigger(JobDecisions, JobKilling):
             finally:
                 self._end_api_client = None
 
-        payload = await _Wait(self).run(then=end)
+        payload = await self._wait().run(then=end)
         if ended is not None:
             yield ended
             return
@@ -455,7 +456,47 @@ class JobTrigger(JobDecisions, JobKilling):
 
     async def wait(self) -> dict[str, Any]:
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
-        return await _Wait(self).run()
+        return await self._wait().run()
+
+    def _wait(self) -> Wait:
+        """This trigger's wait (not started): what it waits for as a value, the decisions over the cache,
+        and how to join the shared watch. The wait sees nothing else of the trigger."""
+        target = WaitTarget(
+            job_name=self.job_name,
+            namespace=self.namespace,
+            job_uid=self.job_uid,
+            deadline=self.deadline,
+            poll_interval=self.poll_interval,
+            propagation_policy=self.on_kill_propagation_policy,
+            grace_period_seconds=self.termination_grace_period,
+            api_failure_tolerance=self._tolerance,
+        )
+        return Wait(target, self._decisions(), self._subscribe)
+
+    def _decisions(self) -> JobDecisions:
+        """What the cache means for this trigger's Job, with this trigger's notes and masked log."""
+        return JobDecisions(
+            job_name=self.job_name,
+            namespace=self.namespace,
+            job_uid=self.job_uid,
+            base_container_name=self.base_container_name,
+            do_xcom_push=self.do_xcom_push,
+            fatal_reasons=self._fatal_reasons,
+            notes=self.notes,
+            log=self.log,
+        )
+
+    async def _subscribe(self, on_change: Callable[[], None]) -> Subscription:
+        """Join this trigger's shared namespace watch, called back on each change of its Job or pods."""
+        key, factory = await self._watch_key_and_factory()
+        return await get_registry().subscribe(
+            key,
+            factory,
+            job_name=self.job_name,
+            on_change=on_change,
+            config=self._informer_config,
+            job_uid=self.job_uid,
+        )
 
     async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
         """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared

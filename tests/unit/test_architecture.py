@@ -55,7 +55,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 #: Cycles that exist and are still to be taken apart. The test fails on any other cycle, and when one of
 #: these is gone (remove it here): the list only shrinks.
 KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset({"airflow_jobwatch.triggers.job", "airflow_jobwatch.triggers.waiting"}),
     frozenset(
         {
             "airflow_jobwatch.operators.inworker",

@@ -114,7 +114,7 @@ def _decide(
         if deleted:
             _deliver(watch.jobs, EventType.DELETED, job)
         try:
-            return trigger._decide(watch)
+            return trigger._decisions().decide(watch)
         except Exception as e:  # garbage the trigger cannot read: it must fail alike from either cache
             return f"raised {type(e).__name__}: {e}"
         finally:
