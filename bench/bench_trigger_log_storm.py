@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument(
         "--count", type=int, default=8, help="storm tasks, and as many quiet ones (default 8)"
     )
-    parser.add_argument("--label", default="this change", help="the code's name in the table")
+    parser.add_argument("--label", default="airflow-jobwatch", help="the code's name in the table")
     parser.add_argument("--timeout", type=float, default=900, help="seconds allowed for the DAG run")
     parser.add_argument("--keep", action="store_true", help="keep AIRFLOW_HOME (logs) and print its path")
     parser.add_argument("--no-write", action="store_true", help="print the table, write no fragment")
