@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from exec_helpers import pods_of, poll
+from support.airflow_rows import write_queued
 from support.workloads import make_workload
 
 from airflow_jobwatch.executors import results
@@ -58,97 +58,14 @@ def airflow_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def orm(airflow_database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Airflow's sessions (scoped or not) bound to the PostgreSQL database for this test."""
     from airflow import settings
-    from sqlalchemy import create_engine
-    from sqlalchemy.orm import scoped_session, sessionmaker
+    from support.airflow_rows import bind_airflow_sessions
 
-    engine = create_engine(airflow_database)
-    monkeypatch.setattr(settings, "engine", engine, raising=False)
-    monkeypatch.setattr(settings, "Session", scoped_session(sessionmaker(bind=engine)), raising=False)
-    monkeypatch.setattr(settings, "NonScopedSession", sessionmaker(bind=engine), raising=False)
+    for name in ("engine", "Session", "NonScopedSession"):
+        monkeypatch.setattr(settings, name, getattr(settings, name, None), raising=False)  # restored after
+    engine = bind_airflow_sessions(airflow_database)
     yield engine
     settings.Session.remove()
     engine.dispose()
-
-
-def _rows(engine: Any, key: Any, *, launch: str) -> None:
-    """A running DAG run, its task instance QUEUED by LATE under ``launch``, LATE's job stale, ADOPTER's fresh."""
-    from airflow.jobs.job import Job
-    from airflow.models import DagModel, DagRun, TaskInstance
-    from airflow.models.dag_version import DagVersion
-    from airflow.models.dagbundle import DagBundleModel
-    from sqlalchemy import insert
-
-    now = datetime.now(UTC)
-    with engine.begin() as conn:
-        conn.execute(insert(DagBundleModel.__table__).values(name="fence-bundle", active=True))
-        conn.execute(
-            insert(DagModel.__table__).values(
-                dag_id=key.dag_id,
-                bundle_name="fence-bundle",
-                is_paused=False,
-                fileloc="/dags/fence.py",
-                relative_fileloc="fence.py",
-                max_active_tasks=16,
-                max_consecutive_failed_dag_runs=0,
-                has_task_concurrency_limits=False,
-                has_import_errors=False,
-            )
-        )
-        version = uuid.uuid4()
-        conn.execute(
-            insert(DagVersion.__table__).values(
-                id=version, version_number=1, dag_id=key.dag_id, bundle_name="fence-bundle", created_at=now
-            )
-        )
-        conn.execute(
-            insert(DagRun.__table__).values(
-                dag_id=key.dag_id,
-                run_id=key.run_id,
-                state="running",
-                run_type="manual",
-                run_after=now,
-                start_date=now,
-                clear_number=0,
-                log_template_id=None,
-            )
-        )
-        for job_id, beat in ((LATE, now - timedelta(hours=1)), (ADOPTER, now)):
-            conn.execute(
-                insert(Job.__table__).values(
-                    id=job_id,
-                    job_type="SchedulerJob",
-                    state="running",
-                    start_date=now - timedelta(hours=2),
-                    latest_heartbeat=beat,
-                    hostname="fence",
-                    unixname="fence",
-                )
-            )
-        conn.execute(
-            insert(TaskInstance.__table__).values(
-                id=uuid.uuid4(),
-                dag_id=key.dag_id,
-                task_id=key.task_id,
-                run_id=key.run_id,
-                map_index=key.map_index,
-                try_number=key.try_number,
-                state="queued",
-                pool="default_pool",
-                pool_slots=1,
-                priority_weight=1,
-                queue="default",
-                queued_by_job_id=LATE,
-                external_executor_id=launch,
-                queued_dttm=now,
-                max_tries=0,
-                hostname="",
-                unixname="",
-                operator="BashOperator",
-                custom_operator_name="BashOperator",
-                executor_config={},
-                dag_version_id=version,
-            )
-        )
 
 
 def test_a_late_scheduler_creates_no_second_pod_while_another_adopts_its_task(
@@ -169,7 +86,10 @@ def test_a_late_scheduler_creates_no_second_pod_while_another_adopts_its_task(
     monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "30")
     w = make_workload(dag_id="fence_dag", task_id="contested", run_id="fence_run", command="sleep 60")
     w.ti.external_executor_id = "launch-late"
-    _rows(orm, w.ti.key, launch="launch-late")
+    now = datetime.now(UTC)
+    write_queued(
+        orm, [(w.ti.key, "launch-late")], queued_by=LATE, jobs={LATE: now - timedelta(hours=1), ADOPTER: now}
+    )
     late = executor_factory(job_id=str(LATE))
     adopter = executor_factory(job_id=str(ADOPTER))
     late_events: list[Any] = []
