@@ -24,6 +24,7 @@ ORDER = [
     "e2e_trigger",
     "churn",
     "scale",
+    "fence",
     "pod_build",
 ]
 # Parts that are a mode of another script: (script part, its arguments, and with --quick).

@@ -35,9 +35,11 @@ def write_queued(
     *,
     queued_by: int,
     jobs: dict[int, datetime] | None = None,
+    ids: dict[Any, Any] | None = None,
 ) -> None:
     """``tasks``: (task instance key, launch id) pairs of one DAG run, each written QUEUED on its try by
-    scheduler job ``queued_by``. ``jobs``: scheduler job id -> its latest heartbeat (running jobs)."""
+    scheduler job ``queued_by``. ``jobs``: scheduler job id -> its latest heartbeat (running jobs). ``ids``:
+    key -> the task instance's id (its workload's ``ti.id``), else a new one."""
     from airflow.jobs.job import Job
     from airflow.models import DagModel, DagRun, TaskInstance
     from airflow.models.dag_version import DagVersion
@@ -100,7 +102,7 @@ def write_queued(
             insert(TaskInstance.__table__),
             [
                 {
-                    "id": uuid.uuid4(),
+                    "id": (ids or {}).get(key) or uuid.uuid4(),
                     "dag_id": key.dag_id,
                     "task_id": key.task_id,
                     "run_id": key.run_id,
