@@ -536,9 +536,12 @@ class HandOverMachine(RuleBasedStateMachine):
     @invariant()
     def never_two_current_pods_for_one_try(self) -> None:
         counted: dict[tuple[str, int], list[tuple[str, tuple[str, str]]]] = {}
-        for ref, (task, try_number, _, _) in self.pods.items():
+        for ref, (task, try_number, _, label) in self.pods.items():
+            # A scheduler's watcher sees the pods of its label only: a create of its own still in flight
+            # names a pod that another scheduler's create made (the 409 has not come back yet), which it
+            # counts only once it has taken the pod over.
             for s in SCHEDULERS:
-                if self.records[s].is_current((task, try_number), ref):
+                if label == s and self.records[s].is_current((task, try_number), ref):
                     counted.setdefault((task, try_number), []).append((s, ref))
         assert all(len(refs) <= 1 for refs in counted.values()), counted
 
