@@ -153,7 +153,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
             # 3.2.1): an id of our own, reported at once as a queued event, whose info the scheduler stores as
             # the task instance's external_executor_id; so the database names this launch, not the one before.
             pre_assigned = getattr(w.ti, "external_executor_id", None)
-            launch_id = pre_assigned or new_launch_id()
+            launch_id = pre_assigned or self._adopted_launch_ids.pop(key, None) or new_launch_id()
             previous = self.records.queue(key, w, launch_id)
             self._settle(key)
             if not pre_assigned:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, submit, terminal
+from exec_helpers import heartbeat_until, submit, terminal, worker_pod_of
 from faultproxy import FaultProxy, write_proxy_kubeconfig
 from support.workloads import make_workload
 
@@ -181,7 +181,7 @@ def test_409_from_a_pod_of_another_launch_fails_the_task_and_leaves_that_pod_alo
     (or nothing) is not this launch's pod: it is neither counted as created nor relabelled, and the task
     fails saying which pod holds the name. (Taking another name would make a pod that no other scheduler
     could find by name: the fence would be gone.)"""
-    from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION, launch_pod_name
+    from airflow_jobwatch.executors.pods import launch_pod_name
 
     sandbox, _ = kube_sandbox
     w = make_workload(task_id="unlucky", command="exit 0")
@@ -190,26 +190,7 @@ def test_409_from_a_pod_of_another_launch_fails_the_task_and_leaves_that_pod_alo
     key = w.ti.key
     core_v1.create_namespaced_pod(
         "default",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": taken,
-                "labels": {"airflow-worker": "77", "kubernetes_executor": "True"},
-                "annotations": {
-                    "dag_id": key.dag_id,
-                    "task_id": key.task_id,
-                    "run_id": key.run_id,
-                    "try_number": str(key.try_number),
-                    "map_index": str(key.map_index),
-                    LAUNCH_ANNOTATION: "launch-of-someone-else",
-                },
-            },
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "exit 0"]}],
-            },
-        },
+        worker_pod_of(key, name=taken, launch="launch-of-someone-else", job_id="77", command="exit 0"),
     )
     ex = executor_factory()
     submit(ex, w)
