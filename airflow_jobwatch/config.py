@@ -103,9 +103,11 @@ RANGES: dict[str, Bounds] = {
     "watcher_unresponsive_after_seconds": Bounds(0, False),
     "pod_creation_concurrency": Bounds(1, True),
     "disruption_relaunches": Bounds(0, True),
-    # 1 KiB to 256 MiB. The trigger reads these bounds too, but warns and uses the default for a value
-    # outside them (triggers/pod_logs.py), so that a task is never failed for its log's size limit.
-    "trigger_log_max_bytes": Bounds(1024, True, 256 * 1024 * 1024),
+    # 1 KiB to 16 MiB: a tail is held in the triggerer's memory and paced through its log socket, which
+    # its supervisor reads at a few hundred KiB/s. The trigger reads these bounds too, but warns and uses
+    # the default for a value outside them (triggers/pod_logs.py), so that a task is never failed for
+    # its log's size limit.
+    "trigger_log_max_bytes": Bounds(1024, True, 16 * 1024 * 1024),
 }
 
 #: The values ``worker_pod_labels`` accepts.

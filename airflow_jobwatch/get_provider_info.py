@@ -121,7 +121,7 @@ def get_provider_info() -> dict[str, Any]:
                         "default": "15",
                     },
                     "trigger_log_max_bytes": {
-                        "description": "JobTrigger: the most of a task's pod logs (get_logs=True), in bytes of log lines, that the\ntrigger writes into the task's log when it ends the task itself. The tail is kept, and a\nline says how much of which container's log was left out and where the full log is (the\npod, if on_finish_action keeps it). A task that resumes on a worker gets its whole logs\nthere. A whole number from 1024 to 268435456 (256 MiB).\n",
+                        "description": "JobTrigger: the most of a task's pod logs (get_logs=True), in bytes, that the trigger\nwrites into the task's log when it ends the task itself; each line counts its text and\nabout 200 bytes for its log record. The tail is kept, and a line says how much of which\ncontainer's log was left out and where the full log is (the pod, if on_finish_action keeps\nit). A task that resumes on a worker gets its whole logs there. A whole number from 1024 to\n16777216 (16 MiB).\n",
                         "version_added": "0.1.0",
                         "type": "integer",
                         "example": None,

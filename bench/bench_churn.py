@@ -226,7 +226,7 @@ Upstream fails every preempted task and spends a retry on it, although a pod pre
 never ran the task. JobWatchExecutor launches a new pod for the same try (`[jobwatch] disruption_relaunches`,
 with a short backoff), so those tasks succeed on try 1 and only the tasks preempted while running spend a
 retry: fewer tries consumed for the same work, at about the same wall time. Wall times are from a noisy
-2-core machine shared with other work: compare the two rows of one run, not across runs.
+2-core machine with other load: compare the two rows of one run, not across runs.
 
 Both executors' tasks are queued at once, as a scheduler does right after the executor starts. The first
 run of this benchmark left 4 of 200 tasks stuck under JobWatchExecutor: their pods were launched while its

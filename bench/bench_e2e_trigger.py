@@ -100,12 +100,13 @@ class JobWatch(threading.Thread):
     """A plain watch of the namespace's Jobs (reconnecting from its last resourceVersion): the wall-clock
     moment each Job's terminal condition first arrives, and the condition's ``lastTransitionTime``."""
 
-    def __init__(self, kubeconfig: Path, namespace: str = "default") -> None:
+    def __init__(self, kubeconfig: Path, namespace: str = "default", dag_id: str = DAG_ID) -> None:
         super().__init__(daemon=True, name="job-watch")
         from kubernetes import client, config
 
         self.api = client.BatchV1Api(config.new_client_from_config(str(kubeconfig)))
         self.namespace = namespace
+        self.dag_id = dag_id
         self.ended: dict[str, dict[str, Any]] = {}  # task_id -> {"seen", "ltt", "type"}
         self.stop = threading.Event()
         self.ready = threading.Event()
@@ -154,7 +155,7 @@ class JobWatch(threading.Thread):
         template = spec.get("template") or {}
         labels = (template.get("metadata") or {}).get("labels") or {}
         task_id = labels.get("task_id")
-        if labels.get("dag_id") != DAG_ID or not task_id or task_id in self.ended:
+        if labels.get("dag_id") != self.dag_id or not task_id or task_id in self.ended:
             return
         for cond in (job.get("status") or {}).get("conditions") or []:
             kind = cond.get("type")
@@ -354,6 +355,19 @@ def git_commit() -> str:
         return "unknown"
 
 
+def wait_for_run(
+    stack: Any, dag_id: str, run_id: str, *, timeout: float, load: list[float], interval: float
+) -> None:
+    """Wait for the DAG run to end, noting the machine's load average (1 min) at each poll."""
+    from support.stack import wait_until
+
+    def done() -> bool:
+        load.append(os.getloadavg()[0])
+        return stack.run_state(dag_id, run_id) in ("success", "failed")
+
+    wait_until(done, timeout=timeout, what="the benchmark's DAG run to finish", interval=interval)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from support.postgres import PostgresServer
     from support.stack import AirflowStack, wait_until
@@ -393,11 +407,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         run_id = stack.trigger_dag(DAG_ID)
         print(f"triggered {run_id} ({3 * args.count} tasks)", flush=True)
 
-        def done() -> bool:
-            load.append(os.getloadavg()[0])
-            return stack.run_state(DAG_ID, run_id) in ("success", "failed")
-
-        wait_until(done, timeout=args.timeout, what="the benchmark's DAG run to finish", interval=2)
+        wait_for_run(stack, DAG_ID, run_id, timeout=args.timeout, load=load, interval=2)
         wall = time.time() - started
         rows = stack.query(
             "SELECT task_id, state, try_number, end_date FROM task_instance WHERE dag_id = ? AND run_id = ?",

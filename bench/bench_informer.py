@@ -477,7 +477,7 @@ def write_report(n_pods: int, n_events: int, ours: dict[str, Any], up: dict[str,
         "selector selects exactly these), heap = deep `sys.getsizeof` of the stored objects.",
         "",
         f"Load average (1 min) of the machine: {ours['load_before']:.2f} when the run started, "
-        f"{ours['load_after']:.2f} when it ended (2 cores; other sessions' runs count too). Wall times "
+        f"{ours['load_after']:.2f} when it ended (2 cores; every process on the machine counts). Wall times "
         "include waiting for the sandbox, which competes for the same cores; CPU times are each process's own.",
         "",
     ]

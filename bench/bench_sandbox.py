@@ -5,7 +5,7 @@ Run: ``.venv/bin/python bench/bench_sandbox.py [--quick]``. Prints a table and w
 
 What is measured, and why:
 
-* **List latency** with 10,000 pods stored (the issue asks for "well under a second"): the raw HTTP
+* **List latency** with 10,000 pods stored (the aim: "well under a second"): the raw HTTP
   answer (server work + transfer, bytes only), the official ``kubernetes`` client with
   ``_preload_content=False`` (transfer + JSON decode), and the official client building its model
   objects (what a naive caller pays; that cost is the client's, not the server's).
@@ -266,7 +266,7 @@ def main() -> int:
         "## Sandbox benchmark\n\n"
         f"`python bench/bench_sandbox.py{' --quick' if args.quick else ''}"
         f"{f' --pods {args.pods}' if args.pods else ''}` ({mode}, "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, shared with other work: "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, with other load on the machine: "
         "absolute numbers are noisy).\n\n"
         "List latencies are end to end from a client on the same machine. Fan-out: status changes go "
         "through the server's status-patch path inside the sandbox's event loop; the watchers run in a "

@@ -174,6 +174,10 @@ def child(args: argparse.Namespace) -> int:
 FOREIGN_HEADING = "### Foreign objects in the namespace"
 FOREIGN_NS = "shared"
 FOREIGN_VARIANTS = ("projection", "full")
+#: ``--annotated``: the foreign Jobs carry what finished tasks' Jobs carry; the projection as it is, and as it
+#: was before it dropped the stored result and ``last-applied-configuration`` (every annotation kept).
+ANNOTATED_VARIANTS = ("projection", "annotations-kept")
+ANNOTATED_HEADING = "### Cached Jobs that carry a stored result"
 
 
 async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[str]]) -> dict[str, Any]:
@@ -189,6 +193,11 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
     if variant == "full":
         # Measurement only: store whole objects (managedFields still stripped), as before the projection.
         informer_module.projector = lambda kind: None  # type: ignore[assignment,return-value]
+    if variant == "annotations-kept":
+        # Measurement only: the projection as before it dropped the stored result and last-applied.
+        from airflow_jobwatch.kube import projection
+
+        projection.JOB_FIELDS["metadata"] = projection.METADATA_FIELDS
     triggers = [JobTrigger(name, namespace, config_file=kubeconfig) for namespace, name in pairs]
     gc.collect()
     base = _rss_mib()
@@ -213,6 +222,7 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
         "pods_cached": len(watch.pods.items()),
         "jobs_heap_mib": deep_size(watch.jobs.items()) / 2**20,
         "pods_heap_mib": deep_size(watch.pods.items()) / 2**20,
+        "packed": _cache_sizes(),
         "events": {},
     }
     for task in tasks:
@@ -230,11 +240,9 @@ def _cache_sizes() -> dict[str, Any]:
         for kind, informer in (("jobs", watch.jobs), ("pods", watch.pods)):
             if informer is None:
                 continue
-            store = informer._store
-            data = getattr(store, "_data", None)
             row = sizes.setdefault(kind, {"objects": 0, "packed_bytes": 0})
-            row["objects"] += len(store)
-            row["packed_bytes"] += sum(len(v) for v in data.values()) if data is not None else 0
+            row["objects"] += len(informer.cache)
+            row["packed_bytes"] += sum(informer.cache.packed_sizes())
     return sizes
 
 
@@ -287,6 +295,30 @@ def _foreign_pod(i: int, job_uid: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def _annotate_as_finished(job: dict[str, Any], i: int) -> dict[str, Any]:
+    """``job`` with what a finished task's Job carries: the result its end wrote (one pod, a 2 KiB XCom of
+    random text, which deflate cannot shrink much, signed as the triggerer signs it), and the copy of the
+    manifest ``kubectl apply`` keeps."""
+    import uuid
+
+    from airflow_jobwatch.kube.result import RESULT_ANNOTATION, JobResult, PodOutcome
+
+    uid = str(uuid.UUID(int=random.Random(i).getrandbits(128)))
+    xcom = json.dumps({"rows": i, "digest": secrets.token_hex(1024)})
+    result = JobResult(
+        "success",
+        "CompletionsReached",
+        f"Job 'shared/{job['metadata']['name']}' succeeded (CompletionsReached).",
+        uid=uid,
+        pods=(PodOutcome(f"{job['metadata']['name']}-x7k2p", "succeeded", 0, "Completed"),),
+        xcom_result=(xcom,),
+    )
+    annotations = job["metadata"]["annotations"]
+    annotations[RESULT_ANNOTATION] = result.to_annotation(b"k" * 32) or ""
+    annotations["kubectl.kubernetes.io/last-applied-configuration"] = json.dumps(job)
+    return job
 
 
 def _foreign_job(i: int) -> dict[str, Any]:
@@ -363,13 +395,14 @@ def foreign_main(args: argparse.Namespace) -> int:
         asyncio.run(_bulk_create(url, token, [("/api/v1/namespaces", {"metadata": {"name": FOREIGN_NS}})]))
         jobs_path = f"/apis/batch/v1/namespaces/{FOREIGN_NS}/jobs"
         pods_path = f"/api/v1/namespaces/{FOREIGN_NS}/pods"
-        requests: list[tuple[str, Any]] = [(jobs_path, _foreign_job(i)) for i in range(args.foreign_jobs)]
+        make_job = (lambda i: _annotate_as_finished(_foreign_job(i), i)) if args.annotated else _foreign_job
+        requests: list[tuple[str, Any]] = [(jobs_path, make_job(i)) for i in range(args.foreign_jobs)]
         requests += [(pods_path, _foreign_pod(i, str(uuid.uuid4()))) for i in range(args.foreign_pods)]
         requests += [(jobs_path, _foreign_job(0) | {"metadata": {"name": name}}) for _, name in ours]
         asyncio.run(_bulk_create(url, token, requests))
         print(f"created {len(requests)} objects in {time.monotonic() - t0:.0f} s", flush=True)
         rows = []
-        for variant in FOREIGN_VARIANTS:
+        for variant in ANNOTATED_VARIANTS if args.annotated else FOREIGN_VARIANTS:
             names_file, result_file = workdir / "names.json", workdir / f"{variant}.json"
             names_file.write_text(json.dumps(ours))
             env = dict(os.environ, KUBECONFIG=kubeconfig, AIRFLOW_HOME=str(workdir / "airflow"))
@@ -402,13 +435,36 @@ def foreign_main(args: argparse.Namespace) -> int:
             print(f"  {variant}: {rows[-1]}", flush=True)
     finally:
         sandbox.stop(timeout=30)
-    text = render_foreign(rows, args)
+    text = render_annotated(rows, args) if args.annotated else render_foreign(rows, args)
     print(text)
-    if not args.no_write:
+    if not args.no_write and not args.annotated:
         target = ROOT / "docs" / "benchmarks" / "trigger.md"
         head = target.read_text().partition(FOREIGN_HEADING)[0].rstrip() + "\n\n" if target.exists() else ""
         target.write_text(head + text)
     return 0
+
+
+def render_annotated(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """``--annotated``: what the cache holds per Job when the namespace's Jobs carry stored results."""
+    lines = [
+        ANNOTATED_HEADING,
+        "",
+        f"`bench/bench_trigger.py --foreign --annotated --foreign-jobs {args.foreign_jobs} --foreign-pods "
+        f"{args.foreign_pods}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{os.getloadavg()[0]:.1f}): each foreign Job carries a stored result (one pod, a 2 KiB XCom) and "
+        "`kubectl apply`'s copy of its manifest; one triggerer process per variant, measured once synced.",
+        "",
+        "| variant | Jobs cached | packed bytes per Job | packed Jobs MiB | heap of cached Jobs MiB | RSS growth MiB | peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        packed = r["packed"].get("jobs", {})
+        per_job = packed.get("packed_bytes", 0) / max(1, packed.get("objects", 0))
+        lines.append(
+            f"| {r['variant']} | {r['jobs_cached']:,} | {per_job:,.0f} | {packed.get('packed_bytes', 0) / 2**20:.1f} | "
+            f"{r['jobs_heap_mib']:.1f} | {r['rss_growth_mib']:.0f} | {r['peak_rss_mib']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def render_foreign(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -1386,6 +1442,11 @@ def main() -> int:
     parser.add_argument("--slow-jobs", type=int, nargs="+", default=[50, 200])
     parser.add_argument("--slow-rate", type=float, default=10.0, help="pods per second, in all")
     parser.add_argument("--slow-job-seconds", type=int, default=1, help="how long each Job's pod runs")
+    parser.add_argument(
+        "--annotated",
+        action="store_true",
+        help="with --foreign: the foreign Jobs carry stored results; the projection now against keeping them",
+    )
     parser.add_argument("--foreign-jobs", type=int, default=20000)
     parser.add_argument("--foreign-pods", type=int, default=50000)
     parser.add_argument("--seed", type=int, default=7)

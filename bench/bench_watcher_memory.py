@@ -568,7 +568,10 @@ def cache_in_process(n: int, *, projection: bool | None = None) -> dict[str, Any
                 "projection": config.projection,
                 "objects_bytes_per_pod": deep_size(items) / n,
                 "json_bytes_per_pod": sum(len(json.dumps(o, separators=(",", ":"))) for o in items) / n,
-                "stored_bytes_per_pod": sum(sys.getsizeof(raw) for raw in informer._store._data.values()) / n,
+                "stored_bytes_per_pod": sum(
+                    sys.getsizeof(b"") + size for size in informer.cache.packed_sizes()
+                )
+                / n,
             }
         finally:
             await informer.stop()

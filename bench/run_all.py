@@ -26,6 +26,7 @@ ORDER = [
     "scale",
     "fence",
     "pod_build",
+    "xcom_result",
 ]
 # Parts that are a mode of another script: (script part, its arguments, and with --quick).
 MODES = {

@@ -1,8 +1,8 @@
 """Deferrable KubernetesJobOperator tasks: waits handed to JobTrigger in the triggerer.
 
 Every task creates a Kubernetes Job and defers; one shared watch per namespace in the triggerer ends the
-waits. The tasks show a quick Job, a long one, a parallel one, a failing one and one whose image cannot
-be pulled. The commands are plain ``sh``: on a cluster they run in the ``busybox`` image; on the
+waits. The tasks show a quick Job, a long one, a parallel one, a failing one, one whose image cannot
+be pulled and one that returns a large XCom result. The commands are plain ``sh``: on a cluster they run in the ``busybox`` image; on the
 embedded sandbox (``airflow_jobwatch.testing``) they run as local processes.
 """
 
@@ -60,6 +60,19 @@ with DAG(
         **common,
     )
     KubernetesJobOperator(task_id="fails", cmds=["sh", "-c", "echo about to fail; exit 3"], **common)
+    # A result of about 1 MiB: the pod's XCom sidecar prints it to its log when the base container has
+    # exited, and the task returns it whole (no pods/exec right needed)
+    KubernetesJobOperator(
+        task_id="big_result",
+        cmds=[
+            "sh",
+            "-c",
+            'awk \'BEGIN { printf "["; for (i = 0; i < 100000; i++) printf "%s{\\"id\\": %d}", '
+            '(i ? ", " : ""), i; printf "]" }\' > /airflow/xcom/return.json',
+        ],
+        do_xcom_push=True,
+        **common,
+    )
     KubernetesJobOperator(
         task_id="bad_image",
         cmds=["true"],

@@ -10,7 +10,9 @@ code by ``tests/unit/test_metrics.py``).
 
 from __future__ import annotations
 
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -44,10 +46,43 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 html_theme = "furo"
-# Our few style rules (docs/_static/jobwatch.css): wide tables scroll inside the text column.
+# Our few style rules (docs/_static/jobwatch.css): names never split, wide tables and code scroll, the
+# page's outline beside the text in a desktop window.
 html_static_path = ["_static"]
 html_css_files = ["jobwatch.css"]
 html_title = f"airflow-jobwatch {release}"
+
+# Where the code is and where to report a problem, on every page: pyproject.toml's project.urls, the
+# same links as the package's page on PyPI. Below the navigation (docs/_templates/sidebar/) and as the
+# footer's GitHub icon.
+_URLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+templates_path = ["_templates"]
+html_context = {"jobwatch_source_url": _URLS["Source"], "jobwatch_issues_url": _URLS["Issues"]}
+html_sidebars = {
+    "**": [
+        "sidebar/scroll-start.html",
+        "sidebar/brand.html",
+        "sidebar/search.html",
+        "sidebar/navigation.html",
+        "sidebar/project-links.html",
+        "sidebar/scroll-end.html",
+    ]
+}
+# The mark is GitHub's (Octicons, MIT licence), as Furo's own documentation shows it.
+_GITHUB_MARK = (
+    '<svg stroke="currentColor" fill="currentColor" stroke-width="0" viewBox="0 0 16 16"><path fill-rule="evenodd" '
+    'd="M8 0C3.58 0 0 3.58 0 8c0 3.54 2.29 6.53 5.47 7.59.4.07.55-.17.55-.38 0-.19-.01-.82-.01-1.49-2.01.37-2.53-.49'
+    "-2.69-.94-.09-.23-.48-.94-.82-1.13-.28-.15-.68-.52-.01-.53.63-.01 1.08.58 1.23.82.72 1.21 1.87.87 2.33.66.07-.52"
+    ".28-.87.51-1.07-1.78-.2-3.64-.89-3.64-3.95 0-.87.31-1.59.82-2.15-.08-.2-.36-1.02.08-2.12 0 0 .67-.21 2.2.82.64"
+    "-.18 1.32-.27 2-.27.68 0 1.36.09 2 .27 1.53-1.04 2.2-.82 2.2-.82.44 1.1.16 1.92.08 2.12.51.56.82 1.27.82 2.15 0 "
+    "3.07-1.87 3.75-3.65 3.95.29.25.54.73.54 1.48 0 1.07-.01 1.93-.01 2.2 0 .21.15.46.55.38A8.013 8.013 0 0016 8c0"
+    '-4.42-3.58-8-8-8z"></path></svg>'
+)
+html_theme_options = {
+    "footer_icons": [
+        {"name": "Source code on GitHub", "url": _URLS["Source"], "html": _GITHUB_MARK, "class": ""},
+    ],
+}
 
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
@@ -138,6 +173,23 @@ def _orphans(app: object, docname: str, source: list[str]) -> None:
         source[0] = "---\norphan: true\n---\n" + source[0]
 
 
+# One word of an inline code span, as Sphinx writes it, that holds a comma.
+_WORD_WITH_COMMA = re.compile(r'<span class="pre">[^<]*,[^<]*</span>')
+
+
+def _breaks_after_commas(
+    app: object, pagename: str, templatename: str, context: dict[str, object], doctree: object
+) -> None:
+    """Let a comma-separated list in inline code (a label selector, an option's list of reasons) wrap
+    after its commas, as prose does. Each word of an inline code span stays on one line
+    (docs/_static/jobwatch.css), so that a name is never split; one long list would otherwise make its
+    whole table scroll sideways."""
+    body = context.get("body")
+    if isinstance(body, str):
+        context["body"] = _WORD_WITH_COMMA.sub(lambda m: m.group(0).replace(",", ",<wbr>"), body)
+
+
 def setup(app: object) -> None:
     app.connect("builder-inited", _generate)  # type: ignore[attr-defined]
     app.connect("source-read", _orphans)  # type: ignore[attr-defined]
+    app.connect("html-page-context", _breaks_after_commas)  # type: ignore[attr-defined]

@@ -95,6 +95,17 @@ def _marker_options(request: pytest.FixtureRequest, name: str) -> dict[str, Any]
     return dict(marker.kwargs)
 
 
+#: Every Airflow deployment has a ``[core] fernet_key`` (Airflow writes one into a new ``airflow.cfg``).
+#: The tests get a fixed one, whatever ``airflow.cfg`` the machine has (it signs the Job results the
+#: triggerer stores); a test of a deployment without one sets it empty.
+TEST_FERNET_KEY = "x0I2sOMGJ6b4CsFHbHHmTWi54YfAJVuZuHYjWnZ8pN0="
+
+
+@pytest.fixture(autouse=True)
+def _fernet_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", TEST_FERNET_KEY)
+
+
 @pytest.fixture
 def sandbox(request: pytest.FixtureRequest) -> Iterator[SandboxThread]:
     """A fresh sandbox API server (own event loop in a daemon thread) for one test."""

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from airflow_jobwatch.kube.pod_states import completion_time, parse_time
+
 #: Worker pods: the labels JobWatchExecutor (like KubernetesExecutor) puts on every pod it creates, with
 #: ``[jobwatch] worker_pod_labels = upstream`` (the default); ``jobwatch_executor`` replaces
 #: ``kubernetes_executor`` with ``worker_pod_labels = jobwatch``. Upstream's command also matches
@@ -23,33 +25,6 @@ def worker_pod_selector(executor_label: str = "kubernetes_executor") -> str:
 #: Upstream's floor: a pod pending for less than this is never deleted (it may just be scheduling).
 MIN_PENDING_MINUTES_FLOOR = 5
 PAGE_SIZE = 500
-
-
-def _time(value: str | None) -> datetime.datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def completion_time(pod: dict[str, Any]) -> datetime.datetime | None:
-    """When the pod finished: its last container's ``finishedAt`` (init containers included), else its
-    latest condition transition, else its creation (upstream's rule)."""
-    status = pod.get("status") or {}
-    statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
-    finished = [
-        t
-        for s in statuses
-        if (t := _time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))) is not None
-    ]
-    if finished:
-        return max(finished)
-    transitions = [t for c in status.get("conditions") or [] if (t := _time(c.get("lastTransitionTime")))]
-    if transitions:
-        return max(transitions)
-    return _time((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def verdict(
@@ -75,7 +50,7 @@ def verdict(
         ):
             return "completed"
         return None
-    created = _time((pod.get("metadata") or {}).get("creationTimestamp"))
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
     pending_floor = max(MIN_PENDING_MINUTES_FLOOR, min_pending_minutes)
     if (
         phase == "pending"

@@ -2,6 +2,9 @@
 
 The class is imported lazily, so that the KubernetesJobWatcher child process (which imports
 ``airflow_jobwatch.executors.watcher``) does not import Airflow.
+
+Layer 2 (docs/internals.md, "The map"): imports ``kube/`` and the shared layer (``config``, ``metrics``,
+``compat``, ``connections``), never ``triggers/``, ``operators/`` or ``cli/``.
 """
 
 from __future__ import annotations

@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.informer_types import InformerConfig, InformerEvent, InformerHealth
+from airflow_jobwatch.kube.informer_types import InformerConfig, InformerHealth, Subscriber
 
 if TYPE_CHECKING:
     from airflow_jobwatch.kube.observer import InformerObserver
 
-# What Informer.subscribe registers: (on_event, on_health).
-_Subscriber = tuple[Callable[[InformerEvent], None], Callable[[InformerHealth], None] | None]
+_Subscriber = Subscriber  # the name this module gave it first
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.informer")
@@ -45,14 +43,15 @@ class HealthTracker:
         config: InformerConfig,
         backoff: Backoff,
         observer: InformerObserver,
-        subscribers: dict[int, _Subscriber],
+        subscribers: dict[int, Subscriber],
     ) -> None:
         self._name = name
         self._config = config
         self._backoff = backoff
         self._observer = observer
         self._subscribers = subscribers
-        # Written by the informer, its Relister and its Watcher as things happen.
+        # Written by the informer and its Watcher as things happen (the counters and times through
+        # listed(), watch_opened() and watch_closed()).
         self.connected = False
         self.synced = False
         self.consecutive_failures = 0
@@ -130,6 +129,23 @@ class HealthTracker:
         if self.failing_since is not None:
             self._unhealthy = True
             self.notify()
+
+    def listed(self) -> None:
+        """A LIST completed and was applied: the view is whole (synced) as of now."""
+        self.lists += 1
+        self.last_sync = time.monotonic()
+        self.synced = True
+        self.record_success()
+
+    def watch_opened(self) -> None:
+        """A watch request was answered and its stream is open."""
+        self.watches += 1
+        self.set_connected(True)
+
+    def watch_closed(self) -> None:
+        """The watch stream ended (however): the view was current until now."""
+        self.last_sync = time.monotonic()
+        self.set_connected(False)
 
     def set_connected(self, connected: bool) -> None:
         if self.connected != connected:

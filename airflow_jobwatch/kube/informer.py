@@ -44,33 +44,33 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
-from airflow_jobwatch.kube import listwatch
 from airflow_jobwatch.kube.apierrors import KubeApiError as KubeApiError
 from airflow_jobwatch.kube.apierrors import _Expired as _Expired
 from airflow_jobwatch.kube.apierrors import _ShortWatch as _ShortWatch
 from airflow_jobwatch.kube.apierrors import _Stalled as _Stalled
 from airflow_jobwatch.kube.apierrors import compare_resource_versions as compare_resource_versions
 from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.health import HealthTracker, _Subscriber
+from airflow_jobwatch.kube.cache import Fanout, ObjectCache, Preparer
+from airflow_jobwatch.kube.health import HealthTracker
 from airflow_jobwatch.kube.informer_types import _RESOURCES as _RESOURCES
 from airflow_jobwatch.kube.informer_types import EventType as EventType
 from airflow_jobwatch.kube.informer_types import InformerConfig as InformerConfig
 from airflow_jobwatch.kube.informer_types import InformerEvent as InformerEvent
 from airflow_jobwatch.kube.informer_types import InformerHealth as InformerHealth
 from airflow_jobwatch.kube.informer_types import Kind as Kind
+from airflow_jobwatch.kube.informer_types import Subscriber
 from airflow_jobwatch.kube.label_selector import _selector_matcher as _selector_matcher
 from airflow_jobwatch.kube.listing import _decode_page as _decode_page
 from airflow_jobwatch.kube.listing import _decode_page_stdlib as _decode_page_stdlib
 from airflow_jobwatch.kube.listing import _Listing as _Listing
+from airflow_jobwatch.kube.listwatch import ListWatch
 from airflow_jobwatch.kube.observer import InformerObserver as InformerObserver
 from airflow_jobwatch.kube.observer import _NoObserver as _NoObserver
-from airflow_jobwatch.kube.projection import projector
 from airflow_jobwatch.kube.relist import Relister
 from airflow_jobwatch.kube.store import _CompactStore as _CompactStore
 from airflow_jobwatch.kube.store import _gc_paused as _gc_paused
@@ -142,26 +142,25 @@ class Informer:
             f" l={self.label_selector}" if self.label_selector else "",
             f" f={self.field_selector}" if self.field_selector else "",
         )
-        prefix, plural, self._kind_name, self._api_version = _RESOURCES[kind]
-        self._path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
-
-        # The store: uid -> object, plus (namespace, name) -> uid for by_name().
-        self._store: dict[str, dict[str, Any]] | _CompactStore = (
-            _CompactStore() if config.compact_store else {}
+        # The collection to list and watch, the cache it fills and the fan-out the cache delivers through:
+        # the parts the Relister and the Watcher are handed (see cache.py), none of which holds the informer.
+        self._source = ListWatch(
+            api_client,
+            kind=kind,
+            namespace=namespace,
+            label_selector=self.label_selector,
+            field_selector=self.field_selector,
+            connect_timeout=config.connect_timeout_seconds,
         )
-        self._by_name: dict[tuple[str | None, str], str] = {}
-        self._rv: str | None = None  # resourceVersion to resume the watch from
-        # uids whose deletion was delivered (bounded, oldest forgotten first): a stale list or a watch replay
-        # from an older resourceVersion must not bring them back (uids are never reused).
-        self._gone: OrderedDict[str, None] = OrderedDict()
-        # Whether the server was seen to ignore `limit` (a watch cache answering resourceVersion=0 returns
-        # everything in one response): we then stop asking for pages.
-        self._limit_ignored = False
-        self._label_match = _selector_matcher(self.label_selector)
-        self._project = projector(kind) if config.projection else None
-        #: Objects for which this returns True are stored whole, projection or not (the trigger registry
-        #: keeps the Jobs its triggers wait for whole: their event carries the whole Job).
-        self.keep_whole: Callable[[dict[str, Any]], bool] | None = None
+        self._subscribers: dict[int, Subscriber] = {}
+        self._next_token = 0
+        self._fanout = Fanout(self.name, self._observer, self._subscribers)
+        self._prepare = Preparer(
+            kind, strip_managed_fields=config.strip_managed_fields, projection=config.projection
+        )
+        self._cache = ObjectCache(
+            self._fanout, compact=config.compact_store, remembered_deletions=config.remembered_deletions
+        )
         # Counters for tests and benchmarks: confirmations by GET, their verdicts, stale copies skipped.
         self.stats: dict[str, int] = {
             "confirm_gets": 0,
@@ -173,9 +172,6 @@ class Informer:
             "too_large_rv": 0,
         }
 
-        self._subscribers: dict[int, _Subscriber] = {}
-        self._next_token = 0
-
         self._backoff = Backoff(
             initial_seconds=config.backoff_initial_seconds,
             max_seconds=config.backoff_max_seconds,
@@ -185,7 +181,6 @@ class Informer:
         self._stopped = False
         self._synced_event = asyncio.Event()
 
-        self._verb = "list"  # of the last request, for the advice on a 401/403
         # Failures, backoff, unhealthy after a while; the observer and on_health subscribers are told when
         # it changes. It holds the subscribers, never the informer, so an informer dropped without stop()
         # is still freed by reference counting.
@@ -196,9 +191,26 @@ class Informer:
             observer=self._observer,
             subscribers=self._subscribers,
         )
+        self._relister = Relister(
+            name=self.name,
+            source=self._source,
+            cache=self._cache,
+            prepare=self._prepare,
+            config=config,
+            stats=self.stats,
+        )
+        self._watcher = Watcher(
+            name=self.name,
+            source=self._source,
+            cache=self._cache,
+            prepare=self._prepare,
+            health=self._health,
+            config=config,
+            stats=self.stats,
+        )
 
     def __repr__(self) -> str:
-        return f"<Informer {self.name} objects={len(self._store)} connected={self._health.connected}>"
+        return f"<Informer {self.name} objects={len(self._cache)} connected={self._health.connected}>"
 
     # ----------------------------------------------------------------------------------------- public API
 
@@ -253,31 +265,53 @@ class Informer:
 
     def get(self, uid: str) -> dict[str, Any] | None:
         """The stored object with this uid (read-only), or None."""
-        return self._store.get(uid)
+        return self._cache.get(uid)
 
     def items(self) -> list[dict[str, Any]]:
         """All stored objects (read-only dicts, a new list)."""
-        return list(self._store.values())
+        return list(self._cache.values())
 
     def names(self) -> list[tuple[str | None, str]]:
         """``(namespace, name)`` of every stored object (a new list; no object is read, so this costs no
         decode with ``compact_store``)."""
-        return list(self._by_name)
+        return self._cache.names()
 
     def uid_of(self, namespace: str | None, name: str) -> str | None:
         """The uid of the stored object with this namespace and name, or None (no object is read, so
         this costs no decode with ``compact_store``)."""
-        return self._by_name.get((namespace, name))
+        return self._cache.uid_of(namespace, name)
 
     def by_name(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The stored object with this namespace and name (read-only), or None."""
         uid = self.uid_of(namespace, name)
-        return None if uid is None else self._store.get(uid)
+        return None if uid is None else self._cache.get(uid)
+
+    @property
+    def cache(self) -> ObjectCache:
+        """The store (for tests and benchmarks, which feed it events or weigh it): only the engine writes it
+        in use, and every write is delivered to the subscribers."""
+        return self._cache
+
+    @property
+    def keep_whole(self) -> Callable[[dict[str, Any]], bool] | None:
+        """Objects for which this returns True are stored whole, projection or not (the trigger registry keeps
+        the Jobs its triggers wait for whole: their event carries the whole Job)."""
+        return self._prepare.keep_whole
+
+    @keep_whole.setter
+    def keep_whole(self, keep: Callable[[dict[str, Any]], bool] | None) -> None:
+        self._prepare.keep_whole = keep
+
+    @property
+    def limit_ignored(self) -> bool:
+        """Whether the server was seen to ignore ``limit`` on a resourceVersion=0 list (pages are then not
+        asked for); for diagnostics."""
+        return self._relister.limit_ignored
 
     @property
     def resource_version(self) -> str | None:
         """The resourceVersion the next watch would resume from (opaque; for diagnostics)."""
-        return self._rv
+        return self._watcher.resource_version
 
     @property
     def synced(self) -> bool:
@@ -340,7 +374,7 @@ class Informer:
                 for count, (namespace, name) in enumerate(self.names(), 1):
                     obj = self.by_name(namespace, name)
                     if obj is not None:
-                        self._emit(EventType.MODIFIED, obj, replay=True)
+                        self._fanout(EventType.MODIFIED, obj, replay=True)
                     if count % 1000 == 0:
                         await asyncio.sleep(0)  # thousands of objects: let the loop's other tasks run
             try:
@@ -353,7 +387,7 @@ class Informer:
                     if resync_every is not None:
                         next_resync = loop.time() + resync_every
                 self._observer.on_watch_start(restart=not listed)
-                await Watcher(self).watch_once(deadline=next_resync)
+                await self._watcher.watch_once(deadline=next_resync)
             except asyncio.CancelledError:
                 raise
             except _Expired as exc:
@@ -374,11 +408,11 @@ class Informer:
                     log.info(
                         "informer %s: server behind our resourceVersion %s (%s); retrying in %.1f s",
                         self.name,
-                        self._rv,
+                        self._watcher.resource_version,
                         exc.message,
                         delay,
                     )
-                elif denied := self._access_denied_by(exc):
+                elif denied := self._source.access_denied(exc):
                     # Permanent until someone grants it; unhealthy at once, an ERROR per backoff.
                     self._health.access_denied = denied
                     delay = self._health.failure(denied, retry_after=exc.retry_after)
@@ -400,45 +434,16 @@ class Informer:
             if delay > 0:
                 await asyncio.sleep(delay)
 
-    # ------------------------------------------------------------------------------------- HTTP requests
-
-    async def _request(
-        self, params: dict[str, str], *, read_timeout: float, path: str | None = None
-    ) -> aiohttp.ClientResponse:
-        """GET the collection (or ``path``) with ``params`` (see :func:`airflow_jobwatch.kube.listwatch.get`)."""
-        self._verb = "watch" if params.get("watch") == "true" else "list"  # For 401/403 advice
-        return await listwatch.get(
-            self._api,
-            path or self._path,
-            params,
-            connect_timeout=self.config.connect_timeout_seconds,
-            read_timeout=read_timeout,
-        )
-
-    # ------------------------------------ the store (written through by the Relister and the Watcher)
-
-    def _prepare(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Make a listed or fetched object look like a watched one, and drop what nobody reads."""
-        obj.setdefault("kind", self._kind_name)
-        obj.setdefault("apiVersion", self._api_version)
-        if self.config.strip_managed_fields:
-            obj["metadata"].pop("managedFields", None)
-        if self._project is not None and not (self.keep_whole is not None and self.keep_whole(obj)):
-            return self._project(obj)
-        return obj
+    # ------------------------------------------------------------------------------------------ lists
 
     async def _relist(self) -> None:
         """LIST and reconcile the store (:meth:`Relister.relist <airflow_jobwatch.kube.relist.Relister.relist>`
         has the rules), then record the sync: the resourceVersion to watch from, health, the first sync."""
         started = time.monotonic()
         first = not self._health.synced
-        # A Relister per list (not one kept on self): the informer holds no reference cycle.
-        listing = await Relister(self).relist()
-        self._rv = listing.rv
-        self._health.lists += 1
-        self._health.last_sync = time.monotonic()
-        self._health.synced = True
-        self._health.record_success()
+        listing = await self._relister.relist()
+        self._watcher.resource_version = listing.rv
+        self._health.listed()
         log.debug(
             "informer %s: %s %d objects at resourceVersion %s in %.2f s (%d added, %d modified, "
             "%d vanished, %d confirmed gone of %d checked)",
@@ -456,59 +461,3 @@ class Informer:
         if first:
             self._synced_event.set()
         self._health.notify()
-
-    def _put(self, obj: dict[str, Any]) -> None:
-        metadata = obj["metadata"]
-        self._store[metadata["uid"]] = obj
-        self._by_name[(metadata.get("namespace"), metadata["name"])] = metadata["uid"]
-
-    def _remove(self, uid: str, etype: EventType, last: dict[str, Any]) -> None:
-        """Drop ``uid`` from the store, remember it is gone, and deliver its one deletion event."""
-        prev = self._store.pop(uid, None)
-        if prev is not None:
-            key = (prev["metadata"].get("namespace"), prev["metadata"]["name"])
-            if self._by_name.get(key) == uid:
-                del self._by_name[key]
-        self._gone[uid] = None
-        if len(self._gone) > self.config.remembered_deletions:
-            self._gone.popitem(last=False)
-        self._emit(etype, last)
-
-    # --------------------------------------------------------------------------------------- helpers
-
-    def _selector_params(self) -> dict[str, str]:
-        params: dict[str, str] = {}
-        if self.label_selector:
-            params["labelSelector"] = self.label_selector
-        if self.field_selector:
-            params["fieldSelector"] = self.field_selector
-        return params
-
-    def _emit(self, etype: EventType, obj: dict[str, Any], *, replay: bool = False) -> None:
-        # A replay of the cache (the periodic resync) is not news from the server: it must not count as
-        # an event, nor reset the time since the last one, which is what shows a watch gone quiet.
-        if not replay:
-            self._observer.on_event(etype.value)
-        if not self._subscribers:
-            return
-        event = InformerEvent(etype, obj)
-        for on_event, _ in list(self._subscribers.values()):
-            try:
-                on_event(event)
-            except Exception:
-                log.exception(
-                    "informer %s: subscriber %r failed on %s event", self.name, on_event, etype.value
-                )
-
-    def _access_denied_by(self, exc: KubeApiError) -> str | None:
-        """A 401 (after the client's one credential reload) or 403 RBAC refusal, explained."""
-        if exc.status not in (401, 403) or "exceeded quota" in exc.message:
-            return None
-        from airflow_jobwatch.kube.errors import describe_access_denied
-
-        group = self._api_version.rpartition("/")[0]
-        plural = self._path.rsplit("/", 1)[-1]
-        verb = getattr(self, "_verb", "list")
-        return describe_access_denied(
-            exc.status, exc.message, verb=verb, resource=plural, group=group, namespace=self.namespace
-        ).message()

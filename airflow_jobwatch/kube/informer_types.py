@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -174,3 +175,7 @@ class InformerHealth:
     watches: int
     # Permission errors: the explained 401/403 of the last failure, None once a request works.
     access_denied: str | None = None
+
+
+#: What ``Informer.subscribe`` registers: its event callback and its optional health callback.
+Subscriber = tuple[Callable[[InformerEvent], None], Callable[[InformerHealth], None] | None]

@@ -37,8 +37,8 @@ from airflow_jobwatch.kube.state_words import (
     _with_hint,
 )
 
-_JOB_FAILED_CONDITIONS = ("Failed", "FailureTarget")  # final first: its reason/message are the settled ones
-_JOB_SUCCEEDED_CONDITIONS = ("Complete", "SuccessCriteriaMet")
+JOB_FAILED_CONDITIONS = ("Failed", "FailureTarget")  # final first: its reason/message are the settled ones
+JOB_SUCCEEDED_CONDITIONS = ("Complete", "SuccessCriteriaMet")
 
 
 def classify_job(
@@ -70,7 +70,7 @@ def classify_job(
     spec = _map(obj.get("spec"))
     status = _map(obj.get("status"))
 
-    failed = _true_condition(status, _JOB_FAILED_CONDITIONS)
+    failed = _true_condition(status, JOB_FAILED_CONDITIONS)
     if failed is not None:
         reason = _str(failed.get("reason")) or "Failed"
         text = f"Job '{name}' failed ({reason})"
@@ -84,7 +84,7 @@ def classify_job(
             "failed", True, reason, _with_hint(text, reason), exit_code=problem.exit_code if problem else None
         )
 
-    succeeded = _true_condition(status, _JOB_SUCCEEDED_CONDITIONS)
+    succeeded = _true_condition(status, JOB_SUCCEEDED_CONDITIONS)
     if succeeded is not None:
         reason = _str(succeeded.get("reason")) or "Complete"
         text = f"Job '{name}' succeeded ({reason})"

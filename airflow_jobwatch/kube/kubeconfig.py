@@ -11,12 +11,32 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
-if TYPE_CHECKING:
-    from airflow_jobwatch.kube.client import ClusterConfig
+
+class KubeconfigSource(Protocol):
+    """What this module reads of a cluster configuration (:class:`airflow_jobwatch.kube.client.ClusterConfig`
+    has it): the kubeconfig it names, the context, the inline kubeconfig, the in-cluster files and the CA
+    bundle, and where it came from for messages. A protocol, so that reading a kubeconfig does not depend on
+    the module that builds clients from it."""
+
+    @property
+    def config_file(self) -> str | None: ...
+    @property
+    def cluster_context(self) -> str | None: ...
+    @property
+    def in_cluster(self) -> bool: ...
+    @property
+    def kube_config(self) -> str | None: ...
+    @property
+    def ssl_ca_cert(self) -> str | None: ...
+    @property
+    def source(self) -> str: ...
+    def kubeconfig_paths(self) -> list[str]: ...
+    def service_account_files(self) -> tuple[str, str]: ...
+
 
 #: How ``kubectl`` (and both client libraries) find a kubeconfig when none is named.
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -132,7 +152,7 @@ def _named(entries: object, path: str, section: str) -> dict[str, Mapping[str, A
     return result
 
 
-def _existing_kubeconfig_files(cfg: ClusterConfig) -> list[str]:
+def _existing_kubeconfig_files(cfg: KubeconfigSource) -> list[str]:
     paths = cfg.kubeconfig_paths()
     shown = KUBECONFIG_PATH_SEPARATOR.join(paths)
     existing = [p for p in paths if os.path.isfile(p)]
@@ -172,7 +192,7 @@ def _load_inline(text: str) -> Mapping[str, Any]:
     return data
 
 
-def resolve(cfg: ClusterConfig) -> Resolved:
+def resolve(cfg: KubeconfigSource) -> Resolved:
     """Merge the kubeconfig files the way kubectl does and resolve the context, checking every step.
 
     Merge rules (kubectl's): a name defined in an earlier file wins; the first file that sets
@@ -301,7 +321,7 @@ def library_error(resolved: Resolved, exc: BaseException) -> ClusterConfigError:
     return ClusterConfigError(f"{resolved.describe()} cannot be loaded: {detail}")
 
 
-def in_cluster_error(cfg: ClusterConfig, exc: BaseException) -> ClusterConfigError:
+def in_cluster_error(cfg: KubeconfigSource, exc: BaseException) -> ClusterConfigError:
     directory = os.path.dirname(cfg.service_account_files()[0])
     origin = f" ({cfg.source})" if cfg.source else ""
     return ClusterConfigError(
@@ -312,7 +332,7 @@ def in_cluster_error(cfg: ClusterConfig, exc: BaseException) -> ClusterConfigErr
     )
 
 
-def tls_error(cfg: ClusterConfig, exc: OSError) -> ClusterConfigError:
+def tls_error(cfg: KubeconfigSource, exc: OSError) -> ClusterConfigError:
     if cfg.in_cluster:
         where = "the in-cluster service account CA"
     elif cfg.kube_config:

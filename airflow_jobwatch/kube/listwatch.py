@@ -1,4 +1,6 @@
-"""The engine's one HTTP request: a GET of a collection (a LIST page or a watch) or of one object.
+"""The source the watch engine lists and watches: one collection on one API server (client-go's
+``ListerWatcher``), and the engine's one HTTP request, a GET of a collection (a LIST page or a watch) or of one
+object.
 
 kubernetes_asyncio is used only for what it is good at (kubeconfig, auth and token refresh, TLS, the HTTP
 session) through :meth:`ApiClient.call_api` with ``_preload_content=False``; the response is read by the
@@ -15,6 +17,104 @@ import aiohttp
 
 from airflow_jobwatch.kube.apierrors import KubeApiError, _Expired
 from airflow_jobwatch.kube.backoff import parse_retry_after
+from airflow_jobwatch.kube.errors import describe_access_denied
+from airflow_jobwatch.kube.informer_types import _RESOURCES, Kind
+from airflow_jobwatch.kube.label_selector import _selector_matcher
+
+
+class ListWatch:
+    """One collection to list and watch: a kind, a namespace (or all), label and field selectors, on the API
+    server an ``ApiClient`` reaches. What the engine's LIST, watch and confirming GET requests are sent to.
+
+    :param api_client: a ``kubernetes_asyncio.client.ApiClient``; never closed here.
+    :param connect_timeout: seconds to connect (``InformerConfig.connect_timeout_seconds``).
+    """
+
+    __slots__ = (
+        "_api",
+        "_connect_timeout",
+        "_group",
+        "_plural",
+        "_prefix",
+        "_verb",
+        "field_selector",
+        "kind",
+        "label_match",
+        "label_selector",
+        "namespace",
+        "path",
+    )
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        kind: Kind,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        connect_timeout: float,
+    ) -> None:
+        self._api = api_client
+        self._connect_timeout = connect_timeout
+        self.kind = kind
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        #: Whether labels match the label selector (None: no selector); a confirming GET reads an object that
+        #: the selector may no longer match, which a watch would have reported deleted.
+        self.label_match = _selector_matcher(label_selector)
+        self._prefix, self._plural, _, api_version = _RESOURCES[kind]
+        self._group = api_version.rpartition("/")[0]
+        self.path = (
+            f"{self._prefix}/namespaces/{namespace}/{self._plural}"
+            if namespace
+            else f"{self._prefix}/{self._plural}"
+        )
+        self._verb = "list"  # of the last request, for the advice on a 401/403
+
+    def selector_params(self) -> dict[str, str]:
+        """The query parameters every request of this collection carries (a new dict)."""
+        params: dict[str, str] = {}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+    def object_path(self, namespace: str | None, name: str) -> str:
+        """The path of one object of this collection (for a GET by name)."""
+        namespace = namespace or self.namespace
+        if namespace:
+            return f"{self._prefix}/namespaces/{namespace}/{self._plural}/{name}"
+        return f"{self._prefix}/{self._plural}/{name}"
+
+    async def request(
+        self, params: dict[str, str], *, read_timeout: float, path: str | None = None
+    ) -> aiohttp.ClientResponse:
+        """GET the collection (or ``path``) with ``params`` (see :func:`get`)."""
+        self._verb = "watch" if params.get("watch") == "true" else "list"
+        return await get(
+            self._api,
+            path or self.path,
+            params,
+            connect_timeout=self._connect_timeout,
+            read_timeout=read_timeout,
+        )
+
+    def access_denied(self, exc: KubeApiError) -> str | None:
+        """A 401 (after the client's one credential reload) or 403 RBAC refusal of the last request,
+        explained with the verb, resource and namespace it needs; None for any other error."""
+        if exc.status not in (401, 403) or "exceeded quota" in exc.message:
+            return None
+        return describe_access_denied(
+            exc.status,
+            exc.message,
+            verb=self._verb,
+            resource=self._plural,
+            group=self._group,
+            namespace=self.namespace,
+        ).message()
 
 
 async def get(

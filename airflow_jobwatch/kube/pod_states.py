@@ -6,6 +6,7 @@ rules).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -175,3 +176,33 @@ def pod_summary(pod: Mapping[str, Any] | Any, *, deleted: bool = False) -> dict[
         "exit_code": state.exit_code,
         "reason": state.reason,
     }
+
+
+def parse_time(value: str | None) -> datetime.datetime | None:
+    """An RFC 3339 time of the API (``2026-01-02T03:04:05Z``), or None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def completion_time(pod: dict[str, Any]) -> datetime.datetime | None:
+    """When the pod finished: its last container's ``finishedAt`` (init containers included), else its
+    latest condition transition, else its creation (upstream's rule)."""
+    status = pod.get("status") or {}
+    statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    finished = [
+        t
+        for s in statuses
+        if (t := parse_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))) is not None
+    ]
+    if finished:
+        return max(finished)
+    transitions = [
+        t for c in status.get("conditions") or [] if (t := parse_time(c.get("lastTransitionTime")))
+    ]
+    if transitions:
+        return max(transitions)
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))

@@ -23,23 +23,30 @@ Who reads what:
   and ``restartCount`` (whether a disrupted pod ever ran).
 * Job ``spec``: ``suspend`` (read), the scalar sizing and limit fields (kept for messages and users of
   the cache), and the pod failure and success policies (whether a vanished Job's pods prove its outcome); Job ``status``: whole. The pod template is dropped (see :data:`JOB_FIELDS`).
+* Job annotations: all but the two that can be large and that nothing reads from the cache
+  (:data:`DROPPED_JOB_ANNOTATIONS`).
 
 A spec is ``True`` (keep the value whole), a dict of key -> spec (keep those keys of a mapping, each
-projected by its own spec), or a one-element list ``[spec]`` (a list whose items are each projected by
-``spec``). A value whose type does not fit its spec (a malformed object) is kept as it is, so that
+projected by its own spec), a one-element list ``[spec]`` (a list whose items are each projected by
+``spec``), or :class:`Without` (keep a mapping whole but for some keys). A value whose type does not fit its spec (a malformed object) is kept as it is, so that
 ``states.py`` sees exactly what it would have seen in the full object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from airflow_jobwatch.kube.result import RESULT_ANNOTATION
+
 __all__ = [
+    "DROPPED_JOB_ANNOTATIONS",
     "EVENT_FIELDS",
     "JOB_FIELDS",
     "POD_FIELDS",
     "Spec",
+    "Without",
     "project",
     "project_event",
     "project_job",
@@ -47,7 +54,15 @@ __all__ = [
     "projector",
 ]
 
-Spec: TypeAlias = bool | dict[str, "Spec"] | list["Spec"]
+
+@dataclass(frozen=True, slots=True)
+class Without:
+    """A spec that keeps a mapping whole but for ``keys`` (whose values can be large and are not read)."""
+
+    keys: frozenset[str]
+
+
+Spec: TypeAlias = bool | dict[str, "Spec"] | list["Spec"] | Without
 
 _CONDITION: Spec = {"type": True, "status": True, "reason": True, "message": True}
 
@@ -88,15 +103,24 @@ POD_FIELDS: dict[str, Spec] = {
     },
 }
 
+#: Annotations a cached Job does not keep. Both can be as large as the API allows (256 KiB of annotations
+#: per object), and nothing reads them from the cache, where 50,000 ended Jobs may sit:
+#:
+#: * the result a task ended from the triggerer writes onto its Job (up to 128 KiB). It is read only
+#:   from a Job a trigger waits for, which the trigger registry stores whole, or from the whole Job a
+#:   trigger GETs at the end when the cache held it projected;
+#: * ``kubectl apply``'s copy of the whole manifest (pod template included, which the projection drops).
+DROPPED_JOB_ANNOTATIONS = frozenset({RESULT_ANNOTATION, "kubectl.kubernetes.io/last-applied-configuration"})
+
 #: A Job keeps its metadata, the scalar ``spec`` fields that size and bound it, and its whole ``status``
 #: (conditions and counters: a few hundred bytes). Its pod template, the bulk of a Job, is not kept. The
 #: trigger registry stores the Jobs its triggers wait for whole (``Informer.keep_whole``), since their event
 #: carries the whole Job (``V1Job.to_dict()``, as upstream's ``job`` key does); a Job cached projected
-#: before its trigger came is read whole by one GET at the end (``JobTrigger._with_whole_job``).
+#: before its trigger came is read whole by one GET at the end (``JobDecisions.with_whole_job``).
 JOB_FIELDS: dict[str, Spec] = {
     "kind": True,
     "apiVersion": True,
-    "metadata": METADATA_FIELDS,
+    "metadata": {**METADATA_FIELDS, "annotations": Without(DROPPED_JOB_ANNOTATIONS)},
     "spec": {
         "suspend": True,
         "parallelism": True,
@@ -140,6 +164,10 @@ def project(value: Any, spec: Spec) -> Any:
     """``value`` reduced to what ``spec`` keeps (a new object; ``value`` is not modified)."""
     if spec is True:
         return value
+    if isinstance(spec, Without):
+        if not isinstance(value, dict) or spec.keys.isdisjoint(value):
+            return value
+        return {key: item for key, item in value.items() if key not in spec.keys}
     if isinstance(spec, dict):
         if not isinstance(value, dict):
             return value

@@ -1,10 +1,11 @@
 """Relist and reconcile: a paged LIST applied to an informer's store, page by page, and the checks that keep
 a possibly stale list from inventing deletions or rolling objects back (client-go's ``Reflector.list``).
 
-:class:`Relister` works on the store of the :class:`~airflow_jobwatch.kube.informer.Informer` it belongs to
-and delivers through that informer's fan-out (``_put``, ``_remove``, ``_emit``), as client-go's Reflector
-works on the Store it is given. The informer decides when to list (every list reads resourceVersion=0; see
-``listing.py``), and records the sync (resourceVersion, health) from what :meth:`Relister.relist` returns.
+:class:`Relister` is handed what it works with, as client-go's Reflector is: the source it lists
+(:class:`~airflow_jobwatch.kube.listwatch.ListWatch`) and the cache it fills and delivers through
+(:class:`~airflow_jobwatch.kube.cache.ObjectCache`); it never sees the informer that owns them. The informer
+decides when to list (every list reads resourceVersion=0; see ``listing.py``), and records the sync
+(resourceVersion, health) from what :meth:`Relister.relist` returns.
 """
 
 from __future__ import annotations
@@ -12,29 +13,51 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from airflow_jobwatch.kube import listing as list_pages
 from airflow_jobwatch.kube.apierrors import KubeApiError, compare_resource_versions
-from airflow_jobwatch.kube.informer_types import _RESOURCES, EventType
+from airflow_jobwatch.kube.cache import ObjectCache
+from airflow_jobwatch.kube.informer_types import EventType, InformerConfig
 from airflow_jobwatch.kube.listing import _Listing
+from airflow_jobwatch.kube.listwatch import ListWatch
 from airflow_jobwatch.kube.store import _gc_paused
-
-if TYPE_CHECKING:
-    from airflow_jobwatch.kube.informer import Informer
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.informer")
 
 
 class Relister:
-    """LIST + reconcile for one informer (see the module docstring).
+    """LIST + reconcile for one collection (see the module docstring).
 
-    :param informer: the informer whose store this fills; its ``config``, selectors and HTTP requests are used.
+    :param source: the collection to list.
+    :param cache: the store the list is reconciled against; every change is delivered through it.
+    :param prepare: what a listed or fetched object goes through before it is stored.
+    :param config: the engine's tuning (page size, timeouts, the confirming GETs' bounds).
+    :param stats: counters for tests and benchmarks (confirmations and stale copies), updated in place.
+    :param name: the informer's name, for log lines.
     """
 
-    def __init__(self, informer: Informer) -> None:
-        self._informer = informer
+    def __init__(
+        self,
+        *,
+        name: str,
+        source: ListWatch,
+        cache: ObjectCache,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]],
+        config: InformerConfig,
+        stats: dict[str, int],
+    ) -> None:
+        self._name = name
+        self._source = source
+        self._cache = cache
+        self._prepare = prepare
+        self._config = config
+        self.stats = stats
+        #: Whether the server was seen to ignore ``limit`` (a watch cache answering resourceVersion=0 returns
+        #: everything in one response): pages are not asked for any more.
+        self.limit_ignored = False
 
     async def relist(self) -> _Listing:
         """LIST and reconcile the store with what the server has now.
@@ -62,7 +85,6 @@ class Relister:
         Disappearances are decided only once the list is complete; if it fails half-way, the next list
         finishes the job.
         """
-        inf = self._informer
         listing = _Listing()
         continue_token: str | None = None
         while True:
@@ -77,7 +99,7 @@ class Relister:
         seen = listing.seen
         doubtful = listing.doubtful
         vanished: list[str] = []
-        for uid, prev in inf._store.items():
+        for uid, prev in self._cache.items():
             if uid in seen or uid in doubtful:
                 continue
             order = compare_resource_versions(prev["metadata"].get("resourceVersion"), list_rv)
@@ -86,7 +108,9 @@ class Relister:
             else:
                 doubtful[uid] = prev
         for uid in vanished:
-            inf._remove(uid, EventType.DELETED_UNKNOWN, inf._store[uid])
+            last = self._cache.get(uid)
+            assert last is not None  # read from the cache above, with no await since
+            self._cache.delete(uid, EventType.DELETED_UNKNOWN, last)
         listing.vanished = len(vanished)
         listing.confirmed_gone = await self._confirm(doubtful) if doubtful else 0
         return listing
@@ -94,20 +118,19 @@ class Relister:
     async def _list_page(self, continue_token: str | None) -> bytes:
         """One page of a LIST: the raw body. The first page (no ``continue_token``) reads
         resourceVersion=0; later pages belong to the snapshot of the first (the continue token pins it)."""
-        inf = self._informer
-        params = inf._selector_params()
+        params = self._source.selector_params()
         # A watch cache answering resourceVersion=0 ignores `limit` and sends the whole collection at once
         # (kube-apiserver before ConsistentListFromCache/paginated cache lists; still so for RV=0 on many
         # versions). Asking is harmless, but once we know it is ignored we stop pretending to page.
-        if not inf._limit_ignored:
-            params["limit"] = str(inf.config.page_size)
+        if not self.limit_ignored:
+            params["limit"] = str(self._config.page_size)
         if continue_token:
             # resourceVersion must not be sent with continue: the token pins the snapshot. A token older than
             # the server's history answers 410 Expired, and _run restarts the whole list.
             params["continue"] = continue_token
         else:
             params["resourceVersion"] = "0"
-        resp = await inf._request(params, read_timeout=inf.config.stall_timeout_seconds)
+        resp = await self._source.request(params, read_timeout=self._config.stall_timeout_seconds)
         try:
             return await resp.read()
         finally:
@@ -122,49 +145,43 @@ class Relister:
         dict lookup and a string comparison. Everything parsed here that is not stored is freed when this
         returns (the caller holds the collector off until then, :func:`_gc_paused`).
         """
-        inf = self._informer
         list_rv, continue_token, items, head, load = list_pages._decode_page(body)
         if not list_rv and not listing.rv:
-            raise ValueError(f"LIST {inf._path} returned no metadata.resourceVersion")
+            raise ValueError(f"LIST {self._source.path} returned no metadata.resourceVersion")
         listing.rv = listing.rv or list_rv
-        if len(items) > inf.config.page_size and not inf._limit_ignored:
-            inf._limit_ignored = True
+        if len(items) > self._config.page_size and not self.limit_ignored:
+            self.limit_ignored = True
             log.debug(
                 "informer %s: the server ignored limit=%d on a resourceVersion=0 list (%d items in one "
                 "response); not paging such lists any more",
-                inf.name,
-                inf.config.page_size,
+                self._name,
+                self._config.page_size,
                 len(items),
             )
         seen = listing.seen
-        gone = inf._gone
-        store = inf._store
+        cache = self._cache
         for item in items:
             uid, new_rv = head(item)
             seen.add(uid)
-            if uid in gone:
-                inf.stats["stale_copies_ignored"] += 1
+            if cache.was_deleted(uid):
+                self.stats["stale_copies_ignored"] += 1
                 continue
-            prev = store.get(uid)
+            prev = cache.get(uid)
             if prev is not None:
                 prev_rv = prev["metadata"].get("resourceVersion")
                 if prev_rv == new_rv:
                     continue
                 order = compare_resource_versions(new_rv, prev_rv)
                 if order is not None and order < 0:
-                    inf.stats["stale_copies_ignored"] += 1
+                    self.stats["stale_copies_ignored"] += 1
                     continue
                 if order is None:
                     listing.doubtful[uid] = prev
                     continue
-            obj = inf._prepare(load(item))
-            inf._put(obj)
-            if prev is None:
+            if cache.put(self._prepare(load(item))):
                 listing.added += 1
-                inf._emit(EventType.ADDED, obj)
             else:
                 listing.modified += 1
-                inf._emit(EventType.MODIFIED, obj)
         return continue_token
 
     async def _confirm(self, doubtful: dict[str, dict[str, Any]]) -> int:
@@ -177,24 +194,23 @@ class Relister:
         the cap, leaves the object as it is: never tombstoned on a guess; the next relist asks again and
         the watch that follows this list settles it meanwhile. Returns how many were confirmed gone.
         """
-        inf = self._informer
         batch = list(doubtful.items())
-        cap = inf.config.max_confirmations_per_relist
+        cap = self._config.max_confirmations_per_relist
         if len(batch) > cap:
-            inf.stats["confirm_deferred"] += len(batch) - cap
+            self.stats["confirm_deferred"] += len(batch) - cap
             log.warning(
                 "informer %s: %d objects need a confirming GET after a possibly stale list; checking %d now, "
                 "the rest at the next relist",
-                inf.name,
+                self._name,
                 len(batch),
                 cap,
             )
             batch = batch[:cap]
-        semaphore = asyncio.Semaphore(inf.config.confirm_concurrency)
+        semaphore = asyncio.Semaphore(self._config.confirm_concurrency)
 
         async def fetch(prev: dict[str, Any]) -> dict[str, Any] | None:
             async with semaphore:
-                inf.stats["confirm_gets"] += 1
+                self.stats["confirm_gets"] += 1
                 return await self._get_current(prev)
 
         results = await asyncio.gather(*(fetch(prev) for _, prev in batch), return_exceptions=True)
@@ -203,16 +219,16 @@ class Relister:
             if isinstance(result, BaseException):
                 if isinstance(result, asyncio.CancelledError):
                     raise result
-                inf.stats["confirm_failed"] += 1
+                self.stats["confirm_failed"] += 1
                 log.info(
                     "informer %s: could not confirm %s/%s (%s); keeping it until the next relist",
-                    inf.name,
+                    self._name,
                     prev["metadata"].get("namespace"),
                     prev["metadata"].get("name"),
                     result,
                 )
                 continue
-            stored = inf._store.get(uid)
+            stored = self._cache.get(uid)
             if stored is None or stored["metadata"].get("resourceVersion") != prev["metadata"].get(
                 "resourceVersion"
             ):
@@ -222,13 +238,13 @@ class Relister:
             if (
                 current is None
                 or current["metadata"].get("uid") != uid
-                or (inf._label_match is not None and not inf._label_match(labels))
+                or (self._source.label_match is not None and not self._source.label_match(labels))
             ):
                 gone += 1
-                inf.stats["confirmed_gone"] += 1
-                inf._remove(uid, EventType.DELETED_UNKNOWN, prev)
+                self.stats["confirmed_gone"] += 1
+                self._cache.delete(uid, EventType.DELETED_UNKNOWN, prev)
                 continue
-            inf.stats["confirmed_present"] += 1
+            self.stats["confirmed_present"] += 1
             order = compare_resource_versions(
                 current["metadata"].get("resourceVersion"), prev["metadata"].get("resourceVersion")
             )
@@ -239,24 +255,16 @@ class Relister:
                 continue
             if order is not None and order < 0:
                 continue
-            inf._put(current)
-            inf._emit(EventType.MODIFIED, current)
+            self._cache.put(current)  # stored before, so delivered as MODIFIED
         return gone
 
     async def _get_current(self, prev: dict[str, Any]) -> dict[str, Any] | None:
         """The object named like ``prev`` as the server has it now (None on 404)."""
-        inf = self._informer
         metadata = prev["metadata"]
-        prefix, plural, _, _ = _RESOURCES[inf.kind]
-        namespace = metadata.get("namespace") or inf.namespace
-        path = (
-            f"{prefix}/namespaces/{namespace}/{plural}/{metadata['name']}"
-            if namespace
-            else f"{prefix}/{plural}/{metadata['name']}"
-        )
+        path = self._source.object_path(metadata.get("namespace"), metadata["name"])
         try:
             # No resourceVersion: "most recent", served from etcd (a quorum read), never from a cache.
-            resp = await inf._request({}, read_timeout=inf.config.stall_timeout_seconds, path=path)
+            resp = await self._source.request({}, read_timeout=self._config.stall_timeout_seconds, path=path)
         except KubeApiError as exc:
             if exc.status == 404:
                 return None
@@ -268,4 +276,4 @@ class Relister:
         obj = json.loads(body)
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
             raise ValueError(f"GET {path} returned no object")
-        return inf._prepare(obj)
+        return self._prepare(obj)

@@ -17,23 +17,35 @@ Rules, each in one place:
   copy; when they have fewer results (pods deleted by a TTL, a user or an earlier cleanup), the event's
   copy is kept.
 * **Durable before cleanup.** Deleting the pods deletes the result they carry, so whoever deletes them
-  first writes the result onto the Job (:data:`RESULT_ANNOTATION`, see :meth:`JobResult.to_annotation`),
-  and a reader that finds it there, for the same Job uid, takes it from there rather than from the pods
-  that are left. A second run of a wait (two triggerers, a restart before the event was saved) then
-  reports what the first reported. A result larger than :data:`RESULT_ANNOTATION_LIMIT_BYTES` is not
-  written, and its pods are then kept.
+  first writes the result onto the Job (:data:`RESULT_ANNOTATION`, see :meth:`JobResult.to_annotation`).
+  A second run of a wait (two triggerers, a restart before the event was saved) then reports what the
+  first reported. A result larger than :data:`RESULT_ANNOTATION_LIMIT_BYTES` is not written, and its
+  pods are then kept.
+* **Only the cluster decides the outcome.** Anyone allowed to ``patch`` a Job can write its
+  annotations; only the Job controller writes its ``status`` (the ``jobs/status`` subresource). So a
+  stored result counts only (:meth:`JobResult.with_stored`) when it is signed (an HMAC-SHA256 under a
+  key the caller holds and a user who may only patch Jobs does not, bound to the Job's uid), when its
+  outcome agrees with the Job's own terminal condition, and then only for what the pods no longer show:
+  the pods' exit codes and reasons, their XCom results, and the message that names them. How the wait
+  ended (outcome, reason) is always the cluster's. A result that does not count is reported to the
+  caller with the reason, and the cluster's view stands.
 
 Knows Kubernetes, not Airflow: the JSON parsing of an XCom value is plain ``json``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from airflow_jobwatch.kube.job_states import JOB_FAILED_CONDITIONS, JOB_SUCCEEDED_CONDITIONS
 from airflow_jobwatch.kube.objects import to_dict
+from airflow_jobwatch.kube.state_words import _true_condition
 from airflow_jobwatch.kube.states import classify_pod
 
 __all__ = [
@@ -46,6 +58,7 @@ __all__ = [
     "XComResultError",
     "parse_xcom_results",
     "pod_outcomes",
+    "read_stored_result",
     "stored_result",
     "termination_messages",
     "without_result_annotation",
@@ -59,6 +72,9 @@ EMPTY_XCOM_RESULT = "__airflow_xcom_result_empty__"
 #: ``MaxContainerTerminationMessageLength``, pkg/kubelet/container).
 TERMINATION_MESSAGE_LIMIT_BYTES = 4096
 
+#: At most this many characters of an XCom result are copied into the task log.
+XCOM_LOG_MAX_CHARS = 4096
+
 #: The Job annotation that holds a finished Job's result once the pods it was read from may be deleted.
 RESULT_ANNOTATION = "jobwatch.io/result"
 
@@ -68,8 +84,17 @@ RESULT_ANNOTATION = "jobwatch.io/result"
 #: and the pods it was read from are kept.
 RESULT_ANNOTATION_LIMIT_BYTES = 128 * 1024
 
-#: Version of the annotation's JSON; a reader ignores a version it does not know.
-_FORMAT = 1
+#: Version of the annotation's JSON; a reader uses no other. Version 1 (earlier releases) was not signed:
+#: it is never used, and its Job's result is read from the cluster.
+_FORMAT = 2
+
+#: What the signature (the annotation's ``mac`` key) is computed over, before the Job's uid and the
+#: annotation's other keys: a MAC made for another purpose under the same key never verifies here.
+_MAC_CONTEXT = b"airflow-jobwatch result annotation v2\0"
+
+#: A source of the keys a stored result's signature may be made with, the signing key first (several
+#: during a key rotation); called only when a Job carries a result.
+Keys = Sequence[bytes] | Callable[[], Sequence[bytes]]
 
 
 class XComResultError(ValueError):
@@ -177,15 +202,17 @@ class JobResult:
         do_xcom_push: bool,
         disruptions: Iterable[Mapping[str, Any]] = (),
         job: Mapping[str, Any] | Any | None = None,
+        keys: Keys = (),
+        rejected: Callable[[str], None] | None = None,
     ) -> JobResult:
-        """The result of a decided wait: from the Job's :data:`RESULT_ANNOTATION` when it carries one
-        for this uid (the pods it was read from may be gone), else from ``pods``."""
-        if job is not None:
-            stored = stored_result(job)
-            if stored is not None and (uid is None or stored.uid == uid):
-                return stored
+        """The result of a decided wait, from ``pods``; completed by the Job's :data:`RESULT_ANNOTATION`
+        where it counts (see :meth:`with_stored`: the pods it was read from may be gone).
+
+        :param keys: the keys a stored result may be signed with (see :data:`Keys`).
+        :param rejected: called with the reason when ``job`` carries a result that does not count.
+        """
         listed = list(pods)
-        return cls(
+        result = cls(
             outcome=outcome,
             reason=reason,
             message=message,
@@ -194,6 +221,64 @@ class JobResult:
             xcom_result=termination_messages(listed, base_container) if do_xcom_push else None,
             disruptions=tuple(dict(d) for d in disruptions),
         )
+        return result if job is None else result.with_stored(job, keys, rejected=rejected)
+
+    def with_stored(
+        self, job: Mapping[str, Any] | Any, keys: Keys, *, rejected: Callable[[str], None] | None = None
+    ) -> JobResult:
+        """This result (read from the cluster) completed by the result stored on ``job``, where it counts:
+        signed under one of ``keys`` for this Job's uid, and saying what the Job's own terminal condition
+        says (``Complete`` / ``SuccessCriteriaMet``: success; ``Failed`` / ``FailureTarget``: failed), which
+        this result must say too. It then adds only what the pods no longer show: when fewer pods are
+        left than it lists, its pods (exit codes, reasons) and its message, which names them; when fewer
+        XCom results are left, its XCom results. How the wait ended stays this result's. A result that
+        does not count is passed to ``rejected`` with the reason, and this result is returned as it is.
+        """
+        obj = to_dict(job)
+        if not isinstance(((obj.get("metadata") or {}).get("annotations") or {}).get(RESULT_ANNOTATION), str):
+            return self
+        stored, why = read_stored_result(obj, keys() if callable(keys) else keys)
+        if stored is not None:
+            why = self._disagreement(stored, obj)
+        if stored is None or why is not None:
+            if rejected is not None and why is not None:
+                rejected(why)
+            return self
+        pods = self.pods
+        message = self.message
+        if len(self.pods) < len(stored.pods):  # pods were deleted: the stored copy names them all
+            fresh = {p.name: p for p in self.pods}
+            pods = tuple(fresh.pop(p.name, p) for p in stored.pods)
+            pods += tuple(fresh.values())
+            if stored.reason == self.reason:
+                message = stored.message
+        xcom_result = self.xcom_result
+        if xcom_result is not None and len(xcom_result) < len(stored.xcom_result or ()):
+            xcom_result = stored.xcom_result
+        return replace(
+            self,
+            pods=pods,
+            message=message,
+            xcom_result=xcom_result,
+            disruptions=self.disruptions or stored.disruptions,
+        )
+
+    def _disagreement(self, stored: JobResult, job: Mapping[str, Any]) -> str | None:
+        """Why ``stored`` (signed, for this Job) does not count here, or None when it does."""
+        status = job.get("status")
+        ended = None
+        if isinstance(status, Mapping):
+            if _true_condition(status, JOB_FAILED_CONDITIONS) is not None:
+                ended = "failed"
+            elif _true_condition(status, JOB_SUCCEEDED_CONDITIONS) is not None:
+                ended = "success"
+        if ended is None:
+            return "the Job's own status shows no end (no Complete or Failed condition)"
+        if stored.outcome != ended:
+            return f"it says {stored.outcome!r} while the Job's own status says {ended!r}"
+        if self.outcome != ended:
+            return f"the wait ended {self.outcome!r} while the Job's own status says {ended!r}"
+        return None
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> JobResult:
@@ -260,34 +345,73 @@ class JobResult:
             log=log,
         )
 
-    def to_annotation(self) -> str | None:
-        """The result as :data:`RESULT_ANNOTATION`'s value, or None when it is larger than
-        :data:`RESULT_ANNOTATION_LIMIT_BYTES` (its pods must then be kept)."""
-        text = json.dumps(
-            {"format": _FORMAT, **self.to_payload()}, separators=(",", ":"), ensure_ascii=False, default=str
-        )
-        if len(text.encode()) > RESULT_ANNOTATION_LIMIT_BYTES:
+    def to_annotation(self, key: bytes) -> str | None:
+        """The result as :data:`RESULT_ANNOTATION`'s value, signed with ``key`` for this result's Job
+        uid, or None when it is larger than :data:`RESULT_ANNOTATION_LIMIT_BYTES` (its pods must then be
+        kept)."""
+        body = json.loads(_canonical({"format": _FORMAT, **self.to_payload()}))
+        body["mac"] = _mac(key, str(self.uid or ""), body)
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        if len(text.encode("utf-8", "surrogatepass")) > RESULT_ANNOTATION_LIMIT_BYTES:
             return None
         return text
 
 
-def stored_result(job: Mapping[str, Any] | Any) -> JobResult | None:
-    """The result written onto ``job`` (API JSON, a client model or its ``to_dict()``), or None when it
-    carries none, or one that cannot be read (another format, another Job's uid, not JSON)."""
+def _canonical(data: Mapping[str, Any]) -> str:
+    """``data`` as JSON in one spelling (sorted keys, no spaces), what a signature is computed over: the
+    reader parses the annotation and spells what it read the same way."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _mac(key: bytes, uid: str, body: Mapping[str, Any]) -> str:
+    """The signature of ``body`` (without its ``mac``) for the Job ``uid``: HMAC-SHA256, base64url."""
+    unsigned = {k: v for k, v in body.items() if k != "mac"}
+    message = _MAC_CONTEXT + uid.encode() + b"\0" + _canonical(unsigned).encode("utf-8", "surrogatepass")
+    digest = hmac.new(key, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def stored_result(job: Mapping[str, Any] | Any, keys: Sequence[bytes]) -> JobResult | None:
+    """The result signed onto ``job`` under one of ``keys``, or None (see :func:`read_stored_result`)."""
+    return read_stored_result(job, keys)[0]
+
+
+def read_stored_result(
+    job: Mapping[str, Any] | Any, keys: Sequence[bytes]
+) -> tuple[JobResult | None, str | None]:
+    """The result written onto ``job`` (API JSON, a client model or its ``to_dict()``) and verified:
+    ``(result, None)``; ``(None, why)`` when it carries one that is not used (not JSON, another format
+    or an unsigned one, another Job's uid, a signature that none of ``keys`` verifies, or no key at all);
+    ``(None, None)`` when it carries none. Whether it agrees with the Job's status is
+    :meth:`JobResult.with_stored`'s check."""
     obj = to_dict(job)
     meta = obj.get("metadata") or {}
     text = (meta.get("annotations") or {}).get(RESULT_ANNOTATION)
     if not isinstance(text, str):
-        return None
+        return None, None
     try:
         data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("format") != _FORMAT:
-        return None
-    if data.get("uid") and meta.get("uid") and data["uid"] != meta["uid"]:
-        return None  # copied onto another Job (a manifest re-applied): not this Job's result
-    return JobResult.from_payload(data)
+    except (ValueError, RecursionError):
+        return None, "it is not JSON"
+    if not isinstance(data, dict):
+        return None, "it is not a JSON object"
+    if data.get("format") != _FORMAT:
+        return None, f"it is not in the signed format this release writes (format {data.get('format')!r})"
+    uid = meta.get("uid")
+    if not uid or data.get("uid") != uid:
+        # copied onto another Job (a manifest re-applied), or written by hand: not this Job's result
+        return None, f"it names another Job (uid {data.get('uid')!r})"
+    mac = data.get("mac")
+    if not isinstance(mac, str):
+        return None, "it carries no signature"
+    if not keys:
+        return None, "there is no key here to check its signature with"
+    if not any(hmac.compare_digest(mac, _mac(key, str(uid), data)) for key in keys):
+        return None, (
+            "its signature does not verify: it was not written by this deployment's Airflow (or was "
+            "changed since), or its key has since been retired"
+        )
+    return JobResult.from_payload(data), None
 
 
 def without_result_annotation(job: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -331,8 +455,13 @@ def parse_xcom_results(
         if not isinstance(text, str) or not text.strip():
             results.append(None)
             continue
-        if log is not None:
-            log.info("xcom result: \n%s", text)
+        if log is not None:  # a large result is not copied whole into the task log
+            shown = (
+                text
+                if len(text) <= XCOM_LOG_MAX_CHARS
+                else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
+            )
+            log.info("xcom result: \n%s", shown)
         try:
             results.append(json.loads(text))
         except (ValueError, RecursionError):  # RecursionError: deeply nested arrays cut by the kubelet
@@ -344,7 +473,9 @@ def parse_xcom_results(
                     f"termination message ({xcom_path}), which the kubelet cuts to "
                     f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes, and what arrived ({size} bytes) is not "
                     f"JSON any more. Return less than {TERMINATION_MESSAGE_LIMIT_BYTES} bytes of JSON, or "
-                    f"write the data elsewhere (object storage, a volume) and return its location."
+                    f"write the data elsewhere (object storage, a volume) and return its location. On a "
+                    f"cluster with native sidecars (Kubernetes 1.29 or later) the result is read from the "
+                    f"XCom sidecar's log instead, whatever its size."
                 ) from None
             raise XComResultError(f"Pod {pod} wrote {xcom_path} but it is not JSON: {text[:200]!r}") from None
     if unwrap_single and len(results) == 1:

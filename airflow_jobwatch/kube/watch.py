@@ -1,8 +1,9 @@
-"""The watch: one watch request from the informer's resourceVersion, its events applied to the informer's store.
+"""The watch: one watch request from the last resourceVersion, its events applied to the cache.
 
-:class:`Watcher` works on the store of the :class:`~airflow_jobwatch.kube.informer.Informer` it belongs to and
-delivers through that informer's fan-out (``_put``, ``_remove``, ``_emit``), as client-go's Reflector's
-``watchHandler`` does. Every way a watch ends is an exception or a return that the informer's loop
+:class:`Watcher` is handed the source it watches (:class:`~airflow_jobwatch.kube.listwatch.ListWatch`), the
+cache it applies events to and delivers through (:class:`~airflow_jobwatch.kube.cache.ObjectCache`) and the
+health tracker it reports to, as client-go's Reflector's ``watchHandler`` is handed its store; it never sees
+the informer that owns them. It keeps the resourceVersion to resume from. Every way a watch ends is an exception or a return that the informer's loop
 (``Informer._run``) answers: resume at once, back off, or relist.
 """
 
@@ -13,17 +14,17 @@ import contextlib
 import json
 import logging
 import random
-import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 
 from airflow_jobwatch.kube.apierrors import KubeApiError, _Expired, _ShortWatch, compare_resource_versions
-from airflow_jobwatch.kube.informer_types import EventType
+from airflow_jobwatch.kube.cache import ObjectCache
+from airflow_jobwatch.kube.health import HealthTracker
+from airflow_jobwatch.kube.informer_types import EventType, InformerConfig
+from airflow_jobwatch.kube.listwatch import ListWatch
 from airflow_jobwatch.kube.watchstream import _read_lines
-
-if TYPE_CHECKING:
-    from airflow_jobwatch.kube.informer import Informer
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.informer")
@@ -40,14 +41,38 @@ _WATCH_TIMEOUT_JITTER = (1.0, 2.0)
 
 
 class Watcher:
-    """Watch requests for one informer (see the module docstring).
+    """Watch requests for one collection (see the module docstring).
 
-    :param informer: the informer whose store the events update; its ``config``, selectors, resourceVersion
-        and HTTP requests are used.
+    :param source: the collection to watch.
+    :param cache: the store the events update; every change is delivered through it.
+    :param prepare: what a watched object goes through before it is stored.
+    :param health: told when a watch opens, proves itself and closes.
+    :param config: the engine's tuning (timeouts).
+    :param stats: counters for tests and benchmarks (stale copies skipped), updated in place.
+    :param name: the informer's name, for log lines.
     """
 
-    def __init__(self, informer: Informer) -> None:
-        self._informer = informer
+    def __init__(
+        self,
+        *,
+        name: str,
+        source: ListWatch,
+        cache: ObjectCache,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]],
+        health: HealthTracker,
+        config: InformerConfig,
+        stats: dict[str, int],
+    ) -> None:
+        self._name = name
+        self._source = source
+        self._cache = cache
+        self._prepare = prepare
+        self._health = health
+        self._config = config
+        self.stats = stats
+        #: The resourceVersion the next watch resumes from: set from each LIST by the informer, moved forward
+        #: by every event and bookmark.
+        self.resource_version: str | None = None
 
     async def watch_once(self, *, deadline: float | None) -> None:
         """One watch request from the current resourceVersion, applying events until the stream ends.
@@ -56,37 +81,35 @@ class Watcher:
         resync) passes. Raises :class:`_Expired` on 410, :class:`KubeApiError` on another ERROR event,
         :class:`_Stalled` if the stream goes silent, :class:`_ShortWatch` if the server closes it at once.
         """
-        inf = self._informer
-        assert inf._rv is not None  # a LIST always precedes the first watch
+        assert self.resource_version is not None  # a LIST always precedes the first watch
         loop = asyncio.get_running_loop()
-        params = inf._selector_params()
+        config = self._config
+        health = self._health
+        params = self._source.selector_params()
         params["watch"] = "true"
         params["allowWatchBookmarks"] = "true"
-        params["resourceVersion"] = inf._rv
+        params["resourceVersion"] = self.resource_version
         params["timeoutSeconds"] = str(
-            max(1, int(inf.config.watch_timeout_seconds * random.uniform(*_WATCH_TIMEOUT_JITTER)))
+            max(1, int(config.watch_timeout_seconds * random.uniform(*_WATCH_TIMEOUT_JITTER)))
         )
         # sock_read bounds the wait for the response headers (a server that accepted the connection but never
         # answers, as a half-open connection does); during the stream _read_lines' stall detector applies.
-        resp = await inf._request(params, read_timeout=inf.config.stall_timeout_seconds)
+        resp = await self._source.request(params, read_timeout=config.stall_timeout_seconds)
         opened = loop.time()
         events = 0
         proved: asyncio.TimerHandle | None = None
         try:
-            inf._health.watches += 1
-            inf._health.set_connected(True)
+            health.watch_opened()
             # A watch that stays open for a second is a working watch, even if the namespace is quiet.
-            proved = loop.call_later(MIN_HEALTHY_WATCH_SECONDS, inf._health.record_success)
-            lines = _read_lines(
-                resp.content, stall_timeout=inf.config.stall_timeout_seconds, deadline=deadline
-            )
+            proved = loop.call_later(MIN_HEALTHY_WATCH_SECONDS, health.record_success)
+            lines = _read_lines(resp.content, stall_timeout=config.stall_timeout_seconds, deadline=deadline)
             try:
                 async with contextlib.aclosing(lines):
                     async for line in lines:
                         event = json.loads(line)
                         events += 1
                         if events == 1:
-                            inf._health.record_success()
+                            health.record_success()
                         self._apply_watch_event(event)
             except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
                 # The connection broke mid-stream (apiserver restart, load balancer idle cut, dropped
@@ -95,14 +118,15 @@ class Watcher:
                 # A watch broken before it delivered anything or proved itself is a failure (backoff).
                 if events == 0 and loop.time() - opened < MIN_HEALTHY_WATCH_SECONDS:
                     raise
-                log.debug("informer %s: watch connection broken (%s); resuming", inf.name, type(exc).__name__)
+                log.debug(
+                    "informer %s: watch connection broken (%s); resuming", self._name, type(exc).__name__
+                )
                 return
         finally:
             if proved is not None:
                 proved.cancel()
             resp.close()
-            inf._health.last_sync = time.monotonic()
-            inf._health.set_connected(False)
+            health.watch_closed()
         if (
             events == 0
             and loop.time() - opened < MIN_HEALTHY_WATCH_SECONDS
@@ -111,7 +135,6 @@ class Watcher:
             raise _ShortWatch(f"server closed the watch after {loop.time() - opened:.2f} s without any event")
 
     def _apply_watch_event(self, event: dict[str, Any]) -> None:
-        inf = self._informer
         etype = event.get("type")
         obj = event.get("object")
         if not isinstance(obj, dict):
@@ -127,23 +150,24 @@ class Watcher:
             # A bookmark only moves our resourceVersion forward, so a reconnect after a quiet period resumes
             # from a recent revision instead of one that may have left the history (KEP-956).
             if rv:
-                inf._rv = str(rv)
+                self.resource_version = str(rv)
             return
         uid = metadata.get("uid")
         if not uid or etype not in ("ADDED", "MODIFIED", "DELETED"):
-            log.warning("informer %s: ignoring unexpected watch event type=%r uid=%r", inf.name, etype, uid)
+            log.warning("informer %s: ignoring unexpected watch event type=%r uid=%r", self._name, etype, uid)
             return
-        obj = inf._prepare(obj)
+        obj = self._prepare(obj)
         if rv:
-            inf._rv = str(rv)
-        if uid in inf._gone:
+            self.resource_version = str(rv)
+        cache = self._cache
+        if cache.was_deleted(uid):
             return  # a replay (after a stale list) of an object whose deletion was already delivered
-        prev = inf._store.get(uid)
+        prev = cache.get(uid)
         if etype == "DELETED":
             if prev is None:
                 # Never stored, or already reported gone: deletions are delivered exactly once.
                 return
-            inf._remove(uid, EventType.DELETED, obj)
+            cache.delete(uid, EventType.DELETED, obj)
             return
         if prev is not None:
             prev_rv = prev["metadata"].get("resourceVersion")
@@ -153,7 +177,6 @@ class Watcher:
             if order is not None and order < 0:
                 # A watch resumed from a stale list's resourceVersion replays changes we already have
                 # (our copy came from a newer source: an earlier watch or a confirming GET). Skip them.
-                inf.stats["stale_copies_ignored"] += 1
+                self.stats["stale_copies_ignored"] += 1
                 return
-        inf._put(obj)
-        inf._emit(EventType.MODIFIED if prev is not None else EventType.ADDED, obj)
+        cache.put(obj)

@@ -144,10 +144,6 @@ _NOT_HONOURED: dict[str, tuple[Any, str]] = {
     "startup_check_interval_seconds": (5, "no polling for pod start: the watch reports it"),
     "schedule_timeout_seconds": (None, "no wait for scheduling: see startup_timeout_seconds"),
     "base_container_status_polling_interval": (1, "container ends arrive with the watch"),
-    "xcom_sidecar_container_security_context": (
-        None,
-        "no XCom sidecar: the result is the base container's termination message",
-    ),
     "log_events_on_failure": (False, "pod events are not logged"),
     "skip_on_exit_code": (None, "a Job fails or succeeds as a whole; exit codes do not skip the task"),
     "poll_interval": (2, "KubernetesPodOperator's trigger period; the Job's wait uses job_poll_interval"),

@@ -13,11 +13,12 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
   deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
   runs off the main thread so that the alarm always reaches it (``_wait_in_worker``); an alarm whose
   exception Python dropped (it landed in a finalizer) is read back from the timer (``operators/alarm.py``).
-* XCom without a sidecar. Upstream runs an ``alpine`` sidecar and execs into it to read
-  ``/airflow/xcom/return.json``. Here the base container's ``terminationMessagePath`` *is*
-  ``/airflow/xcom/return.json``: the kubelet copies the file into the pod's status when the container
-  ends, so the result arrives with the watch event that ends the wait (no exec, no sidecar that keeps a
-  Job from completing). The price is the kubelet's 4 KiB limit per container.
+* XCom without exec. Upstream runs an ``alpine`` sidecar and execs into it to read
+  ``/airflow/xcom/return.json``. Here the sidecar is a native one (``restartPolicy: Always``), which
+  the kubelet stops once the base container has exited and which then prints the file to its own log;
+  the result is read from that log (``operators/sidecar.py``, ``kube/xcom_sidecar.py``). A cluster
+  without native sidecars gets the Job without it, and the result is the base container's termination
+  message (4 KiB).
 * Killing. ``on_kill`` (worker) and the trigger's ``on_kill`` (deferred: only on a user's kill or
   mark-failed, never on a triggerer restart) delete the Job with ``on_kill_propagation_policy`` and
   ``termination_grace_period``, as upstream's ``on_kill`` does (#14, #15). A wait that ends while the
@@ -53,6 +54,7 @@ from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobRes
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
+from airflow_jobwatch.triggers import masking
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
 )
@@ -167,8 +169,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     :param tolerations: the pod's tolerations.
     :param security_context: the pod's security context.
     :param container_security_context: the base container's security context.
-    :param xcom_sidecar_container_security_context: the security context of upstream's XCom sidecar;
-        not used here (no sidecar: the result is the base container's termination message).
+    :param xcom_sidecar_container_security_context: the XCom sidecar's security context (default: the
+        connection's ``xcom_sidecar_container_security_context``). The connection's
+        ``xcom_sidecar_container_image`` and ``xcom_sidecar_container_resources`` apply too.
     :param dnspolicy: the pod's DNS policy.
     :param dns_config: the pod's DNS configuration.
     :param hostname: the pod's hostname.
@@ -178,9 +181,11 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     :param init_containers: the pod's init containers.
     :param log_events_on_failure: upstream logs the pod's events when it fails; not done here.
     :param log_events_on_startup: upstream logs the pod's events while it starts; not done here.
-    :param do_xcom_push: push the JSON the base container wrote to ``xcom_path`` (at most 4096 bytes: it
-        travels as the container's termination message); a list when several pods succeeded, unless
-        ``unwrap_single`` and there is one.
+    :param do_xcom_push: push the JSON the base container wrote to ``xcom_path``, of any size up to
+        48 MiB: a native sidecar (Kubernetes 1.29 or later) prints it to its log when the pod ends, and
+        it is read from there (``pods/log``, no exec). On an older cluster it travels as the base
+        container's termination message (at most 4096 bytes). A list when several pods succeeded,
+        unless ``unwrap_single`` and there is one.
     :param pod_template_file: a pod YAML/JSON file the pod template starts from (templated).
     :param pod_template_dict: the same as a dict (templated).
     :param priority_class_name: the pod's priority class.
@@ -458,6 +463,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                     deadline=request.deadline(self, context),
                     end_task=self._end_plan(context),
                     deferred_at=time.time(),
+                    # what the task's masker hides now, for the lines the triggerer writes for it
+                    mask_secrets=masking.capture(),
                 ),
                 method_name="execute_complete",
             )

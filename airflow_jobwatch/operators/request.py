@@ -12,7 +12,9 @@ from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.compat import OnKillAction, on_kill_action
+from airflow_jobwatch.kube import xcom_sidecar
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES
+from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 from airflow_jobwatch.triggers.job import JobTrigger
 
@@ -55,32 +57,45 @@ def api_error_message(e: ApiException) -> str:
 
 
 def finish_job_request(op: KubernetesJobOperator, job: k8s.V1Job, *, xcom: bool) -> k8s.V1Job:
-    """Upstream's Job (built without the XCom sidecar), plus our XCom path on the base container and
-    the disruption rule."""
-    containers = job.spec.template.spec.containers or []
-    base = next((c for c in containers if c.name == op.base_container_name), None)
+    """Upstream's Job (built without its exec-read XCom sidecar), plus our native XCom sidecar
+    (:mod:`~airflow_jobwatch.operators.sidecar`) and the disruption rule."""
     if xcom:
-        if base is None:
-            raise AirflowException(
-                f"do_xcom_push needs a container named {op.base_container_name!r} in the Job's pod "
-                f"template; found {[c.name for c in containers]}"
-            )
-        own = base.termination_message_path
-        if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, op.xcom_path):
-            raise AirflowException(
-                f"do_xcom_push returns the result through the base container's terminationMessagePath "
-                f"(xcom_path={op.xcom_path!r}; the kubelet keeps at most "
-                f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
-                f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
-                f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
-            )
-        base.termination_message_path = op.xcom_path
-        base.termination_message_policy = "File"
+        sidecar.add_sidecar(op, job, _base_container(op, job))
     if op.disruption_retries is not None:
         try:
             add_disruption_rule(job)
         except ValueError as e:
             raise AirflowException(str(e)) from None
+    return job
+
+
+def _base_container(op: KubernetesJobOperator, job: k8s.V1Job) -> k8s.V1Container:
+    containers = job.spec.template.spec.containers or []
+    base = next((c for c in containers if c.name == op.base_container_name), None)
+    if base is None:
+        raise AirflowException(
+            f"do_xcom_push needs a container named {op.base_container_name!r} in the Job's pod "
+            f"template; found {[c.name for c in containers]}"
+        )
+    return base
+
+
+def without_native_sidecar(op: KubernetesJobOperator, job: k8s.V1Job) -> k8s.V1Job:
+    """``job`` for a cluster without native sidecars: no sidecar, and the result travels as the base
+    container's termination message (``terminationMessagePath`` is ``xcom_path``)."""
+    job = sidecar.drop_sidecar(op, job)
+    base = _base_container(op, job)
+    own = base.termination_message_path
+    if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, op.xcom_path):
+        raise AirflowException(
+            f"This cluster has no native sidecars, so do_xcom_push returns the result through the base "
+            f"container's terminationMessagePath (xcom_path={op.xcom_path!r}; the kubelet keeps at most "
+            f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
+            f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
+            f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
+        )
+    base.termination_message_path = op.xcom_path
+    base.termination_message_policy = "File"
     return job
 
 
@@ -172,6 +187,7 @@ def trigger(
     deadline: datetime.datetime | None = None,
     end_task: dict[str, Any] | None = None,
     deferred_at: float | None = None,
+    mask_secrets: list[str] | None = None,
 ) -> JobTrigger:
     """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
     ``execution_timeout`` (SIGALRM) is the one deadline
@@ -198,6 +214,7 @@ def trigger(
         disruption_retries=op.disruption_retries,
         end_task=end_task,
         deferred_at=deferred_at,
+        mask_secrets=mask_secrets,
     )
 
 
@@ -259,6 +276,22 @@ def create_job(op: KubernetesJobOperator, job_request: k8s.V1Job, context: Conte
         op.job = adopted
     else:
         op.job = create_or_adopt(op, job_request, context)
+        if op.do_xcom_push and xcom_sidecar.sidecar_kept(op.job) is False:
+            # The API server dropped the sidecar's restartPolicy: it would run as an ordinary init
+            # container, forever, before the base container. Start again without it.
+            op.log.warning(
+                "This cluster does not run native sidecars (Kubernetes 1.29 or later, feature "
+                "SidecarContainers): it dropped restartPolicy: Always of the %s init container of Job "
+                "%s/%s. Creating the Job again without it: the XCom result then travels as the base "
+                "container's termination message and must stay under %d bytes. Upgrade the cluster to "
+                "return results of any size.",
+                xcom_sidecar.SIDECAR_NAME,
+                ns,
+                op.job.metadata.name,
+                TERMINATION_MESSAGE_LIMIT_BYTES,
+            )
+            sidecar.delete_refused(op, op.job)
+            op.job = create_or_adopt(op, without_native_sidecar(op, job_request), context)
         op.log.info("Created Job %s/%s", ns, op.job.metadata.name)
     ti = context["ti"]
     ti.xcom_push(key="job_name", value=op.job.metadata.name)

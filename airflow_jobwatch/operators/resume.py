@@ -18,6 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.kube.result import JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
+from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.podlogs import write_pod_logs
 from airflow_jobwatch.operators.request import api_error_message, trigger
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
@@ -92,8 +93,8 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any])
             if outcome == OUTCOME_TIMEOUT:
                 raise AirflowTaskTimeout(text)
             raise AirflowException(text)
-        if op.do_xcom_push:
-            return xcom_value(op, result)
+        if op.do_xcom_push:  # results printed by the pods' XCom sidecars read from their logs first
+            return xcom_value(op, sidecar.with_sidecar_results(op, result, pods))
         return None
     finally:
         if unfinished is not None:

@@ -34,6 +34,9 @@ To run it in another process, :class:`SandboxProcess` starts ``python -m airflow
 and waits for its ``ready <url>`` line.
 
 The sandbox never imports the code it is used to test.
+
+Imports nothing of the provider (docs/internals.md, "The map"): the sandbox stands in for a cluster and must
+not share code with what it is used to test.
 """
 
 from __future__ import annotations

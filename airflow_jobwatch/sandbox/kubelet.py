@@ -14,7 +14,14 @@ What it reproduces, because watch-based clients depend on it:
   (:data:`START_FAILURE_ANNOTATION`: StartError or ContainerCannotRun), image pull failures
   (ErrImagePull / ImagePullBackOff, as a fault), eviction and node loss (as faults);
 * container logs (stdout and stderr interleaved, as a container runtime captures them) for the
-  ``pods/log`` subresource, including ``follow``.
+  ``pods/log`` subresource, including ``follow``;
+* native sidecars (Kubernetes 1.29+, KEP-753): an init container with ``restartPolicy: Always`` is
+  started in its turn among the init containers and the next one starts once it runs; it runs beside
+  the main containers, is restarted whenever it exits while they run, and once every main container has
+  ended it gets SIGTERM (sidecars in reverse order, SIGKILL after the pod's grace period). The pod stays
+  ``Running`` until its sidecars have ended, and its phase is decided by the main containers alone
+  (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions, pkg/kubelet/kubelet_pods.go
+  getPhase). Its status is in ``initContainerStatuses``: running, ``started`` and ``ready`` while it runs.
 
 Images are recorded, never pulled. One asyncio task runs per pod and one per running container; no
 task polls.
@@ -46,9 +53,10 @@ log = logging.getLogger(__name__)
 
 NODE_NAME = "sandbox-node"
 HOST_IP = "127.0.0.1"
-# Bytes of log kept per container; older output is dropped first (the real kubelet rotates
-# container logs at 10 MiB; 4 MiB keeps memory bounded with many pods while covering any test).
-LOG_BUFFER_BYTES = 4 * 1024 * 1024
+# Bytes of log kept per container; older output is dropped first, as the real kubelet rotates a
+# container's log at containerLogMaxSize (10 MiB by default) and serves only the current file. Memory
+# is spent only by containers that print that much.
+LOG_BUFFER_BYTES = 10 * 1024 * 1024
 # Restart back-off for OnFailure/Always containers: the real kubelet starts at 10 s and doubles to
 # 5 min; the sandbox starts at 1 s and doubles to 10 s so restart tests stay short.
 RESTART_BACKOFF_INITIAL = 1.0
@@ -170,12 +178,18 @@ class ContainerRuntime:
     final: bool = False  # terminated and will not be restarted
     launched: bool = False  # the first start attempt happened (spawned or StartError)
     init: bool = False  # an init container: runs to completion before the main containers
+    launched_event: asyncio.Event = field(default_factory=asyncio.Event)  # set by _launched
     previous_logs: LogBuffer | None = None
     mounts: dict[str, str] = field(default_factory=dict)  # container path -> host folder (volumes.py)
 
     @property
     def name(self) -> str:
         return str(self.spec["name"])
+
+    @property
+    def sidecar(self) -> bool:
+        """A native sidecar: an init container with ``restartPolicy: Always``."""
+        return self.init and self.spec.get("restartPolicy") == "Always"
 
 
 @dataclass(eq=False)
@@ -195,6 +209,11 @@ class PodRuntime:
     init_containers: list[ContainerRuntime] = field(default_factory=list)
     initialized: bool = True  # all init containers succeeded (or there are none)
     init_failed: bool = False  # an init container failed and will not be restarted
+    sidecar_runners: list[asyncio.Task[None]] = field(default_factory=list)
+    sidecars_stopping: bool = False  # the main containers have ended: sidecars are being stopped
+
+    def sidecars(self) -> list[ContainerRuntime]:
+        return [c for c in self.init_containers if c.sidecar]
 
     def container(self, name: str) -> ContainerRuntime | None:
         return next((c for c in [*self.init_containers, *self.containers] if c.name == name), None)
@@ -406,7 +425,9 @@ class Kubelet:
             initialized = cond("Initialized", "True")
         else:
             pending = [
-                c.name for c in rt.init_containers if c.state.get("terminated", {}).get("exitCode") != 0
+                c.name
+                for c in rt.init_containers
+                if c.state.get("terminated", {}).get("exitCode") != 0 and not (c.sidecar and c.started)
             ]
             initialized = cond(
                 "Initialized",
@@ -497,8 +518,8 @@ class Kubelet:
             "name": c.name,
             "state": state,
             "lastState": last_state,
-            # An init container is "ready" once it completed successfully.
-            "ready": succeeded if init else "running" in c.state,
+            # An init container is "ready" once it completed successfully; a sidecar while it runs.
+            "ready": succeeded if init and not c.sidecar else "running" in c.state,
             "restartCount": c.restart_count,
             "image": image,
             "imageID": f"sandbox://{image}" if c.started or "terminated" in c.state else "",
@@ -515,6 +536,8 @@ class Kubelet:
         if not rt.initialized:
             return "Pending"
         if rt.containers and all(c.final for c in rt.containers):
+            if any(not c.final for c in rt.sidecars()):
+                return "Running"  # the kubelet is still stopping the sidecars
             if rt.stop_reason in ("evicted", "deadline"):
                 return "Failed"
             ok = all(c.state.get("terminated", {}).get("exitCode") == 0 for c in rt.containers)
@@ -581,9 +604,10 @@ class Kubelet:
             if await self._run_init_containers(rt):
                 runners = [asyncio.create_task(self._run_container(rt, c)) for c in rt.containers]
                 await asyncio.gather(*runners)
+            await self._stop_sidecars(rt, spec)
         finally:
             stopper.cancel()
-            for task in runners:
+            for task in [*runners, *rt.sidecar_runners]:
                 task.cancel()
         await self._finish(rt)
 
@@ -591,6 +615,18 @@ class Kubelet:
         """Run the init containers one after the other, each until it succeeds (restarted with
         back-off unless restartPolicy is Never). False if the pod must not go on."""
         for c in rt.init_containers:
+            if c.sidecar:
+                # started in its turn; the next init container waits until it runs (no startupProbe here)
+                runner = asyncio.create_task(self._run_container(rt, c), name=f"sidecar {rt.name}/{c.name}")
+                rt.sidecar_runners.append(runner)
+                launched = asyncio.create_task(c.launched_event.wait())
+                try:
+                    await asyncio.wait({runner, launched}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    launched.cancel()
+                if rt.stopping.is_set():
+                    return False
+                continue
             await self._run_container(rt, c)
             if c.state.get("terminated", {}).get("exitCode") != 0:
                 if not rt.stopping.is_set():
@@ -601,6 +637,31 @@ class Kubelet:
             for c in rt.containers:
                 c.state = {"waiting": {"reason": "ContainerCreating"}}
         return True
+
+    async def _stop_sidecars(self, rt: PodRuntime, spec: dict[str, Any]) -> None:
+        """Once the main containers have ended: SIGTERM each running sidecar, the last started first,
+        and wait for it; SIGKILL what still runs after the pod's terminationGracePeriodSeconds."""
+        if not rt.sidecar_runners:
+            return
+        rt.sidecars_stopping = True
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        deadline = time.monotonic() + max(0, grace if isinstance(grace, int | float) else 30)
+        for c, runner in reversed(list(zip(rt.sidecars(), rt.sidecar_runners, strict=False))):
+            if runner.done():
+                continue
+            if c.proc is None and c.last_state:  # waiting to restart (back-off): it is not started again
+                runner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await runner
+                c.state, c.final = c.last_state, True
+                continue
+            if c.proc is not None and c.proc.returncode is None:
+                self._event(rt, "Killing", f"Stopping container {c.name}", container=c.name)
+                simulated.signal_group(c.proc, signal.SIGTERM)
+            _done, pending = await asyncio.wait({runner}, timeout=max(0.0, deadline - time.monotonic()))
+            if pending and c.proc is not None and c.proc.returncode is None:
+                simulated.signal_group(c.proc, signal.SIGKILL)
+                await asyncio.wait({runner}, timeout=REAP_TIMEOUT_SECONDS)
 
     async def _finish(self, rt: PodRuntime) -> None:
         """After all containers ended: the final status, then (if being deleted) the final delete."""
@@ -710,17 +771,20 @@ class Kubelet:
         env["PATH"] = f"{bindir}{os.pathsep}{path}" if path else bindir
         env["HOSTNAME"] = rt.name
         pod = self._current(rt) or {}
+        # Read defensively: whatever the API server stored must start (or fail as a container
+        # fails), never crash the kubelet. A Go string the body left null is "".
         for item in c.spec.get("env") or []:
-            if not isinstance(item, dict) or "name" not in item:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
                 continue
-            if "value" in item:
-                env[item["name"]] = str(item["value"])
-            elif isinstance(item.get("valueFrom"), dict) and "fieldRef" in item["valueFrom"]:
-                path_ = str(item["valueFrom"]["fieldRef"].get("fieldPath", ""))
+            source = item.get("valueFrom")
+            field_ref = source.get("fieldRef") if isinstance(source, dict) else None
+            if isinstance(field_ref, dict):
                 value: Any = pod
-                for part in path_.split("."):
+                for part in str(field_ref.get("fieldPath") or "").split("."):
                     value = value.get(part) if isinstance(value, dict) else None
                 env[item["name"]] = "" if value is None else str(value)
+            elif source is None:
+                env[item["name"]] = str(item.get("value") or "")
         return env
 
     async def _run_container(self, rt: PodRuntime, c: ContainerRuntime) -> None:
@@ -753,15 +817,15 @@ class Kubelet:
             backoff = min(backoff * 2, RESTART_BACKOFF_MAX)
 
     async def _run_once(self, rt: PodRuntime, c: ContainerRuntime) -> int:
-        argv = [str(a) for a in (c.spec.get("command") or [])] + [str(a) for a in (c.spec.get("args") or [])]
+        argv = [_arg(a) for key in ("command", "args") for a in _listed(c.spec.get(key))]
         argv = [rewrite(a, c.mounts) for a in argv]
+        if rt.stopping.is_set() or (c.sidecar and rt.sidecars_stopping):
+            c.final = True
+            return 137
         if c.restart_count:
             c.previous_logs = c.logs
             c.logs = LogBuffer()
         started_at = now_rfc3339()
-        if rt.stopping.is_set():
-            c.final = True
-            return 137
         pod = self._current(rt)  # read once: nothing below yields before the process starts
         try:
             forced = start_failure(pod or {}, c.name)
@@ -842,7 +906,7 @@ class Kubelet:
         )
         c.state = {"terminated": terminated}
         c.final = not self._restarts(rt, c, exit_code)
-        if not all(o.final for o in rt.containers):
+        if not all(o.final for o in [*rt.containers, *rt.sidecars()]):
             self._publish(rt)  # otherwise _finish publishes the pod's final status
         return exit_code
 
@@ -850,6 +914,8 @@ class Kubelet:
     def _restarts(rt: PodRuntime, c: ContainerRuntime, exit_code: int) -> bool:
         if rt.stopping.is_set():
             return False
+        if c.sidecar:  # restarted whatever its exit code, until the main containers have ended
+            return not rt.sidecars_stopping
         if c.init:  # init containers run until they succeed, unless the policy is Never
             return exit_code != 0 and rt.restart_policy != "Never"
         return rt.restart_policy == "Always" or (rt.restart_policy == "OnFailure" and exit_code != 0)
@@ -860,6 +926,7 @@ class Kubelet:
         exits at once is still seen Running first, as the kubelet reports it."""
         first = not c.launched
         c.launched = True
+        c.launched_event.set()
         if c.init or not first or all(o.launched for o in rt.containers):
             self._publish(rt)
 
@@ -1108,15 +1175,15 @@ _IMAGE_REFERENCE = re.compile(
 
 def _missing_reference(container: dict[str, Any]) -> str | None:
     """The kubelet's message for the first Secret/ConfigMap a container needs (none exist here)."""
-    for item in container.get("env") or []:
-        source = (item or {}).get("valueFrom") or {}
+    for item in _dicts(container.get("env")):
+        source = item.get("valueFrom")
         for key, kind in (("secretKeyRef", "secret"), ("configMapKeyRef", "configmap")):
-            ref = source.get(key)
+            ref = source.get(key) if isinstance(source, dict) else None
             if isinstance(ref, dict) and not ref.get("optional"):
                 return f'{kind} "{ref.get("name", "")}" not found'
-    for item in container.get("envFrom") or []:
+    for item in _dicts(container.get("envFrom")):
         for key, kind in (("secretRef", "secret"), ("configMapRef", "configmap")):
-            ref = (item or {}).get(key)
+            ref = item.get(key)
             if isinstance(ref, dict) and not ref.get("optional"):
                 return f'{kind} "{ref.get("name", "")}" not found'
     return None
@@ -1138,7 +1205,7 @@ def start_failure(pod: dict[str, Any], container: str) -> str | None:
     reason, target = reason.strip(), target.strip()
     spec = pod.get("spec") or {}
     names = [
-        str(x.get("name")) for x in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        str(x.get("name")) for x in [*_dicts(spec.get("initContainers")), *_dicts(spec.get("containers"))]
     ]
     if reason not in START_FAILURE_REASONS or (target and target not in names):
         raise ValueError(
@@ -1147,6 +1214,21 @@ def start_failure(pod: dict[str, Any], container: str) -> str | None:
             f"pod's containers ({', '.join(names)})"
         )
     return reason if not target or target == container else None
+
+
+def _listed(value: Any) -> list[Any]:
+    """A container's ``command`` or ``args`` as stored (a list, or absent)."""
+    return value if isinstance(value, list) else []
+
+
+def _arg(value: Any) -> str:
+    """One argument: a null element of a Go ``[]string`` decodes to the empty string."""
+    return "" if value is None else str(value)
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a stored list (``env``, ``envFrom``, containers), anything else skipped."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _truthy(value: str | None) -> bool:

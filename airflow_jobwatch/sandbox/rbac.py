@@ -17,7 +17,12 @@ Modelled on the RBAC authorizer (``plugin/pkg/auth/authorizer/rbac``):
 * for a GET/UPDATE of a ``namespaces`` object, the request's namespace is the object's name; for a
   list or watch with ``fieldSelector=metadata.name=X``, the name is ``X`` (both as in
   ``k8s.io/apiserver/pkg/endpoints/request/requestinfo.go``);
-* members of ``system:masters`` (the admin token) are never refused.
+* members of ``system:masters`` (the admin token) are never refused;
+* a ClusterRole with an ``aggregationRule`` holds the rules of every ClusterRole whose labels match
+  one of its ``clusterRoleSelectors`` (what the clusterrole-aggregation controller writes into it);
+* manifests are loaded as ``kubectl apply -n NAMESPACE`` applies them: a namespaced document without
+  a namespace gets ``NAMESPACE`` (``default`` without one), one naming another is refused with
+  kubectl's words, and a ``ServiceAccount`` subject without a namespace is the RoleBinding's own.
 
 A refusal is the real server's 403 (``k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/
 errors.go`` ``forbiddenMessage`` and ``k8s.io/apimachinery/pkg/api/errors`` ``NewForbidden``; shape
@@ -102,28 +107,39 @@ class Rbac:
     def __init__(self, *, enabled: bool = False) -> None:
         self.enabled = enabled
         self.roles: dict[tuple[str, str, str], list[PolicyRule]] = {}
+        self.labels: dict[tuple[str, str, str], dict[str, str]] = {}
+        # ClusterRoles with an aggregationRule: their label selectors (matchers of a labels dict).
+        self.aggregations: dict[tuple[str, str, str], list[Any]] = {}
         self.bindings: list[Binding] = []
         self.refused = 0
         self._anon = 0
 
     # ---- loading ---------------------------------------------------------------------------------
-    def load_manifests(self, manifests: str | Iterable[Mapping[str, Any]]) -> list[str]:
+    def load_manifests(
+        self, manifests: str | Iterable[Mapping[str, Any]], *, namespace: str | None = None
+    ) -> list[str]:
         """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding documents (YAML text, possibly
         several ``---`` documents, or already parsed dicts; other kinds are ignored, e.g. a
-        ServiceAccount in the same file). Returns ``kind/namespace/name`` of what was loaded."""
+        ServiceAccount in the same file), as ``kubectl apply -n namespace`` would. Returns
+        ``kind/namespace/name`` of what was loaded."""
         loaded: list[str] = []
         for index, doc in enumerate(_documents(manifests)):
             kind = doc.get("kind")
             if kind in _ROLE_KINDS:
-                loaded.append(self._load_role(doc, index))
+                loaded.append(self._load_role(doc, index, namespace))
             elif kind in _BINDING_KINDS:
-                loaded.append(self._load_binding(doc, index))
+                loaded.append(self._load_binding(doc, index, namespace))
         return loaded
 
-    def _load_role(self, doc: Mapping[str, Any], index: int) -> str:
+    def _load_role(self, doc: Mapping[str, Any], index: int, namespace: str | None) -> str:
         kind = str(doc["kind"])
         meta = _meta(doc, index)
-        ns = "" if kind == "ClusterRole" else str(meta.get("namespace") or "default")
+        ns = "" if kind == "ClusterRole" else _namespace_of(meta, index, kind, namespace)
+        if kind == "ClusterRole" and isinstance(doc.get("aggregationRule"), Mapping):
+            selectors = doc["aggregationRule"].get("clusterRoleSelectors") or []
+            self.aggregations[(kind, "", str(meta["name"]))] = [_selector(s, index) for s in selectors]
+        labels = meta.get("labels")
+        self.labels[(kind, ns, str(meta["name"]))] = dict(labels) if isinstance(labels, Mapping) else {}
         rules: list[PolicyRule] = []
         for r, rule in enumerate(doc.get("rules") or []):
             where = f"document {index} ({kind} {meta['name']}) rules[{r}]"
@@ -147,10 +163,10 @@ class Rbac:
         self.roles[(kind, ns, str(meta["name"]))] = rules
         return f"{kind}/{ns}/{meta['name']}" if ns else f"{kind}/{meta['name']}"
 
-    def _load_binding(self, doc: Mapping[str, Any], index: int) -> str:
+    def _load_binding(self, doc: Mapping[str, Any], index: int, namespace: str | None) -> str:
         kind = str(doc["kind"])
         meta = _meta(doc, index)
-        ns = None if kind == "ClusterRoleBinding" else str(meta.get("namespace") or "default")
+        ns = None if kind == "ClusterRoleBinding" else _namespace_of(meta, index, kind, namespace)
         ref = doc.get("roleRef")
         where = f"document {index} ({kind} {meta['name']})"
         if not isinstance(ref, Mapping) or ref.get("kind") not in _ROLE_KINDS or not ref.get("name"):
@@ -217,7 +233,19 @@ class Rbac:
 
     def clear(self) -> None:
         self.roles.clear()
+        self.labels.clear()
+        self.aggregations.clear()
         self.bindings.clear()
+
+    def rules_of(self, role: tuple[str, str, str]) -> list[PolicyRule]:
+        """A role's rules; for an aggregated ClusterRole, also those of the ClusterRoles it selects
+        (read at each decision, as the controller keeps the aggregate up to date)."""
+        rules = list(self.roles.get(role, ()))
+        for match in self.aggregations.get(role, ()):
+            for key, labels in self.labels.items():
+                if key[0] == "ClusterRole" and key != role and match(labels):
+                    rules.extend(self.roles.get(key, ()))
+        return rules
 
     # ---- decisions -------------------------------------------------------------------------------
     def allows(self, identity: Identity, request: Request) -> bool:
@@ -228,7 +256,7 @@ class Rbac:
                 continue
             if binding.namespace is not None and binding.namespace != request.namespace:
                 continue
-            for rule in self.roles.get(binding.role, ()):
+            for rule in self.rules_of(binding.role):
                 if rule.matches(request.verb, request.group, request.full_resource, request.name):
                     return True
         return False
@@ -322,8 +350,9 @@ class RbacUsers:
     def grant(self, subject: str, **rule: Any) -> None:
         self.sandbox.grant(subject, **rule)
 
-    def load(self, manifests: str | list[dict[str, Any]]) -> list[str]:
-        return list(self.sandbox.load_rbac_manifests(manifests))
+    def load(self, manifests: str | list[dict[str, Any]], *, namespace: str | None = None) -> list[str]:
+        """Load manifests as ``kubectl apply -n namespace -f`` would."""
+        return list(self.sandbox.load_rbac_manifests(manifests, namespace=namespace))
 
 
 def _request(verb: str, resource: str, namespace: str, name: str = "") -> Request:
@@ -331,6 +360,38 @@ def _request(verb: str, resource: str, namespace: str, name: str = "") -> Reques
     if verb not in VERBS:
         raise ValueError(f"unknown verb {verb!r}: expected one of {', '.join(VERBS)}")
     return Request(verb, main, sub, namespace, name)
+
+
+def _namespace_of(meta: Mapping[str, Any], index: int, kind: str, namespace: str | None) -> str:
+    """The namespace ``kubectl apply -n namespace`` puts a namespaced document in."""
+    own = meta.get("namespace")
+    if own and namespace and own != namespace:
+        raise ManifestError(
+            f'document {index} ({kind} {meta["name"]}): the namespace from the provided object "{own}" does '
+            f"not match the namespace \"{namespace}\". You must pass '--namespace={own}' to perform this "
+            "operation."
+        )
+    return str(own or namespace or "default")
+
+
+def _selector(selector: Any, index: int) -> Any:
+    """A matcher of a labels dict for a ``metav1.LabelSelector`` (``matchLabels`` and
+    ``matchExpressions``); an empty selector matches everything, as in Kubernetes."""
+    from .selectors import parse_label_selector
+
+    if not isinstance(selector, Mapping):
+        raise ManifestError(
+            f"document {index}: aggregationRule.clusterRoleSelectors entries must be mappings"
+        )
+    parts = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), ",".join(expr.get("values") or [])
+        parts.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": str(key)}.get(
+                op, f"!{key}"
+            )
+        )
+    return parse_label_selector(",".join(parts))
 
 
 def _meta(doc: Mapping[str, Any], index: int) -> Mapping[str, Any]:

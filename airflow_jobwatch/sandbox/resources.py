@@ -15,10 +15,12 @@ from .store import now_rfc3339
 from .validation import (
     Cause,
     annotations_causes,
-    container_name_causes,
+    container_causes,
     labels_causes,
     name_causes,
     object_meta_causes,
+    tolerations_causes,
+    volumes_causes,
 )
 
 # generateName suffix alphabet of apiserver's SimpleNameGenerator (no vowels, no confusable chars).
@@ -54,15 +56,24 @@ def _image_pull_policy(image: str) -> str:
     return "IfNotPresent"
 
 
+def _default(obj: dict[str, Any], key: str, value: Any) -> None:
+    if obj.get(key) in (None, ""):
+        obj[key] = value
+
+
 def default_pod_spec(spec: dict[str, Any], *, template: bool = False) -> None:
     """Fill the fields the real server defaults on a pod spec (fewer inside a Job's template)."""
+    # SetDefaults_*: a field left empty ("" or absent) gets its default, as Go's zero value would.
     for c in spec.get("containers") or []:
         if isinstance(c, dict):
             c.setdefault("resources", {})
-            c.setdefault("terminationMessagePath", "/dev/termination-log")
-            c.setdefault("terminationMessagePolicy", "File")
-            c.setdefault("imagePullPolicy", _image_pull_policy(str(c.get("image", ""))))
-    spec.setdefault("restartPolicy", "Always")
+            _default(c, "terminationMessagePath", "/dev/termination-log")
+            _default(c, "terminationMessagePolicy", "File")
+            _default(c, "imagePullPolicy", _image_pull_policy(str(c.get("image", ""))))
+            for port in c.get("ports") or []:
+                if isinstance(port, dict):
+                    _default(port, "protocol", "TCP")
+    _default(spec, "restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("securityContext", {})
@@ -134,50 +145,42 @@ def _meta_causes(resource: str, meta: dict[str, Any]) -> list[Cause]:
 
 
 def _pod_spec_causes(spec: Any, prefix: str, *, job: bool) -> list[Cause]:
-    causes: list[Cause] = []
+    """``ValidatePodSpec`` in its order (volumes, containers, init containers, restart policy, node
+    selector, tolerations), for the fields users write; then the Job's own rule on the restart policy."""
     if not isinstance(spec, dict):
         return [("FieldValueRequired", f"{prefix}containers", "Required value")]
+    causes, volumes = volumes_causes(spec.get("volumes"), f"{prefix}volumes")
     containers = spec.get("containers")
     if not containers:
         causes.append(("FieldValueRequired", f"{prefix}containers", "Required value"))
-    else:
+    for kind in ("containers", "initContainers"):
         seen: set[str] = set()
-        for i, c in enumerate(containers):
-            if not isinstance(c, dict):
-                causes.append(
-                    ("FieldValueInvalid", f"{prefix}containers[{i}]", "Invalid value: must be an object")
-                )
-                continue
+        for i, c in enumerate(spec.get(kind) or []):
+            path = f"{prefix}{kind}[{i}]"
+            c = c if isinstance(c, dict) else {}
+            causes.extend(container_causes(c, path, volumes))
             cname = c.get("name")
-            if not cname:
-                causes.append(("FieldValueRequired", f"{prefix}containers[{i}].name", "Required value"))
-            elif container_name_causes(cname, f"{prefix}containers[{i}].name"):
-                causes.extend(container_name_causes(cname, f"{prefix}containers[{i}].name"))
-            elif cname in seen:
-                causes.append(
-                    ("FieldValueDuplicate", f"{prefix}containers[{i}].name", f'Duplicate value: "{cname}"')
-                )
-            else:
-                seen.add(cname)
-            if not c.get("image"):
-                causes.append(("FieldValueRequired", f"{prefix}containers[{i}].image", "Required value"))
-    policy = spec.get("restartPolicy")
-    if job and policy not in ("Never", "OnFailure"):
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                f"{prefix}restartPolicy",
-                f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"'
-                if policy
-                else 'Required value: valid values: "OnFailure", "Never"',
-            )
-        )
-    elif policy not in (None, "Always", "Never", "OnFailure"):
+            if cname and cname in seen:
+                causes.append(("FieldValueDuplicate", f"{path}.name", f'Duplicate value: "{cname}"'))
+            seen.add(cname or "")
+    policy = spec.get("restartPolicy") or "Always"  # defaulted before validation
+    if policy not in ("Always", "Never", "OnFailure"):
         causes.append(
             (
                 "FieldValueNotSupported",
                 f"{prefix}restartPolicy",
                 f'Unsupported value: "{policy}": supported values: "Always", "OnFailure", "Never"',
+            )
+        )
+    causes.extend(labels_causes(spec.get("nodeSelector"), f"{prefix}nodeSelector"))
+    causes.extend(tolerations_causes(spec.get("tolerations"), f"{prefix}tolerations"))
+    if job and policy not in ("Never", "OnFailure"):
+        # pkg/apis/batch/validation (recorded in invalid-bodies.json, "restartPolicy Always").
+        causes.append(
+            (
+                "FieldValueRequired",
+                f"{prefix}restartPolicy",
+                'Required value: valid values: "OnFailure", "Never"',
             )
         )
     return causes

@@ -167,6 +167,7 @@ class Sandbox:
 
         self.pod_quota = PodQuota(self)
         self.kueue = Kueue(self)
+        self.native_sidecars = True  # set_native_sidecars
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
         self._outage_task: asyncio.Task[None] | None = None
@@ -325,10 +326,13 @@ class Sandbox:
         )
         self.rbac.enabled = True
 
-    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
-        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) and turn
-        RBAC on. Returns what was loaded (``kind/namespace/name``)."""
-        loaded = self.rbac.load_manifests(manifests)
+    def load_rbac_manifests(
+        self, manifests: str | list[dict[str, Any]], *, namespace: str | None = None
+    ) -> list[str]:
+        """Load Role/ClusterRole/RoleBinding/ClusterRoleBinding manifests (YAML text or dicts) as
+        ``kubectl apply -n namespace`` would, and turn RBAC on. Returns what was loaded
+        (``kind/namespace/name``)."""
+        loaded = self.rbac.load_manifests(manifests, namespace=namespace)
         self.rbac.enabled = True
         return loaded
 
@@ -628,10 +632,20 @@ class Sandbox:
     def admit_create(self, resource: str, obj: dict[str, Any]) -> None:
         """Admission on create, after validation and defaulting: Kueue's webhook suspends a queued
         Job; the ResourceQuota plugin refuses a pod over the namespace's quota."""
+        if not self.native_sidecars:
+            drop_native_sidecars(resource, obj)
         if resource == "jobs":
             self.kueue.mutate(obj)
         elif resource == "pods":
             self.pod_quota.admit(obj)
+
+    def set_native_sidecars(self, on: bool) -> None:
+        """Act as a cluster with (True, the default: Kubernetes 1.29+) or without native sidecars (False:
+        1.28 and older, or the ``SidecarContainers`` feature gate off), whose API server drops an init
+        container's ``restartPolicy`` from new pods and Jobs' pod templates without an error
+        (``dropDisabledFields`` in kubernetes pkg/api/pod/util.go). The init container then runs as an
+        ordinary one: to completion, before the main containers."""
+        self.native_sidecars = on
 
     def preempt_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """The scheduler preempts the pod (running or pending): DisruptionTarget PreemptionByScheduler,
@@ -737,3 +751,16 @@ class Sandbox:
             raise ApiError(400, f'container "{name}" in pod "{name}" is waiting to start: ContainerCreating')
         answer: web.StreamResponse = await self.kubelet.serve_logs(request, clone(entry.obj))
         return answer
+
+
+def drop_native_sidecars(resource: str, obj: dict[str, Any]) -> None:
+    """Remove ``restartPolicy`` from the init containers of a pod or a Job's pod template, as an API
+    server without native sidecars does."""
+    spec = obj.get("spec") or {}
+    if resource == "jobs":
+        spec = (spec.get("template") or {}).get("spec") or {}
+    elif resource != "pods":
+        return
+    for container in spec.get("initContainers") or []:
+        if isinstance(container, dict):
+            container.pop("restartPolicy", None)

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from . import discovery, tables
 from .auth import Identity
+from .decoding import unknown_field_warnings
 from .errors import ApiError, bad_request, status_object
 from .gc import GarbageCollector
 from .kubeconfig import kubeconfig_text, write_kubeconfig_file
@@ -37,6 +38,7 @@ from .rbac import Request as AuthzRequest
 from .reads import ReadsMixin
 from .responses import JSON, _bool_param, _error_response, _json_response
 from .store import Store
+from .validation import warning_header
 from .watch import DEFAULT_WATCH_TIMEOUT_RANGE, WatchMixin
 from .writes import WritesMixin
 
@@ -211,8 +213,12 @@ class ApiServer(ReadsMixin, WatchMixin, WritesMixin):
             return _json_response(entry.full)
         body = await self._body(request) if verb in ("create", "update", "patch") else None
         if verb == "create":
-            entry = self.create(resource, ns, body)
-            return _json_response(entry.full, 201)
+            validation = query.get("fieldValidation", "Warn")
+            entry = self.create(resource, ns, body, field_validation=validation)
+            dropped = unknown_field_warnings(resource, body) if validation == "Warn" else []
+            return _json_response(
+                entry.full, 201, headers=warning_header(resource, entry.obj, dropped) or None
+            )
         if verb == "update":
             return _json_response(self.update(resource, ns or "", name or "", body, subresource=sub).full)
         if verb == "patch":

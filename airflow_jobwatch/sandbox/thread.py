@@ -181,8 +181,10 @@ class SandboxThread:
             )
         )
 
-    def load_rbac_manifests(self, manifests: str | list[dict[str, Any]]) -> list[str]:
-        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests)))
+    def load_rbac_manifests(
+        self, manifests: str | list[dict[str, Any]], *, namespace: str | None = None
+    ) -> list[str]:
+        return list(self._call(lambda sb: sb.load_rbac_manifests(manifests, namespace=namespace)))
 
     def clear_rbac(self) -> None:
         self._call(lambda sb: sb.clear_rbac())
@@ -227,6 +229,10 @@ class SandboxThread:
 
     def set_image_pull_failure(self, pattern: str | None) -> None:
         self._call(lambda sb: sb.set_image_pull_failure(pattern))
+
+    def set_native_sidecars(self, on: bool) -> None:
+        """See :meth:`Sandbox.set_native_sidecars`."""
+        self._call(lambda sb: sb.set_native_sidecars(on))
 
     def evict_pod(self, namespace: str, name: str) -> None:
         self._call(lambda sb: sb.evict_pod(namespace, name))

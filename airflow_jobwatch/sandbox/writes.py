@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from .decoding import decoded
 from .errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from .patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import PREPARE, init_metadata
@@ -86,7 +87,9 @@ class WritesMixin:
         )
 
     # ---- create / update / patch -----------------------------------------------------------------
-    def create(self, resource: str, ns: str | None, body: Any) -> Entry:
+    def create(self, resource: str, ns: str | None, body: Any, *, field_validation: str = "Warn") -> Entry:
+        """CREATE; ``field_validation`` is the request's ``fieldValidation`` (``Strict`` refuses an
+        unknown container field, ``Warn`` and ``Ignore`` drop it)."""
         if not isinstance(body, dict):
             raise bad_request("the object provided is unrecognized or invalid JSON: expected an object")
         api_version, kind = API_VERSIONS[resource]
@@ -95,7 +98,8 @@ class WritesMixin:
                 f"the object provided is a {body.get('apiVersion')}/{body.get('kind')}: "
                 f"expected {api_version}/{kind} on this path"
             )
-        obj = clone(body)
+        # A 400 before validation, as the real decoder answers.
+        obj = clone(decoded(resource, body, strict=field_validation == "Strict"))
         obj.pop("kind", None)
         obj.pop("apiVersion", None)
         body_ns = (obj.get("metadata") or {}).get("namespace")
@@ -124,6 +128,7 @@ class WritesMixin:
             raise bad_request(
                 f"the name of the object ({meta_in.get('name')}) does not match the name on the URL ({name})"
             )
+        body = decoded(resource, body)
         rv = meta_in.get("resourceVersion")
         if rv not in (None, "") and rv != entry.obj["metadata"]["resourceVersion"]:
             raise conflict(resource, name)

@@ -22,6 +22,8 @@ Without pytest, :func:`kubernetes_sandbox` is the same sandbox as a context mana
 
 The plugin imports nothing of Airflow when pytest loads it: a test session that does not use its fixture
 pays only for this module.
+
+Layer 4 (docs/internals.md, "The map"): may import every other part.
 """
 
 from __future__ import annotations

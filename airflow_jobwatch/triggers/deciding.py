@@ -1,18 +1,17 @@
 """What a JobTrigger's wait comes to: the decision from the shared watch's cache, and the payload.
 
-:class:`JobDecisions` is the decision half of :class:`~airflow_jobwatch.triggers.job.JobTrigger`: the
-cache (or a tombstone) in, a terminal payload, "still waiting" or "not cached" out. Only
+:class:`JobDecisions` is what a :class:`~airflow_jobwatch.triggers.job.JobTrigger` hands its wait to decide
+with: the cache (or a tombstone) in, a terminal payload, "still waiting" or "not cached" out. Only
 ``kube/states.py`` decides what the Job's state means; the payload is read by ``kube/result.py``'s
 ``JobResult`` (the one result reader), and :func:`client_job_dict` gives its ``job`` the shape of
-upstream's event. The trigger's only GET of its Job while it waits is here too (:meth:`_read_job`).
+upstream's event. The trigger's only GET of its Job while it waits is here too (:meth:`read_job`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
-
-from airflow.triggers.base import BaseTrigger
+from typing import Any
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
@@ -26,30 +25,49 @@ from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_UNKNOWN,
 )
 from airflow_jobwatch.triggers.registry import GET_PROJECTED, NamespaceWatch
+from airflow_jobwatch.triggers.result_keys import result_keys
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:
     return ((obj or {}).get("metadata") or {}).get("uid")
 
 
-class JobDecisions(BaseTrigger):
-    """The decision half of :class:`~airflow_jobwatch.triggers.job.JobTrigger` (its only subclass)."""
+@dataclasses.dataclass(eq=False, kw_only=True)
+class JobDecisions:
+    """What the cache means for one JobTrigger's Job: the decision, the payload and the GETs of the Job.
 
-    if TYPE_CHECKING:  # set by JobTrigger.__init__
-        job_name: str
-        namespace: str
-        job_uid: str | None
-        base_container_name: str
-        do_xcom_push: bool
-        _get_denied: str | None
+    The trigger builds one per wait and hands it to the wait (:class:`~airflow_jobwatch.triggers.waiting.Wait`),
+    which calls it through the public methods of :class:`~airflow_jobwatch.triggers.waiting.Decisions`
+    and never sees the trigger. What it reads of the trigger is given to it here, as values; ``notes``
+    is the trigger's own (what the wait noticed lives as long as the trigger does).
 
-        @property
-        def notes(self) -> WaitNotes: ...
+    :param job_name: the Job's name.
+    :param namespace: the Job's namespace.
+    :param job_uid: the Job's uid, when known: another Job of the same name is then not ours.
+    :param base_container_name: the container whose termination message is the XCom result.
+    :param do_xcom_push: whether the payload carries the XCom results.
+    :param fatal_reasons: container waiting reasons that fail the Job at once.
+    :param notes: what the wait noticed (disruptions, suspensions, refused pods).
+    :param log: the trigger's logger (masked with the task's secrets).
+    """
 
-        @property
-        def _fatal_reasons(self) -> Collection[str]: ...
+    job_name: str
+    namespace: str
+    job_uid: str | None
+    base_container_name: str
+    do_xcom_push: bool
+    fatal_reasons: Collection[str]
+    notes: WaitNotes
+    log: Any
+    #: A 401/403 on this wait's own GET of its Job (see :meth:`read_job`).
+    _get_denied: str | None = dataclasses.field(default=None, init=False)
 
-    def _payload(
+    @property
+    def access_denied(self) -> str | None:
+        """Why the API refused this wait's own GET of its Job (401/403), if it did: permanent."""
+        return self._get_denied
+
+    def payload(
         self,
         outcome: str,
         reason: str | None,
@@ -68,6 +86,8 @@ class JobDecisions(BaseTrigger):
             do_xcom_push=self.do_xcom_push,
             disruptions=self.notes.disruption_list(),
             job=job,
+            keys=result_keys,
+            rejected=self.notes.result_rejected,
         )
         read = result.to_payload()
         return {
@@ -96,7 +116,7 @@ class JobDecisions(BaseTrigger):
             return None
         return job
 
-    def _decide(self, watch: NamespaceWatch) -> dict[str, Any] | None | bool:
+    def decide(self, watch: NamespaceWatch) -> dict[str, Any] | None | bool:
         """The terminal payload the cache implies, None if still waiting, False if the Job is not cached."""
         if not watch.synced:
             return None
@@ -104,24 +124,24 @@ class JobDecisions(BaseTrigger):
         if job is not None:
             pods = watch.pods_of(_uid(job))
             self.notes.observe(job, pods, watch.refusals)  # disruptions, Kueue, refused pods: logged once
-            return self._payload_from_state(job, pods, deleted=False)
+            return self.payload_from_state(job, pods, deleted=False)
         tomb = watch.tombstone(self.job_name)
         if tomb is not None and self._ours(tomb.job) is not None:
             if tomb.observed:  # its DELETED event was seen: it says how the Job ended
-                return self._payload_from_state(tomb.job, tomb.pods, deleted=True)
+                return self.payload_from_state(tomb.job, tomb.pods, deleted=True)
             return self._payload_from_vanished(tomb.job, tomb.pods)
         return False
 
     def _payload_from_vanished(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> dict[str, Any]:
         """The payload for a Job that vanished while the watch was away: what its last state or its
         pods' final states prove, else ``unknown`` (never "deleted", which was not seen either)."""
-        state = vanished_job_state(job, pods, fatal_waiting_reasons=self._fatal_reasons)
+        state = vanished_job_state(job, pods, fatal_waiting_reasons=self.fatal_reasons)
         if state.terminal:
             outcome = OUTCOME_SUCCESS if state.phase == "succeeded" else OUTCOME_FAILED
-            return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
-        return self._payload(OUTCOME_UNKNOWN, FINAL_STATE_UNKNOWN, state.message, job=job, pods=pods)
+            return self.payload(outcome, state.reason, state.message, job=job, pods=pods)
+        return self.payload(OUTCOME_UNKNOWN, FINAL_STATE_UNKNOWN, state.message, job=job, pods=pods)
 
-    def _payload_never_seen(self, watch: NamespaceWatch) -> dict[str, Any]:
+    def payload_never_seen(self, watch: NamespaceWatch) -> dict[str, Any]:
         """The payload for a Job the watch never saw end and the API server no longer has (a GET
         answered 404, or found another Job of its name): ``unknown``. Neither its end nor its deletion
         was seen, so it is not "deleted" either: a Job that completed and was removed by
@@ -130,7 +150,7 @@ class JobDecisions(BaseTrigger):
         replaced = other is not None and self.job_uid is not None and _uid(other) != self.job_uid
         what = f"Job {self.namespace}/{self.job_name}" + (f" (uid {self.job_uid})" if self.job_uid else "")
         gone = "was replaced by another Job of the same name" if replaced else "no longer exists"
-        return self._payload(
+        return self.payload(
             OUTCOME_UNKNOWN,
             FINAL_STATE_UNKNOWN,
             f"{what} {gone}, and the trigger's watch never saw it end: its final state is unknown. "
@@ -139,14 +159,14 @@ class JobDecisions(BaseTrigger):
             "and its pods' logs before running it again.",
         )
 
-    def _payload_from_state(
+    def payload_from_state(
         self, job: dict[str, Any], pods: list[dict[str, Any]], *, deleted: bool
     ) -> dict[str, Any] | None:
-        state = classify_job(job, pods, deleted=deleted, fatal_waiting_reasons=self._fatal_reasons)
+        state = classify_job(job, pods, deleted=deleted, fatal_waiting_reasons=self.fatal_reasons)
         if not state.terminal:
             if not deleted and self.notes.exceeded():
                 metrics.job_detected(job, status=OUTCOME_FAILED)
-                return self._payload(
+                return self.payload(
                     OUTCOME_FAILED,
                     REASON_DISRUPTION_RETRIES,
                     self.notes.exceeded_message(),
@@ -160,9 +180,9 @@ class JobDecisions(BaseTrigger):
             outcome = OUTCOME_DELETED
         else:
             outcome = OUTCOME_FAILED
-        return self._payload(outcome, state.reason, state.message, job=job, pods=pods)
+        return self.payload(outcome, state.reason, state.message, job=job, pods=pods)
 
-    def _current_state_note(
+    def current_state_note(
         self, watch: NamespaceWatch | None
     ) -> tuple[str, dict[str, Any] | None, list[dict[str, Any]]]:
         if watch is None or not watch.synced:
@@ -171,10 +191,10 @@ class JobDecisions(BaseTrigger):
         if job is None:
             return "the Job is not in the cache", None, []
         pods = watch.pods_of(_uid(job))
-        state = classify_job(job, pods, fatal_waiting_reasons=self._fatal_reasons)
+        state = classify_job(job, pods, fatal_waiting_reasons=self.fatal_reasons)
         return f"it was {state.phase}: {state.message}", job, pods
 
-    async def _read_job(self, watch: NamespaceWatch, reason: str) -> tuple[bool, dict[str, Any] | None]:
+    async def read_job(self, watch: NamespaceWatch, reason: str) -> tuple[bool, dict[str, Any] | None]:
         """GET the Job: (True, job) / (True, None) on 404 / (False, None) when the API failed.
 
         The trigger's only request while it waits, sent in two cases only, each counted by the watch
@@ -183,7 +203,7 @@ class JobDecisions(BaseTrigger):
         * ``GET_MISSING``: the synced cache has held no Job of this name (nor a tombstone of ours) for
           ``_MISSING_GRACE_SECONDS`` since the trigger first looked; again at most every
           ``poll_interval`` while that lasts;
-        * ``GET_PROJECTED``: the result was decided from a projected copy (see :meth:`_with_whole_job`).
+        * ``GET_PROJECTED``: the result was decided from a projected copy (see :meth:`with_whole_job`).
         """
         from kubernetes_asyncio.client import BatchV1Api
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -208,7 +228,7 @@ class JobDecisions(BaseTrigger):
             self.log.warning("GET of Job %s/%s failed: %s", self.namespace, self.job_name, e)
             return False, None
 
-    async def _with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None:
+    async def with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None:
         """Make sure the payload's ``job`` is the whole Job, as upstream's event's is.
 
         The shared watch stores the Jobs triggers wait for whole, and the namespace's other Jobs projected
@@ -227,8 +247,14 @@ class JobDecisions(BaseTrigger):
             return
         if (cached.get("spec") or {}).get("template") is not None:
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
-        answered, job = await self._read_job(watch, GET_PROJECTED)
+        answered, job = await self.read_job(watch, GET_PROJECTED)
         if answered and job is not None and _uid(job) == payload["uid"]:
+            # The cache's projected copy has no stored result (kube/projection.py drops it): the whole Job
+            # may complete what the pods no longer show, as a Job cached whole does in _payload.
+            result = JobResult.from_payload(payload)
+            payload.update(
+                result.with_stored(job, result_keys, rejected=self.notes.result_rejected).to_payload()
+            )
             payload["job"] = client_job_dict(without_result_annotation(job))
 
 

@@ -28,7 +28,7 @@ from airflow_jobwatch.kube.result import (
     XComResultError,
     parse_xcom_results,
 )
-from airflow_jobwatch.triggers import pod_logs
+from airflow_jobwatch.triggers import pod_logs, sidecar_results
 
 __all__ = [
     "EMPTY_XCOM_RESULT",
@@ -181,6 +181,15 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
     plan = trigger.end_task or {}
+    if getattr(trigger, "secrets", None) is None:
+        # The task's secrets are not known here (an operator that did not send them, or an Airflow
+        # without a masker to read): what this path writes (pod logs, XCom and termination-message
+        # lines) would be in clear. A worker's supervisor masks them: resume there.
+        trigger.log.info(
+            "The task's secrets are not known to the triggerer: resuming the task on a worker, which "
+            "masks them in the task log"
+        )
+        return None
     outcome = payload.get("outcome")
     may_fail = may_fail_here(plan)
     if outcome == "failed":
@@ -198,6 +207,10 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     if outcome == "success":
         if plan.get("push_return"):
             try:
+                # results printed by the pods' XCom sidecars (sidecar_results.py); kept in the payload
+                # so that the result written onto the Job before cleanup is the one returned
+                result = await sidecar_results.with_sidecar_results(trigger, payload, result)
+                payload = sidecar_results.payload_with(payload, result)
                 value = result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single)
             except XComResultError as e:
                 if not may_fail:
@@ -261,61 +274,68 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
     writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, pods oldest first. At most
     ``[jobwatch] trigger_log_max_bytes`` of lines, the tail, with a note where lines were left out. A log
     that cannot be read is a warning."""
-    uid = payload.get("uid")
-    if not uid:
+    if not payload.get("uid"):
         return
-    from kubernetes_asyncio.client import CoreV1Api
-
-    from airflow_jobwatch.kube import client as kube_client
-
     log = trigger.log
     limit, problem = pod_logs.max_bytes()
     if problem is not None:
         log.warning("%s", problem)
     on_finish_action = str(logs.get("on_finish_action") or "delete_pod")
     tail = pod_logs.Tail(limit)
-    async with pod_logs.reading():
-        try:
-            api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
-        except Exception as e:
-            log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
-            return
-        try:
-            core = CoreV1Api(api)
-            try:
-                listed = await core.list_namespaced_pod(
-                    trigger.namespace,
-                    label_selector=f"controller-uid={uid}",
-                    _request_timeout=pod_logs.READ_TIMEOUT,
-                )
-            except Exception as e:
-                log.warning("Could not read the Job's pods: %s", e)
+    # The tail's bytes come from the process's budget for as long as it is held: read, then written.
+    async with pod_logs.budget().hold(limit):
+        async with pod_logs.reading():
+            if not await _read_pod_logs(trigger, payload, logs, tail, on_finish_action):
                 return
-            pods = sorted(
-                listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name)
+        await pod_logs.write(log, tail, on_finish_action)
+
+
+async def _read_pod_logs(
+    trigger: Any, payload: dict[str, Any], logs: dict[str, Any], tail: pod_logs.Tail, on_finish_action: str
+) -> bool:
+    """Every requested container's log of every pod of the Job into ``tail``; False when the pods could
+    not be listed (said in the task log)."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    log = trigger.log
+    try:
+        api, release = await trigger._end_client()
+    except Exception as e:
+        log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
+        return False
+    try:
+        core = CoreV1Api(api)
+        try:
+            listed = await core.list_namespaced_pod(
+                trigger.namespace,
+                label_selector=f"controller-uid={payload.get('uid')}",
+                _request_timeout=pod_logs.READ_TIMEOUT,
             )
-            for pod in pods:
-                spec = pod.spec
-                containers = requested_containers(
-                    tail,
-                    pod.metadata.name,
-                    [c.name for c in (spec.init_containers or [])] if spec else [],
-                    [c.name for c in (spec.containers or [])] if spec else [],
-                    logs,
+        except Exception as e:
+            log.warning("Could not read the Job's pods: %s", e)
+            return False
+        pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        for pod in pods:
+            spec = pod.spec
+            containers = requested_containers(
+                tail,
+                pod.metadata.name,
+                [c.name for c in (spec.init_containers or [])] if spec else [],
+                [c.name for c in (spec.containers or [])] if spec else [],
+                logs,
+            )
+            kept = pod_logs.pod_kept(
+                on_finish_action,
+                pod.status.phase if pod.status else None,
+                _base_succeeded(pod, trigger.base_container_name),
+            )
+            for container in containers:
+                await pod_logs.read_into(
+                    core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
                 )
-                kept = pod_logs.pod_kept(
-                    on_finish_action,
-                    pod.status.phase if pod.status else None,
-                    _base_succeeded(pod, trigger.base_container_name),
-                )
-                for container in containers:
-                    await pod_logs.read_into(
-                        core, tail, pod.metadata.name, trigger.namespace, container, kept=kept
-                    )
-        finally:
-            await api.close()
-        async with pod_logs.writing():  # still inside reading(): at most that many tails held at once
-            await pod_logs.write(log, tail, on_finish_action)
+    finally:
+        await release()
+    return True
 
 
 def _base_succeeded(pod: Any, base: str) -> bool:
@@ -340,11 +360,9 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
     from kubernetes_asyncio.client import CoreV1Api, V1DeleteOptions
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_jobwatch.kube import client as kube_client
-
     base = trigger.base_container_name
     try:
-        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+        api, release = await trigger._end_client()
     except Exception as e:
         trigger.log.warning(
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
@@ -394,18 +412,27 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e
         )
     finally:
-        await api.close()
+        await release()
 
 
 async def persist_result(api: Any, namespace: str, name: str, payload: dict[str, Any]) -> str | None:
-    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``), where a later reader
-    of the same Job takes it from (:meth:`JobResult.read`); None when written, else why it was not
-    (too large, the Job gone or replaced, the API refused), in which case the pods must be kept."""
+    """Write the event's result onto the Job (annotation ``RESULT_ANNOTATION``, signed with the first of
+    ``result_keys()``), where a later reader of the same Job takes it from (:meth:`JobResult.read`); None
+    when written, else why it was not (no key, too large, the Job gone or replaced, the API refused), in
+    which case the pods must be kept."""
     from kubernetes_asyncio.client import BatchV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
+    from airflow_jobwatch.triggers.result_keys import result_keys
+
+    keys = result_keys()
+    if not keys:
+        return (
+            "[core] fernet_key is not set, so its result cannot be signed onto the Job (an unsigned result "
+            "would not be used), so the pods that hold it are kept"
+        )
     result = JobResult.from_payload(payload)
-    text = result.to_annotation()
+    text = result.to_annotation(keys[0])
     if text is None:
         return (
             f"its result is larger than {RESULT_ANNOTATION_LIMIT_BYTES} bytes, too large to keep on the Job, "

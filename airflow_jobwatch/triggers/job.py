@@ -6,7 +6,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   (:mod:`airflow_jobwatch.triggers.registry`). A trigger that subscribes before its Job ends sends no
   GET of its Job: not while it waits, and not at the end, since the watch stores the Jobs triggers wait
   for whole. 500 deferred Jobs cost two watches, not 50 GETs a second. A trigger GETs its Job only
-  when the watch cannot answer for it (see :meth:`JobTrigger._read_job`): once for a Job the synced
+  when the watch cannot answer for it (see ``JobDecisions.read_job``): once for a Job the synced
   cache has lacked for ``_MISSING_GRACE_SECONDS`` (deleted before the watch saw it, or a watch that
   lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
   subscribed: a triggerer restart).
@@ -33,7 +33,8 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
 This module holds what Airflow calls (``JobTrigger``'s arguments, ``serialize``, ``run``, ``on_kill``);
 each path behind it has a module of its own: the decision and the payload (``triggers/deciding.py``),
 the wait loop (``triggers/waiting.py``), the kill path (``triggers/killing.py``) and the event's words
-(``triggers/outcomes.py``). Every name imported from here before still is.
+(``triggers/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
+:meth:`JobTrigger._wait`): the wait never sees the trigger. Every name imported from here before still is.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
@@ -53,6 +54,8 @@ from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
 from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.killing import JobKilling
+from airflow_jobwatch.triggers.masking import KWARG as MASK_SECRETS_KWARG
+from airflow_jobwatch.triggers.masking import TaskSecrets, logged_event
 from airflow_jobwatch.triggers.notes import WaitNotes
 from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_DELETED,
@@ -64,11 +67,12 @@ from airflow_jobwatch.triggers.outcomes import (
     STATUS_ERROR,
     STATUS_SUCCESS,
 )
-from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey, get_registry
+from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 from airflow_jobwatch.triggers.waiting import (
     DEFAULT_POLL_INTERVAL_SECONDS,
+    Wait,
+    WaitTarget,
     _pods_final,  # noqa: F401 - importable from here, as before
-    _Wait,
 )
 
 __all__ = [
@@ -141,7 +145,7 @@ def _parse_deadline(timeout: float | int | str | datetime.datetime | None) -> da
     )
 
 
-class JobTrigger(JobDecisions, JobKilling):
+class JobTrigger(JobKilling):
     """
     Wait for a Kubernetes Job to end, through the triggerer's shared watch of the Job's namespace.
 
@@ -153,7 +157,7 @@ class JobTrigger(JobDecisions, JobKilling):
     * ``name`` / ``namespace``: the Job's;
     * ``job``: the whole Job as ``kubernetes.client.V1Job.to_dict()`` gives it (None if it was never
       read), from the shared watch, or read by one GET when the watch held it projected (see
-      :meth:`_with_whole_job`);
+      :meth:`~airflow_jobwatch.triggers.deciding.JobDecisions.with_whole_job`);
     * ``pod_names`` / ``pod_namespace``: the Job's pods (every pod, retried ones included);
     * ``xcom_result``: with ``do_xcom_push``, one string per succeeded pod (the base container's
       termination message, i.e. its ``/airflow/xcom/return.json``), else None;
@@ -215,6 +219,11 @@ class JobTrigger(JobDecisions, JobKilling):
         ``unwrap_single``, ``fail`` (a failure may end the task from here). None: always resume.
     :param deferred_at: when the task deferred (seconds since the epoch). A resume that fires sooner
         than ``[jobwatch] resume_hold_seconds`` after it is held until then.
+    :param mask_secrets: the values the task's secrets masker hid in the worker when it deferred
+        (connection passwords, sensitive Variables, ``mask_secret()`` values), set by the operator. Every
+        line this trigger logs is masked with them, as the worker's supervisor would mask it; they travel
+        in the trigger's kwargs, which Airflow stores encrypted, and never appear in its ``repr``. None
+        (not known): the trigger does not end the task itself (``end_task``) but resumes it on a worker.
     """
 
     def __init__(
@@ -240,6 +249,7 @@ class JobTrigger(JobDecisions, JobKilling):
         disruption_retries: int | None = None,
         end_task: dict[str, Any] | None = None,
         deferred_at: float | None = None,
+        mask_secrets: list[str] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         if disruption_retries is not None and (
@@ -279,7 +289,6 @@ class JobTrigger(JobDecisions, JobKilling):
         self.api_failure_tolerance = api_failure_tolerance
         self.job_uid = job_uid
         self.delete_on_kill = delete_on_kill
-        self._get_denied: str | None = None  # a 401/403 on the trigger's own GET of its Job
         self.do_xcom_push = do_xcom_push
         self.base_container_name = base_container_name
         self.on_kill_propagation_policy = on_kill_propagation_policy
@@ -288,7 +297,25 @@ class JobTrigger(JobDecisions, JobKilling):
         self.disruption_retries = disruption_retries
         self.end_task = dict(end_task) if end_task is not None else None
         self.deferred_at = float(deferred_at) if deferred_at is not None else None
+        self.mask_secrets = list(mask_secrets) if mask_secrets is not None else None
+        self.secrets = TaskSecrets.from_kwargs(self.mask_secrets)
         self._notes: WaitNotes | None = None
+        #: While the task's end runs in ``run()``: the shared watch's client it uses (see _end_client).
+        self._end_api_client: Any = None
+
+    @property
+    def log(self) -> Any:
+        """The trigger's logger; with the task's secrets (``mask_secrets``), every line it writes is
+        masked with them, since the triggerer's supervisor does not know them."""
+        log = super().log
+        secrets = getattr(self, "secrets", None)
+        return secrets.log(log) if secrets is not None else log
+
+    def __repr__(self) -> str:
+        classpath, kwargs = self.serialize()
+        if kwargs.get(MASK_SECRETS_KWARG) is not None:  # the values never reach a log line
+            kwargs[MASK_SECRETS_KWARG] = f"<{len(kwargs[MASK_SECRETS_KWARG])} masked values>"
+        return str(self.repr(classpath, kwargs))
 
     @property
     def notes(self) -> WaitNotes:
@@ -326,6 +353,7 @@ class JobTrigger(JobDecisions, JobKilling):
                 "disruption_retries": self.disruption_retries,
                 "end_task": self.end_task,
                 "deferred_at": self.deferred_at,
+                MASK_SECRETS_KWARG: self.mask_secrets,
             },
         )
 
@@ -404,19 +432,85 @@ class JobTrigger(JobDecisions, JobKilling):
         Only in a triggerer (``task_instance`` set): a caller that runs the trigger itself (``dag.test()``)
         resumes the task with the payload, as without ``end_task``.
         """
-        payload = await self.wait()
+        ended: Any = None
+
+        async def end(payload: dict[str, Any], watch: NamespaceWatch | None) -> None:
+            nonlocal ended
+            if self.task_instance is None or self.end_task is None:
+                return
+            self._end_api_client = watch.api_client if watch is not None else None
+            try:
+                # Airflow logs a resume's whole event (masking.logged_event says what it keeps out)
+                ended = await end_from_triggerer(self, logged_event(payload, self.secrets))
+            finally:
+                self._end_api_client = None
+
+        payload = await self._wait().run(then=end)
+        if ended is not None:
+            yield ended
+            return
         if self.task_instance is not None:
-            if self.end_task is not None:
-                ended = await end_from_triggerer(self, payload)
-                if ended is not None:
-                    yield ended
-                    return
+            payload = logged_event(payload, self.secrets)
             await hold_resume(self)
         yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
 
     async def wait(self) -> dict[str, Any]:
         """Wait for the Job and return the event payload (the operator's worker mode calls this)."""
-        return await _Wait(self).run()
+        return await self._wait().run()
+
+    def _wait(self) -> Wait:
+        """This trigger's wait (not started): what it waits for as a value, the decisions over the cache,
+        and how to join the shared watch. The wait sees nothing else of the trigger."""
+        target = WaitTarget(
+            job_name=self.job_name,
+            namespace=self.namespace,
+            job_uid=self.job_uid,
+            deadline=self.deadline,
+            poll_interval=self.poll_interval,
+            propagation_policy=self.on_kill_propagation_policy,
+            grace_period_seconds=self.termination_grace_period,
+            api_failure_tolerance=self._tolerance,
+        )
+        return Wait(target, self._decisions(), self._subscribe)
+
+    def _decisions(self) -> JobDecisions:
+        """What the cache means for this trigger's Job, with this trigger's notes and masked log."""
+        return JobDecisions(
+            job_name=self.job_name,
+            namespace=self.namespace,
+            job_uid=self.job_uid,
+            base_container_name=self.base_container_name,
+            do_xcom_push=self.do_xcom_push,
+            fatal_reasons=self._fatal_reasons,
+            notes=self.notes,
+            log=self.log,
+        )
+
+    async def _subscribe(self, on_change: Callable[[], None]) -> Subscription:
+        """Join this trigger's shared namespace watch, called back on each change of its Job or pods."""
+        key, factory = await self._watch_key_and_factory()
+        return await get_registry().subscribe(
+            key,
+            factory,
+            job_name=self.job_name,
+            on_change=on_change,
+            config=self._informer_config,
+            job_uid=self.job_uid,
+        )
+
+    async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
+        """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared
+        watch's own client while this trigger's run holds the watch (its credential is this trigger's,
+        since the watch is keyed by the credential's digest), so an exec-plugin credential (EKS, GKE)
+        runs no plugin for the end; else a client of its own, closed when given back."""
+        if self._end_api_client is not None:
+
+            async def keep() -> None:
+                return None
+
+            return self._end_api_client, keep
+        api = await kube_client.async_api_client(await self._resolved_cluster_config())
+        return api, api.close
 
     async def on_kill(self) -> None:
         """Delete the Job (with ``on_kill_propagation_policy`` and ``termination_grace_period``), when

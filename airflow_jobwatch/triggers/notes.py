@@ -17,7 +17,8 @@ what happened *during* the wait, which no single Job object shows, and tells the
   ``FailedCreate`` events carry, comes from the namespace's shared watch of those events
   (``triggers/refusals.py``), which the trigger joins once the Job has shown no pod for
   :data:`MISSING_PODS_FIRST_CHECK_SECONDS`, and leaves when the Job has pods again. Each distinct
-  reason is logged once. No request is sent for one Job: a Job that only waits for a slow Job
+  reason is logged once; its numbers (a quota's usage) again at most every
+  :data:`REFUSAL_REFRESH_SECONDS`. No request is sent for one Job: a Job that only waits for a slow Job
   controller costs nothing.
 
 What is noticed lives in the trigger instance: a trigger moved to another triggerer starts counting
@@ -33,6 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_jobwatch.kube.result import RESULT_ANNOTATION
 from airflow_jobwatch.kube.states import pod_disruption
 from airflow_jobwatch.triggers.refusals import Refusals
 
@@ -58,6 +60,17 @@ MISSING_PODS_FIRST_CHECK_SECONDS = 5.0
 
 # The generated pod name differs in every refused attempt; it is not part of the reason.
 _POD_NAME = re.compile(r'pods "[^"]*"')
+# Nor are a quota's numbers: "requested: pods=1, used: pods=7, limited: pods=8" (or requests.cpu=7500m)
+# changes at every pod start and end in the namespace, while the refusal stays the same.
+_QUANTITY = re.compile(r"(?<=[\w.\-/]=)[0-9][^,\s]*")
+
+#: While a Job's pods stay refused for the same reason, its changing numbers (a quota's ``used``) are
+#: said again at most this often: the task log shows the reason once, and how far the namespace is from
+#: admitting the pod every few minutes, not at each of the Job controller's retries.
+REFUSAL_REFRESH_SECONDS = 300.0
+
+#: The clock of that refresh (a test sets its own).
+_clock = time.monotonic
 
 
 def _labels(job: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +114,9 @@ class WaitNotes:
         self._was_suspended: bool | None = None
         self._suspended_at: float | None = None
         self._missing_since: float | None = None
-        self._missing_reasons: set[str] = set()
+        # refusal reason (numbers left out) -> (when it was last said, the message then said)
+        self._missing_reasons: dict[str, tuple[float, str]] = {}
+        self._rejected_results: set[str] = set()
         self._unlisten: Callable[[], None] | None = None  # set while listening for refusals
         self._timer: asyncio.TimerHandle | None = None
         self._context: contextvars.Context | None = None
@@ -144,6 +159,24 @@ class WaitNotes:
     def disruption_list(self) -> list[dict[str, Any]]:
         """The disruptions seen, oldest first, for the event payload."""
         return [dict(entry) for entry in self.disruptions.values()]
+
+    def result_rejected(self, why: str) -> None:
+        """The Job carries a stored result that does not count (``JobResult.with_stored``): say which and
+        why, once per reason; how the Job ended is read from the cluster alone."""
+        if why in self._rejected_results:
+            return
+        self._rejected_results.add(why)
+        if why.startswith("there is no key"):
+            why += " ([core] fernet_key is not set in this Airflow process)"
+        self._say(
+            "warning",
+            "Job %s/%s carries a result in its %s annotation that is not used: %s. How the Job ended is "
+            "read from its own status and its pods only.",
+            self.namespace,
+            self.job_name,
+            RESULT_ANNOTATION,
+            why,
+        )
 
     def exceeded(self) -> bool:
         return self.disruption_retries is not None and len(self.disruptions) > self.disruption_retries
@@ -286,13 +319,26 @@ class WaitNotes:
         """A ``FailedCreate`` event of the Job, from the shared watch: log a reason not logged before."""
         if self._missing_since is None:
             return
-        reason = _POD_NAME.sub('pods "..."', message)
-        if reason in self._missing_reasons:
+        reason = _QUANTITY.sub("N", _POD_NAME.sub('pods "..."', message))
+        now = _clock()
+        said = self._missing_reasons.get(reason)
+        if said is None:
+            self._missing_reasons[reason] = (now, message)
+            self._say(
+                "warning",
+                "Job %s/%s cannot create its pods yet, so it keeps waiting (the Job controller retries): %s",
+                self.namespace,
+                self.job_name,
+                message,
+            )
             return
-        self._missing_reasons.add(reason)
+        at, text = said
+        if now - at < REFUSAL_REFRESH_SECONDS or _POD_NAME.sub("", message) == _POD_NAME.sub("", text):
+            return
+        self._missing_reasons[reason] = (now, message)
         self._say(
-            "warning",
-            "Job %s/%s cannot create its pods yet, so it keeps waiting (the Job controller retries): %s",
+            "info",
+            "Job %s/%s still cannot create its pods (the numbers now): %s",
             self.namespace,
             self.job_name,
             message,

@@ -1,21 +1,26 @@
-"""One wait of one JobTrigger (:class:`_Wait`), and when a terminal result's pods are final enough.
+"""One wait of one JobTrigger (:class:`Wait`), and when a terminal result's pods are final enough.
 
-The wait is a small state machine over the shared watch (its diagram is :class:`_Wait`'s docstring);
-what the cache means is :class:`~airflow_jobwatch.triggers.deciding.JobDecisions`' to say.
+The wait is a small state machine over the shared watch (its diagram is :class:`Wait`'s docstring).
+It never sees the trigger: it is handed what it waits for as a value (:class:`WaitTarget`), what the
+cache means as an object of the :class:`Decisions` interface (the trigger's
+:class:`~airflow_jobwatch.triggers.deciding.JobDecisions`), and how to join the shared watch
+(:data:`Subscribe`). Each can be replaced alone: a test hands the wait a stub of one of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import datetime
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from airflow_jobwatch import metrics
 from airflow_jobwatch.kube.states import TERMINAL_PHASES
-from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, delete_job
+from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
 from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_ERROR,
     OUTCOME_FAILED,
@@ -23,10 +28,7 @@ from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_TIMEOUT,
     OUTCOME_UNKNOWN,
 )
-from airflow_jobwatch.triggers.registry import GET_MISSING, NamespaceWatch, Subscription, get_registry
-
-if TYPE_CHECKING:
-    from airflow_jobwatch.triggers.job import JobTrigger
+from airflow_jobwatch.triggers.registry import GET_MISSING, NamespaceWatch, Subscription
 
 #: Default of ``poll_interval``: how often a waiting trigger re-reads the cache and, if its Job is not
 #: in it, asks the API server once. Nothing is sent while the Job is cached, so this only bounds how long
@@ -56,8 +58,80 @@ _MISSING_GRACE_SECONDS = 2.0
 _POD_SETTLE_SECONDS = 1.0
 
 
-class _Wait:
-    """One wait of one :class:`JobTrigger`: a small state machine, read top to bottom.
+@dataclasses.dataclass(frozen=True)
+class WaitTarget:
+    """What one wait waits for, and the options it ends with: the trigger's arguments, as values.
+
+    :param job_name: the Job's name.
+    :param namespace: the Job's namespace.
+    :param job_uid: the Job's uid, when known (another Job of the same name is then not ours).
+    :param deadline: when the wait ends as ``timeout`` (aware, UTC); None: no deadline.
+    :param poll_interval: the safety net's period in seconds; None: ``DEFAULT_POLL_INTERVAL_SECONDS``.
+    :param propagation_policy: how a Job past its disruption retries is deleted (``on_kill``'s policy).
+    :param grace_period_seconds: the grace period of that deletion (None: the server's default).
+    :param api_failure_tolerance: how long the API may fail before the wait ends as ``error``; called
+        when the API first fails (it may read configuration, which most waits never need).
+    """
+
+    job_name: str
+    namespace: str
+    job_uid: str | None
+    deadline: datetime.datetime | None
+    poll_interval: float | None
+    propagation_policy: str
+    grace_period_seconds: int | None
+    api_failure_tolerance: Callable[[], float]
+
+
+#: A Kubernetes object or an event payload, as JSON.
+_Obj = dict[str, Any]
+_Pods = list[dict[str, Any]] | None
+
+
+class Decisions(Protocol):
+    """What the wait asks of the cache's meaning (the trigger's ``JobDecisions`` is one).
+
+    ``decide`` returns the terminal payload the cache implies, None while the Job is still running, and
+    False when the synced cache holds no Job of ours. ``read_job`` is the only request: a GET of the Job
+    (``(True, job)``, ``(True, None)`` on 404, ``(False, None)`` when the API failed); a 401/403 on it
+    shows in ``access_denied``.
+    """
+
+    notes: WaitNotes
+    log: Any
+
+    @property
+    def access_denied(self) -> str | None: ...
+
+    def decide(self, watch: NamespaceWatch) -> dict[str, Any] | None | bool: ...
+
+    def payload(
+        self, outcome: str, reason: str | None, message: str, *, job: _Obj | None = ..., pods: _Pods = ...
+    ) -> _Obj: ...
+
+    def payload_never_seen(self, watch: NamespaceWatch) -> dict[str, Any]: ...
+
+    def payload_from_state(
+        self, job: dict[str, Any], pods: list[dict[str, Any]], *, deleted: bool
+    ) -> dict[str, Any] | None: ...
+
+    def current_state_note(
+        self, watch: NamespaceWatch | None
+    ) -> tuple[str, dict[str, Any] | None, list[dict[str, Any]]]: ...
+
+    async def read_job(self, watch: NamespaceWatch, reason: str) -> tuple[bool, dict[str, Any] | None]: ...
+
+    async def with_whole_job(self, watch: NamespaceWatch, payload: dict[str, Any]) -> None: ...
+
+
+#: How the wait joins the shared watch of its Job's namespace: called with the callback for every change
+#: of the Job or its pods, it returns the subscription (which the wait closes when it ends). It may raise:
+#: the wait then ends as ``error`` (``ConfigError``), saying why.
+Subscribe = Callable[[Callable[[], None]], Awaitable[Subscription]]
+
+
+class Wait:
+    """One wait of one JobTrigger: a small state machine, read top to bottom.
 
     ::
 
@@ -81,8 +155,10 @@ class _Wait:
     CONFIRMING and API-tolerance checks.
     """
 
-    def __init__(self, trigger: JobTrigger) -> None:
-        self.trigger = trigger
+    def __init__(self, target: WaitTarget, decisions: Decisions, subscribe: Subscribe) -> None:
+        self.target = target
+        self.decisions = decisions
+        self.subscribe = subscribe
         self.loop = asyncio.get_running_loop()
         self.result: asyncio.Future[dict[str, Any]] = self.loop.create_future()
         self.watch: NamespaceWatch | None = None
@@ -126,7 +202,7 @@ class _Wait:
         """An informer callback: decide from the cache."""
         if self.watch is None or self.result.done():
             return
-        decision = self.trigger._decide(self.watch)
+        decision = self.decisions.decide(self.watch)
         if isinstance(decision, dict):
             self.offer(decision)
         elif decision is False and self.poke is not None and not self.poke.done():
@@ -141,10 +217,10 @@ class _Wait:
         if self.held is not None:
             self.done(self.held)  # ... even one still waiting for its pods to settle
             return
-        t = self.trigger
-        note, job, pods = t._current_state_note(self.watch)
+        t, d = self.target, self.decisions
+        note, job, pods = d.current_state_note(self.watch)
         self.done(
-            t._payload(
+            d.payload(
                 OUTCOME_TIMEOUT,
                 "Timeout",
                 f"Job {t.namespace}/{t.job_name} did not finish before its deadline "
@@ -155,9 +231,14 @@ class _Wait:
         )
 
     # -- the whole run ---------------------------------------------------------------------------------
-    async def run(self) -> dict[str, Any]:
-        t = self.trigger
-        t.notes.bind_context(contextvars.copy_context())  # its lines go to this task's log
+    async def run(
+        self, then: Callable[[dict[str, Any], NamespaceWatch | None], Awaitable[None]] | None = None
+    ) -> dict[str, Any]:
+        """Wait, and return the payload; ``then(payload, watch)`` runs first, while this wait still holds
+        its shared watch (the task's end uses the watch's client: a credential plugin runs once per
+        credential, not once more per end)."""
+        t, d = self.target, self.decisions
+        d.notes.bind_context(contextvars.copy_context())  # its lines go to this task's log
         if t.deadline is not None:
             delay = (t.deadline - datetime.datetime.now(datetime.UTC)).total_seconds()
             self.deadline_timer = self.loop.call_later(max(0.0, delay), self.on_deadline)
@@ -165,20 +246,12 @@ class _Wait:
         try:
             # SUBSCRIBING
             try:
-                key, factory = await t._watch_key_and_factory()
-                subscription = await get_registry().subscribe(
-                    key,
-                    factory,
-                    job_name=t.job_name,
-                    on_change=self.on_change,
-                    config=t._informer_config,
-                    job_uid=t.job_uid,
-                )
+                subscription = await self.subscribe(self.on_change)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 self.done(
-                    t._payload(
+                    d.payload(
                         OUTCOME_ERROR,
                         "ConfigError",
                         f"Cannot watch Job {t.namespace}/{t.job_name}: {type(e).__name__}: {e}",
@@ -194,15 +267,17 @@ class _Wait:
                     namespace=t.namespace,
                     name=t.job_name,
                     uid=payload.get("uid"),
-                    propagation_policy=t.on_kill_propagation_policy,
-                    grace_period_seconds=t.termination_grace_period,
-                    log=t.log,
+                    propagation_policy=t.propagation_policy,
+                    grace_period_seconds=t.grace_period_seconds,
+                    log=d.log,
                 )
             if self.watch is not None:
-                await t._with_whole_job(self.watch, payload)
+                await d.with_whole_job(self.watch, payload)
+            if then is not None:
+                await then(payload, self.watch)
             return payload
         finally:
-            t.notes.close()
+            d.notes.close()
             for timer in (self.deadline_timer, self.hold_timer):
                 if timer is not None:
                     timer.cancel()
@@ -213,7 +288,7 @@ class _Wait:
     async def _watching(self, watch: NamespaceWatch) -> None:
         """WATCHING's safety net, every ``poll_interval`` (sooner while the API fails or the Job is
         being confirmed missing): decide from the cache, CONFIRMING, and the API-failure tolerance."""
-        t = self.trigger
+        t, d = self.target, self.decisions
         poll = t.poll_interval or DEFAULT_POLL_INTERVAL_SECONDS
         tolerance: float | None = None  # read when the API first fails (most waits never need it)
         # AWAITING: when the next confirming GET of a Job missing from the synced cache may be sent (set
@@ -226,7 +301,7 @@ class _Wait:
         # first safety-net look comes after a random part of the interval, later ones +-10 % of it.
         next_poll = poll * random.random()
         while not self.result.done():
-            decision = t._decide(watch)
+            decision = d.decide(watch)
             if isinstance(decision, dict):
                 self.offer(decision)
                 break
@@ -239,12 +314,12 @@ class _Wait:
                 confirm_at = time.monotonic() + _MISSING_GRACE_SECONDS
             elif missing_since is not None:
                 if time.monotonic() - missing_since >= _MISSING_GRACE_SECONDS:
-                    self.done(t._payload_never_seen(watch))
+                    self.done(d.payload_never_seen(watch))
                     break
             elif time.monotonic() >= confirm_at:
                 # CONFIRMING. Still missing: either it was deleted before the watch saw it (triggerer
                 # restart, TTL), or the watch lags. One GET tells which (and may carry its final state).
-                answered, job = await t._read_job(watch, GET_MISSING)
+                answered, job = await d.read_job(watch, GET_MISSING)
                 if self.result.done():
                     break
                 confirm_at = time.monotonic() + poll
@@ -253,15 +328,15 @@ class _Wait:
                     # on its way down the watch: give the watch a moment before calling it unknown.
                     missing_since = time.monotonic()
                 elif job is not None:
-                    result = t._payload_from_state(job, [], deleted=False)
+                    result = d.payload_from_state(job, [], deleted=False)
                     if result is not None:
                         self.done(result)
                         break
-            denied = watch.access_denied or t._get_denied
+            denied = watch.access_denied or d.access_denied
             if denied:  # A permission error is permanent: end now, with the advice
                 reason = "Unauthorized" if "401 Unauthorized" in denied else "Forbidden"
                 self.done(
-                    t._payload(
+                    d.payload(
                         OUTCOME_ERROR,
                         reason,
                         f"Cannot wait for Job {t.namespace}/{t.job_name}: {denied}",
@@ -270,10 +345,10 @@ class _Wait:
                 break
             failing_for = watch.api_failing_for()
             if failing_for is not None and tolerance is None:
-                tolerance = t._tolerance()
+                tolerance = t.api_failure_tolerance()
             if failing_for is not None and tolerance is not None and failing_for >= tolerance:
                 self.done(
-                    t._payload(
+                    d.payload(
                         OUTCOME_ERROR,
                         "ApiUnreachable",
                         f"The Kubernetes API failed for {failing_for:.0f} s (tolerance {tolerance:g} s) "

@@ -6,9 +6,14 @@ page by page in headless Chromium.
   page, no second heading of a page).
 * Every internal link of every page resolves: the file exists, and so does the anchor it points to
   (checked on the built HTML with the standard library's parser, so this runs without a browser).
+* Every page links to the repository and to its issue tracker (pyproject.toml's project.urls).
 * Every page renders in the browser, in a desktop window and at a phone's width: it has its title and a body, the end of its text is on the page
   (nothing is cut off at the bottom), nothing is wider than the window or clipped at the sides, no
   table or code block runs out of the text column without a scrollbar of its own, and no script fails.
+* Names stay whole and code keeps its lines: no word of an inline code span (an option name, a path, a
+  command) is split across two lines, and no code block wraps a line instead of scrolling.
+* In a desktop window (1280 px), the page's outline ("On this page") is on the screen beside the text,
+  at the top of the page and at its end.
 
 Chromium is driven through its DevTools protocol (a WebSocket, with aiohttp), one browser for all
 pages. Set ``JOBWATCH_DOCS_SCREENSHOTS=DIR`` to keep a screenshot of each page.
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import AsyncIterator, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -68,31 +74,13 @@ NAVIGATION = [
         [
             "How it is built and tested",
             "Architecture",
+            "The executor's design",
+            "The deferrable wait's design",
             "Benchmarks",
             "The sandbox's design",
             "Failure-modes catalogue",
         ],
     ),
-]
-
-# The user guide's pages (the Internals pages' wide benchmark tables and diagrams may scroll instead).
-USER_PAGES = [
-    "index",
-    "installation",
-    "connections",
-    "operators",
-    "executor",
-    "trigger",
-    "_generated/configuration",
-    "cli",
-    "metrics",
-    "testing",
-    "deploying",
-    "migration",
-    "troubleshooting",
-    "security",
-    "changelog",
-    "compatibility",
 ]
 
 WINDOW = (1280, 900)
@@ -251,6 +239,20 @@ def test_every_internal_link_resolves(site: Path) -> None:
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+def test_every_page_links_to_the_repository_and_its_issue_tracker(site: Path) -> None:
+    """A reader who wants the code or has a problem to report finds both from any page: the links are
+    pyproject.toml's project.urls, as the package's page on PyPI shows them."""
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    wanted = {"the repository": urls["Source"], "the issue tracker": urls["Issues"]}
+    missing = [
+        f"{path.relative_to(site)}: no link to {what} ({url})"
+        for path in _pages(site)
+        for what, url in wanted.items()
+        if url not in _parse(path).links
+    ]
+    assert not missing, "\n".join(missing)
+
+
 # -- in the browser ------------------------------------------------------------------------------------
 
 
@@ -386,7 +388,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 # Runs in the page once it has loaded: what a reader would see.
-_MEASURE = """
+_MEASURE = r"""
 (async () => {
   await document.fonts.ready;
   const article = document.querySelector('article[role="main"]');
@@ -425,16 +427,69 @@ _MEASURE = """
       overflowing.push(el.tagName.toLowerCase() + ': ' + (el.innerText || '').trim().slice(0, 40));
     }
   }
-  // Tables and code blocks whose content is wider than the text column: readable only by scrolling
-  // sideways (a table's answers cut mid-sentence, a code comment cut at the right edge).
-  const wide = [];
-  for (const el of article ? article.querySelectorAll('table, pre') : []) {
-    const width = Math.max(el.scrollWidth, el.getBoundingClientRect().width);
-    if (width > column.width + 1) {
-      wide.push(el.tagName.toLowerCase() + ' ' + Math.round(width) + ' px in a ' + Math.round(column.width) +
-                ' px column: ' + (el.innerText || '').trim().slice(0, 40));
+  // The distinct lines a set of client rectangles lies on: rectangles of one line share their top
+  // (to a pixel or so), and lines are a line-height apart.
+  const lineCount = (rects, lineHeight) => {
+    const tops = rects.filter((r) => r.width > 0).map((r) => r.top).sort((a, b) => a - b);
+    let lines = 0, last = -Infinity;
+    for (const top of tops) { if (top - last > lineHeight / 2) { lines++; last = top; } }
+    return lines;
+  };
+  const textNodes = (el) => {
+    const nodes = [], walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) nodes.push(node);
+    return nodes;
+  };
+  // Identifiers and commands split across two lines: a word of an inline code span (a run without
+  // white space: an option name, a path, a command's argument; a comma-separated list is several words)
+  // whose letters lie on two lines. A reader copies and searches for these names; a line may break
+  // only between their words.
+  const split = [];
+  for (const code of article ? article.querySelectorAll('code') : []) {
+    if (code.closest('pre')) continue;
+    const lineHeight = parseFloat(getComputedStyle(code).fontSize);
+    for (const node of textNodes(code)) {
+      for (const word of node.data.matchAll(/[^\s,]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        if (lineCount([...range.getClientRects()], lineHeight) > 1) split.push(word[0]);
+      }
     }
   }
+  // Code blocks that wrap their long lines instead of scrolling: more lines on the screen than the
+  // block has. A wrapped line's continuation starts at column 0, so Python's and YAML's indentation
+  // reads wrong.
+  const wrapped = [];
+  for (const pre of article ? article.querySelectorAll('pre') : []) {
+    const lineHeight = parseFloat(getComputedStyle(pre).lineHeight) || parseFloat(getComputedStyle(pre).fontSize);
+    const rects = [];
+    for (const node of textNodes(pre)) {
+      if (!/\S/.test(node.data)) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      rects.push(...range.getClientRects());
+    }
+    const lines = pre.textContent.split('\n').filter((line) => /\S/.test(line)).length;
+    const shown = lineCount(rects, lineHeight);
+    if (shown > lines) {
+      wrapped.push(lines + ' lines shown on ' + shown + ': ' + pre.textContent.trim().slice(0, 40));
+    }
+  }
+  // The page's outline ("On this page"), where the page has one: on the screen beside the text, and
+  // still there once the reader has scrolled to the end of a long page.
+  const outline = document.querySelector('.toc-drawer');
+  const onScreen = (el) => {
+    const r = el.getBoundingClientRect(), style = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= window.innerWidth + 1 &&
+           r.top < window.innerHeight && r.bottom > 0 && style.visibility !== 'hidden';
+  };
+  const outlineLinks = document.querySelectorAll('.toc-tree a').length;
+  const outlineAtTop = !!outline && onScreen(outline.querySelector('.toc-tree') || outline);
+  window.scrollTo(0, scroller.scrollHeight);
+  await new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve)));
+  const outlineAtEnd = !!outline && onScreen(outline.querySelector('.toc-tree') || outline);
+  window.scrollTo(0, 0);
   const articleRect = article ? article.getBoundingClientRect() : null;
   return JSON.stringify({
     title: document.title,
@@ -448,7 +503,11 @@ _MEASURE = """
     innerWidth: window.innerWidth,
     clipped: clipped,
     overflowing: overflowing,
-    wide: wide,
+    split: split,
+    wrapped: wrapped,
+    outlineLinks: outlineLinks,
+    outlineAtTop: outlineAtTop,
+    outlineAtEnd: outlineAtEnd,
   });
 })()
 """
@@ -473,8 +532,6 @@ async def test_every_page_renders_whole_in_chromium(
     problems: list[str] = []
     pages = _pages(site)
     assert len(pages) >= 20, f"only {len(pages)} pages built"
-    # In a desktop window every table and code block of the user guide fits its column.
-    user_pages = {f"{name}.html" for name in USER_PAGES}
     for path in pages:
         relative = path.relative_to(site).as_posix()
         static = _parse(path)
@@ -512,8 +569,13 @@ async def test_every_page_renders_whole_in_chromium(
             problem(f"{seen['scrollWidth']} px wide in a {seen['innerWidth']} px window: cut off at the side")
         if seen["overflowing"]:
             problem(f"wider than the text column with no scrollbar: {seen['overflowing'][:5]}")
-        if not mobile and relative in user_pages and seen["wide"]:
-            problem(f"wider than the text column at {width} px: {seen['wide'][:5]}")
+        if seen["split"]:
+            problem(f"{len(seen['split'])} identifiers split across lines: {seen['split'][:8]}")
+        if seen["wrapped"]:
+            problem(f"code blocks wrap instead of scrolling: {seen['wrapped'][:5]}")
+        if not mobile and seen["outlineLinks"] > 1 and not (seen["outlineAtTop"] and seen["outlineAtEnd"]):
+            where = "at the end of the page" if seen["outlineAtTop"] else "beside the text"
+            problem(f"the page's outline ({seen['outlineLinks']} entries) is not on the screen {where}")
         if seen["clipped"]:
             problem(f"content clipped (cut off) in {seen['clipped'][:5]}")
         if errors:

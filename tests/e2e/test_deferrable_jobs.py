@@ -5,6 +5,7 @@ again; the new one picks the waits up from the database and they end correctly.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -57,6 +58,7 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
         "long": "success",
         "fan_out": "success",
         "fails": "failed",
+        "big_result": "success",
         "bad_image": "failed",
     }, states
     long_log = stack.task_log(DAG_ID, run_id, "long", 1)
@@ -66,19 +68,36 @@ def test_deferred_jobs_survive_a_triggerer_kill(stack: AirflowStack) -> None:
     assert not BYTES_REPR.search(long_log), long_log[-3000:]
     fan_out_log = stack.task_log(DAG_ID, run_id, "fan_out", 1)
     assert fan_out_log.count("[base] one of three") == 3, fan_out_log[-3000:]
+    # a result of ~1 MiB, printed by the pod's XCom sidecar and read from its log by the triggerer
+    (stored,) = stack.query(
+        "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = 'big_result' AND key = 'return_value'",
+        (DAG_ID, run_id),
+    )
+    value = json.loads(stored[0])
+    value = json.loads(value) if isinstance(value, str) else value  # Airflow stores its JSON text as JSON
+    assert value == [{"id": i} for i in range(100_000)], str(value)[:300]
     fails_log = stack.task_log(DAG_ID, run_id, "fails", 1)
     assert "BackoffLimitExceeded" in fails_log
     assert "[base] about to fail" in fails_log  # a failed Job's log is written too
     assert "ErrImagePull" in stack.task_log(DAG_ID, run_id, "bad_image", 1) or "ImagePullBackOff" in (
         stack.task_log(DAG_ID, run_id, "bad_image", 1)
     )
+
     # on_finish_action="delete_pod" (upstream's meaning): the Jobs' pods are gone, the Jobs that ended
-    # stay; bad_image's Job, which could never run, is deleted as on_kill deletes it (its task failed)
-    wait_until(lambda: not stack.admin.objects("pods", "default"), timeout=30, what="the pods' deletion")
+    # stay; bad_image's Job, which could never run, is deleted as on_kill deletes it (its task failed).
+    # big_result's pod is kept: its result is too large to be written onto its Job, and the pod holds it
+    # for a second run of the trigger (the Job's ttlSecondsAfterFinished removes both).
+    def pods_left() -> list[str]:
+        return sorted(p["metadata"]["labels"].get("task_id") for p in stack.admin.objects("pods", "default"))
+
     wait_until(
-        lambda: len(stack.admin.objects("jobs", "default")) == 4, timeout=30, what="bad_image's Job deletion"
+        lambda: pods_left() == ["big_result"], timeout=30, what="the pods' deletion, all but big_result's"
+    )
+    wait_until(
+        lambda: len(stack.admin.objects("jobs", "default")) == 5, timeout=30, what="bad_image's Job deletion"
     )
     assert sorted(j["metadata"]["labels"].get("task_id") for j in stack.admin.objects("jobs", "default")) == [
+        "big_result",
         "fails",
         "fan_out",
         "long",

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.deploy_rbac import COMPONENTS, deploy_rbac, helm_values
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "deploying.md"
 NAMESPACE = "airflow"
@@ -83,6 +84,49 @@ def test_doc_role_grants_exactly_what_the_component_calls(component: str) -> Non
         for verb in rule["verbs"]
     }
     assert granted == NEEDS[component]
+
+
+def _role_and_subjects(manifests: str) -> tuple[str, list[Any], list[str]]:
+    docs = {d["kind"]: d for d in yaml.safe_load_all(manifests)}
+    role, binding = docs["Role"], docs["RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    return role["metadata"]["name"], role["rules"], [s["name"] for s in binding["subjects"]]
+
+
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_deploy_files_grant_what_the_guide_lists(component: str) -> None:
+    """deploy/rbac/<component>.yaml is the guide's Role, without namespaces so that ``kubectl apply -n``
+    places it (a RoleBinding's ServiceAccount subject without a namespace is the binding's own)."""
+    deployed = deploy_rbac(component)
+    assert _role_and_subjects(deployed) == _role_and_subjects(doc_manifests(component))
+    assert "namespace" not in deployed.replace("# ", "#").split("\napiVersion", 1)[1]
+
+
+def test_helm_values_bind_the_service_accounts_the_roles_name() -> None:
+    """The chart's values (helm cannot be run here, so their shape is checked): the executor, the chart's own
+    pod and job launcher Roles off (they would bind the triggerer to more than it needs), and each
+    component's service account pinned to the name its Role's binding names."""
+    values = yaml.safe_load(helm_values())
+    assert values["executor"] == "airflow_jobwatch.executors.JobWatchExecutor"
+    assert values["rbac"]["create"] is True
+    assert values["allowPodLaunching"] is False and values["allowJobLaunching"] is False
+    assert values["multiNamespaceMode"] is False
+    assert values["triggerer"]["enabled"] is True
+    keys = {
+        "scheduler": "scheduler",
+        "api-server": "apiServer",
+        "triggerer": "triggerer",
+        "worker": "workers",
+    }
+    for component, key in keys.items():
+        account = values[key]["serviceAccount"]
+        assert account["create"] is True
+        assert (
+            [account["name"]]
+            == _role_and_subjects(deploy_rbac(component))[2]
+            == [SERVICE_ACCOUNTS[component]]
+        )
+    assert values["config"]["kubernetes_executor"]["namespace"] == NAMESPACE
 
 
 # --------------------------------------------------------------------------------------------------
@@ -161,8 +205,9 @@ def _job(name: str, command: str = "exit 0") -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def roles_loaded(sb: Any, tmp_path: Path, manifests: str) -> AsyncIterator[Any]:
-    """The sandbox's RBAC with ``manifests`` loaded; yields a client with the admin token (closed after)."""
-    sb.load_rbac_manifests(manifests)
+    """The sandbox's RBAC with ``manifests`` loaded as ``kubectl apply -n airflow -f`` loads them; yields a
+    client with the admin token (closed after)."""
+    sb.load_rbac_manifests(manifests, namespace=NAMESPACE)
     admin = await admin_client(sb, tmp_path)
     try:
         yield admin
@@ -319,6 +364,7 @@ async def _end_from_the_triggerer(
                 "fail": True,
                 "logs": {"container_logs": True, "init_container_logs": None},  # get_logs=True
             },
+            mask_secrets=[],  # the task's secrets are known (none): it may end here
         )
         with structlog.testing.capture_logs() as entries:
             event = await end_from_triggerer(trigger, await trigger.wait())
@@ -332,14 +378,20 @@ async def _end_from_the_triggerer(
         return await BatchV1Api(admin).read_namespaced_job(name, NAMESPACE), entries, left
 
 
+#: Where a component's Role is read from: the guide's YAML block, or the file users apply.
+SOURCES = {"docs": doc_manifests, "deploy/rbac": deploy_rbac}
+
+
 @needs_rbac
-async def test_triggerer_role_from_the_doc_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", sorted(SOURCES))
+async def test_triggerer_role_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path, source: str) -> None:
     from airflow_jobwatch.kube.result import stored_result
+    from airflow_jobwatch.triggers.result_keys import result_keys
 
     job, entries, left = await _end_from_the_triggerer(
-        sandbox, tmp_path, doc_manifests("triggerer"), "ended-here"
+        sandbox, tmp_path, SOURCES[source]("triggerer"), "ended-here"
     )
-    assert stored_result(job) is not None
+    assert stored_result(job, result_keys()) is not None
     assert left == []
     assert not [e for e in entries if e.get("log_level") == "warning"], entries  # the log read too
     assert any(str(e.get("event")).endswith("] [c] from the job") for e in entries), entries
@@ -350,10 +402,11 @@ async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
     sandbox: Any, tmp_path: Path
 ) -> None:
     from airflow_jobwatch.kube.result import stored_result
+    from airflow_jobwatch.triggers.result_keys import result_keys
 
     manifests = without(doc_manifests("triggerer"), "batch", "jobs", "patch")
     job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, manifests, "kept-pods")
-    assert stored_result(job) is None
+    assert stored_result(job, result_keys()) is None
     assert len(left) == 1  # the result is still on its pod: nothing was deleted
     warnings = [
         str(e.get("event")) % tuple(e.get("positional_args") or ())
@@ -364,9 +417,11 @@ async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
 
 
 @needs_rbac
-def test_worker_role_from_the_doc_runs_the_operator(sandbox: Any, tmp_path: Path) -> None:
-    """KubernetesJobOperator in a worker with the doc's worker Role: creates the Job, waits for it in the
-    worker (JobTrigger), reads its log, deletes its pods (on_finish_action)."""
+@pytest.mark.parametrize("source", sorted(SOURCES))
+def test_worker_role_runs_the_operator(sandbox: Any, tmp_path: Path, source: str) -> None:
+    """KubernetesJobOperator in a worker with the worker Role (the guide's, or deploy/rbac/worker.yaml applied
+    with ``kubectl apply -n airflow``): creates the Job, waits for it in the worker (JobTrigger), reads its
+    log, deletes its pods (on_finish_action)."""
     import asyncio
 
     import structlog.testing
@@ -374,7 +429,7 @@ def test_worker_role_from_the_doc_runs_the_operator(sandbox: Any, tmp_path: Path
     from airflow_jobwatch.operators.job import KubernetesJobOperator
 
     asyncio.run(_create_namespace(sandbox, tmp_path))
-    sandbox.load_rbac_manifests(doc_manifests("worker"))
+    sandbox.load_rbac_manifests(SOURCES[source]("worker"), namespace=NAMESPACE)
     op = KubernetesJobOperator(
         task_id="task",
         namespace=NAMESPACE,

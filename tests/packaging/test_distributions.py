@@ -108,6 +108,8 @@ def test_sdist_holds_the_tests_and_docs(dists: dict[str, Path]) -> None:
         "dags_example/executor_basics.py",
         "docs/architecture.md",
         "docs/index.md",
+        "deploy/rbac/worker.yaml",  # the docs point users and the RBAC tests at these files
+        "deploy/helm/values-jobwatch.yaml",
         "docs/conf.py",
         "provider.yaml",
         "constraints.txt",

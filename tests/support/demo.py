@@ -40,6 +40,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "long": "success",
         "fan_out": "success",
         "fails": "failed",
+        "big_result": "success",
         "bad_image": "failed",
     },
 }

@@ -94,10 +94,9 @@ def _deliver(informer: Informer, etype: EventType, obj: dict[str, Any]) -> None:
     """What a watch event does to an informer: prepare (strip, project), store or remove, fan out."""
     prepared = informer._prepare(copy.deepcopy(obj))
     if etype is EventType.DELETED:
-        informer._remove(prepared["metadata"]["uid"], etype, prepared)
+        informer.cache.delete(prepared["metadata"]["uid"], etype, prepared)
     else:
-        informer._put(prepared)
-        informer._emit(etype, prepared)
+        informer.cache.put(prepared)
 
 
 def _decide(
@@ -115,7 +114,7 @@ def _decide(
         if deleted:
             _deliver(watch.jobs, EventType.DELETED, job)
         try:
-            return trigger._decide(watch)
+            return trigger._decisions().decide(watch)
         except Exception as e:  # garbage the trigger cannot read: it must fail alike from either cache
             return f"raised {type(e).__name__}: {e}"
         finally:

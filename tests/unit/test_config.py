@@ -112,19 +112,19 @@ def test_an_option_with_an_upper_bound_refuses_a_value_above_it_and_says_so(monk
     assert str(config.RANGES[option]) in " ".join(_declared()[option]["description"].split())
 
 
-@pytest.mark.parametrize("value", ["1023", "1024", "268435456", "268435457", "2048.0"])
+@pytest.mark.parametrize("value", ["1023", "1024", "16777216", "16777217", "2048.0"])
 def test_the_triggers_log_limit_has_the_configs_bounds_and_warns_outside_them(monkeypatch, value):
     from airflow_jobwatch.triggers import pod_logs
 
     monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", value)
     limit, problem = pod_logs.max_bytes()
-    if value in ("1024", "268435456"):
+    if value in ("1024", "16777216"):
         assert (limit, problem) == (int(value), None)
     else:  # a warning naming the range, and the default: never an error that fails the task
         assert limit == 1048576
         assert problem == (
             f"[jobwatch] trigger_log_max_bytes = '{value}' must be a whole number of bytes from 1024 to "
-            "268435456; using the default 1048576"
+            "16777216; using the default 1048576"
         )
 
 

@@ -131,16 +131,15 @@ def test_compact_store_deflates_objects_alike_with_the_first_as_dictionary():
 
 def test_compact_store_is_an_informer_option():
     config = InformerConfig(compact_store=True)
-    assert (
-        Informer(object(), kind="pods", namespace="ns", config=config)._store.__class__.__name__
-        == "_CompactStore"
-    )
-    assert isinstance(Informer(object(), kind="pods", namespace="ns")._store, dict)
+    assert Informer(object(), kind="pods", namespace="ns", config=config).cache.compact
+    assert not Informer(object(), kind="pods", namespace="ns").cache.compact
 
 
 def test_names_lists_the_stored_objects_without_reading_them():
     informer = Informer(object(), kind="pods", namespace="ns", config=InformerConfig(compact_store=True))
     for uid, name in (("u1", "a"), ("u2", "b")):
-        informer._put({"metadata": {"uid": uid, "name": name, "namespace": "ns", "resourceVersion": "1"}})
-    informer._remove("u1", EventType.DELETED, informer.get("u1") or {})
+        informer.cache.put(
+            {"metadata": {"uid": uid, "name": name, "namespace": "ns", "resourceVersion": "1"}}
+        )
+    informer.cache.delete("u1", EventType.DELETED, informer.get("u1") or {})
     assert informer.names() == [("ns", "b")]

@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 from test_states_properties import SETTINGS, garbage, jobs, pod_lists, pods
 
 from airflow_jobwatch.kube import projection
-from airflow_jobwatch.kube.projection import JOB_FIELDS, POD_FIELDS, Spec, project, project_job, project_pod
+from airflow_jobwatch.kube.projection import (
+    JOB_FIELDS,
+    POD_FIELDS,
+    Spec,
+    Without,
+    project,
+    project_job,
+    project_pod,
+)
 from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
 from airflow_jobwatch.triggers.registry import _owner_uid
 
@@ -66,6 +74,8 @@ def kept(path: tuple[str, ...], spec: Spec) -> bool:
     for part in path:
         if spec is True:
             return True
+        if isinstance(spec, Without):
+            return part not in spec.keys
         if isinstance(spec, list):
             if part != "[]":
                 return False
@@ -201,3 +211,23 @@ def test_projected_job_classifies_like_the_full_job(
     assert classify_job(small_job, small_pods, deleted=deleted) == classify_job(
         job, job_pods, deleted=deleted
     )
+
+
+@pytest.mark.parametrize("path", JOB_FIXTURES, ids=lambda p: p.stem)
+def test_a_cached_job_keeps_no_stored_result_nor_applied_manifest(path: Path) -> None:
+    """The stored result (up to 128 KiB) and ``kubectl apply``'s copy of the manifest are not cached; the
+    user's own annotations are. The cached copy is then exactly that of the Job without them."""
+    from airflow_jobwatch.kube.result import RESULT_ANNOTATION
+
+    plain = load(path)
+    plain.setdefault("metadata", {})["annotations"] = {"team": "data"}
+    annotated = copy.deepcopy(plain)
+    annotated["metadata"]["annotations"].update(
+        {
+            RESULT_ANNOTATION: json.dumps({"format": 2, "xcom_result": ["x" * 4000] * 3}),
+            "kubectl.kubernetes.io/last-applied-configuration": json.dumps(plain),
+        }
+    )
+    assert project_job(annotated) == project_job(plain)
+    assert project_job(annotated)["metadata"]["annotations"] == {"team": "data"}
+    assert len(annotated["metadata"]["annotations"]) == 3  # the watch's object itself is not changed

@@ -177,9 +177,14 @@ def test_fresh_pods_win_unless_they_have_fewer_results() -> None:
 
 # -- the result written onto the Job ------------------------------------------------------------------
 
+KEY = b"k" * 32  # what the deployment signs with (derived from [core] fernet_key in Airflow)
+OLD_KEY = b"o" * 32  # the key before a rotation
 
-def _job_with(annotation: str | None, uid: str = "u1") -> dict[str, Any]:
-    job = copy.deepcopy(load("jobs", "complete"))
+
+def _job_with(
+    annotation: str | None, uid: str = "u1", fixture: str = "failed-backoff-limit"
+) -> dict[str, Any]:
+    job = copy.deepcopy(load("jobs", fixture))
     job["metadata"]["uid"] = uid
     job["metadata"]["annotations"] = {"mine": "kept"}
     if annotation is not None:
@@ -199,24 +204,113 @@ def _result(uid: str = "u1") -> JobResult:
     )
 
 
-def test_the_annotation_round_trips_and_wins_over_the_pods_left() -> None:
-    written = _result()
-    text = written.to_annotation()
-    assert text is not None
-    job = _job_with(text)
-    assert stored_result(job) == written
-    # a second reader, after the pods were deleted, reads the first reader's result
-    again = JobResult.read(
-        outcome="failed",
-        reason="BackoffLimitExceeded",
-        message="no exit code any more",
-        uid="u1",
-        pods=[],
+def _read_again(
+    job: dict[str, Any], pods: list[Any], keys: Any = (KEY,), **kw: Any
+) -> tuple[JobResult, list[str]]:
+    """A second reader's result after the first one's cleanup: (result, the reasons it gave for not using
+    the stored result)."""
+    rejected: list[str] = []
+    args: dict[str, Any] = {
+        "outcome": "failed",
+        "reason": "BackoffLimitExceeded",
+        "message": "no exit code any more",
+        "uid": "u1",
+        **kw,
+    }
+    result = JobResult.read(
+        **args,
+        pods=pods,
         base_container=BASE,
         do_xcom_push=True,
         job=job,
+        keys=keys,
+        rejected=rejected.append,
     )
-    assert again == written
+    return result, rejected
+
+
+def test_the_signed_annotation_round_trips_and_gives_what_the_pods_no_longer_show() -> None:
+    written = _result()
+    text = written.to_annotation(KEY)
+    assert text is not None
+    job = _job_with(text)
+    assert stored_result(job, [KEY]) == written
+    # a second reader, after the pods were deleted, reads the first reader's exit codes and message
+    again, rejected = _read_again(job, [])
+    assert again == written and rejected == []
+
+
+def test_a_rotated_key_still_verifies_and_a_retired_one_does_not() -> None:
+    job = _job_with(_result().to_annotation(OLD_KEY))
+    assert stored_result(job, [KEY, OLD_KEY]) == _result()  # fernet_key = "new,old"
+    again, rejected = _read_again(job, [], keys=lambda: [KEY])  # the old key removed
+    assert again.pods == () and again.message == "no exit code any more"
+    assert rejected and "signature does not verify" in rejected[0]
+
+
+def test_without_a_key_nothing_stored_counts() -> None:
+    again, rejected = _read_again(_job_with(_result().to_annotation(KEY)), [], keys=())
+    assert again.pods == () and rejected == ["there is no key here to check its signature with"]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        pytest.param(lambda d: d.update(xcom_result=['"mine"']), "signature does not verify", id="altered"),
+        pytest.param(lambda d: d.pop("mac"), "carries no signature", id="mac-removed"),
+        pytest.param(lambda d: d.update(format=1), "not in the signed format", id="earlier-unsigned-format"),
+    ],
+)
+def test_a_changed_annotation_is_rejected_with_its_reason(change: Any, why: str) -> None:
+    data = json.loads(_result().to_annotation(KEY) or "")
+    change(data)
+    again, rejected = _read_again(_job_with(json.dumps(data)), [failed_exit_3()])
+    assert again.xcom_result == () and [p.exit_code for p in again.pods] == [3]
+    assert len(rejected) == 1 and why in rejected[0], rejected
+
+
+@pytest.mark.parametrize(
+    ("fixture", "outcome", "why"),
+    [
+        pytest.param("complete", "failed", "the Job's own status says 'success'", id="job-succeeded"),
+        pytest.param("started-active", "failed", "shows no end", id="job-still-running"),
+        pytest.param("failed-backoff-limit", "timeout", "the wait ended 'timeout'", id="wait-timed-out"),
+    ],
+)
+def test_a_signed_result_that_the_jobs_own_status_contradicts_does_not_count(
+    fixture: str, outcome: str, why: str
+) -> None:
+    job = _job_with(_result().to_annotation(KEY), fixture=fixture)
+    again, rejected = _read_again(job, [], outcome=outcome)
+    assert again.outcome == outcome and again.pods == () and again.message == "no exit code any more"
+    assert len(rejected) == 1 and why in rejected[0], rejected
+
+
+def test_a_stored_success_decides_nothing_but_fills_in_the_xcom_of_deleted_pods() -> None:
+    """Indexed Job, two pods: one deleted after the first run. The second reader keeps the pod it still
+    sees, takes the deleted one's outcome and both XCom results from the stored copy, and the wait's
+    own words (outcome, reason) stay the cluster's."""
+    first = read_success(
+        [
+            succeeded("a", '"A"', created="2026-12-02T12:00:00Z"),
+            succeeded("b", '"B"', created="2026-12-02T12:00:01Z"),
+        ]
+    )
+    job = _job_with(first.to_annotation(KEY), fixture="complete")
+    again = JobResult.read(
+        outcome="success",
+        reason="CompletionsReached",
+        message="read now",
+        uid="u1",
+        pods=[succeeded("b", '"B"', created="2026-12-02T12:00:01Z")],
+        base_container=BASE,
+        do_xcom_push=True,
+        job=job,
+        keys=(KEY,),
+    )
+    assert [p.name for p in again.pods] == ["a", "b"]
+    assert again.xcom_result == ('"A"', '"B"')
+    assert (again.outcome, again.reason, again.message) == ("success", "CompletionsReached", "read now")
 
 
 @pytest.mark.parametrize(
@@ -228,13 +322,13 @@ def test_the_annotation_round_trips_and_wins_over_the_pods_left() -> None:
     ],
 )
 def test_an_unreadable_annotation_is_ignored(annotation: str) -> None:
-    assert stored_result(_job_with(annotation)) is None
+    assert stored_result(_job_with(annotation), [KEY]) is None
 
 
 def test_another_jobs_result_is_ignored() -> None:
-    text = _result(uid="other").to_annotation()
+    text = _result(uid="other").to_annotation(KEY)
     assert text is not None
-    assert stored_result(_job_with(text, uid="u1")) is None
+    assert stored_result(_job_with(text, uid="u1"), [KEY]) is None
 
 
 def test_a_result_over_the_limit_is_not_written() -> None:
@@ -242,7 +336,7 @@ def test_a_result_over_the_limit_is_not_written() -> None:
     pods = [succeeded(f"p{i}", big, created=f"2026-12-02T12:{i // 60:02d}:{i % 60:02d}Z") for i in range(40)]
     result = read_success(pods)
     assert len(json.dumps(list(result.xcom_result or ()))) > RESULT_ANNOTATION_LIMIT_BYTES
-    assert result.to_annotation() is None
+    assert result.to_annotation(KEY) is None
 
 
 def test_the_events_job_leaves_the_result_out_and_the_cache_untouched() -> None:

@@ -32,8 +32,7 @@ from airflow_jobwatch.executors.watcher.messages import (
 )
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.executors.watcher.slots import _Child, _Slot
-    from airflow_jobwatch.executors.watcher.status import SupervisorCounters
+    from airflow_jobwatch.executors.watcher.children import SupervisorCounters, _Child, _Slot
 
 # Every part of the supervisor logs under the name it always had.
 log = logging.getLogger("airflow_jobwatch.executors.watcher.supervisor")

@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any
 
+from airflow_jobwatch.executors.watcher.children import SupervisorCounters as SupervisorCounters
 from airflow_jobwatch.executors.watcher.slots import ChildSlots
 
 # Every part of the supervisor logs under the name it always had.
 log = logging.getLogger("airflow_jobwatch.executors.watcher.supervisor")
-
-
-@dataclass
-class SupervisorCounters:
-    """What the demo and the benchmark print."""
-
-    restarts: int = 0
-    relists: int = 0
-    watches: int = 0
-    gap_deleted: int = 0
-    adopted_away: int = 0  # tracked pods another scheduler adopted (they left our label selector)
-    terminal_reports: int = 0
-    running_reports: int = 0
-    healthy: bool = True
-    last_error: str | None = None
-    access_denied: str | None = None  # Why the API refuses the watcher (what to grant)
-    per_namespace: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class StatusReporting(ChildSlots):

@@ -25,6 +25,7 @@ import time
 from collections.abc import Collection, Hashable, Iterable
 
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS
+from airflow_jobwatch.executors.watcher.children import SupervisorCounters, _Child, _ChildProcess, _Slot
 from airflow_jobwatch.executors.watcher.inbox import MAX_MESSAGES_PER_POLL, _Tracked
 from airflow_jobwatch.executors.watcher.messages import PodRef, PodResult
 from airflow_jobwatch.executors.watcher.slots import (
@@ -32,11 +33,8 @@ from airflow_jobwatch.executors.watcher.slots import (
     CHILD_STOP_GRACE_SECONDS,
     HEALTHY_LIFETIME_FOR_IMMEDIATE_RESTART_SECONDS,
     RESTART_BACKOFF_RESET_AFTER_SECONDS,
-    _Child,
-    _ChildProcess,
-    _Slot,
 )
-from airflow_jobwatch.executors.watcher.status import StatusReporting, SupervisorCounters
+from airflow_jobwatch.executors.watcher.status import StatusReporting
 from airflow_jobwatch.kube.client import ClusterConfig
 from airflow_jobwatch.kube.informer import InformerConfig
 

@@ -17,6 +17,7 @@ from unittest import mock
 
 import pytest
 import yaml
+from support.deploy_rbac import deploy_rbac
 from support.workloads import make_workload
 
 from airflow_jobwatch.sandbox import SandboxThread
@@ -61,12 +62,14 @@ def rbac_kube() -> Iterator[SandboxThread]:
 @pytest.fixture
 def executor_for(
     rbac_kube: SandboxThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[str], Any]]:
+) -> Iterator[Callable[..., Any]]:
     template = tmp_path / "pod_template.yaml"
     template.write_text(pod_template_yaml())
     created: list[Any] = []
 
-    def make(manifests: str) -> Any:
+    def make(manifests: str, namespace: str | None = None) -> Any:
+        """A started executor with the scheduler's token, ``manifests`` loaded as ``kubectl apply -n
+        namespace -f`` (``namespace`` None: as ``kubectl apply -f``, each document's own)."""
         from kubernetes.client import CoreV1Api
 
         from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
@@ -76,7 +79,7 @@ def executor_for(
         with sync_api_client(ClusterConfig(config_file=str(admin_path))) as admin:
             if not any(n.metadata.name == NAMESPACE for n in CoreV1Api(admin).list_namespace().items):
                 CoreV1Api(admin).create_namespace({"metadata": {"name": NAMESPACE}})
-        rbac_kube.load_rbac_manifests(manifests)
+        rbac_kube.load_rbac_manifests(manifests, namespace=namespace)
         kubeconfig = tmp_path / "scheduler-kubeconfig"
         rbac_kube.write_kubeconfig(kubeconfig, token=rbac_kube.issue_token(SCHEDULER))
         for k, v in {
@@ -124,8 +127,11 @@ def _until(ex: Any, cond: Callable[[dict[str, Any]], Any], what: str, timeout: f
         time.sleep(0.1)
 
 
-def test_doc_role_runs_tasks(executor_for: Any) -> None:
-    ex = executor_for(_doc_role())
+@pytest.mark.parametrize("source", ["docs", "deploy/rbac"])
+def test_scheduler_role_runs_tasks(executor_for: Any, source: str) -> None:
+    """The scheduler's Role from the guide, or deploy/rbac/scheduler.yaml as ``kubectl apply -n airflow``
+    applies it: the executor launches the task's pod, watches it to its end and cleans it up."""
+    ex = executor_for(_doc_role() if source == "docs" else deploy_rbac("scheduler"), namespace=NAMESPACE)
     _submit(ex, "ok")
     state = _until(ex, lambda e: e.get("ok", ("", None))[0] in ("success", "failed") and e["ok"], "the task")
     assert state[0] == "success", state

@@ -92,4 +92,4 @@ def each_store_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(module.Informer, "__init__", init)
     yield
-    assert all(isinstance(i._store, module._CompactStore) is compact for i in created)
+    assert all(i.cache.compact is compact for i in created)

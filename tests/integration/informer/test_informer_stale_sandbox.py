@@ -92,4 +92,4 @@ async def test_limit_ignored_on_rv0_lists_is_detected(make_sandbox, tmp_path):
             await pods.create(f"p{i}")
         async with running_informer(client) as (informer, rec):
             assert len(informer.items()) == FAST.page_size * 2
-            assert informer._limit_ignored
+            assert informer.limit_ignored

@@ -83,7 +83,6 @@ async def test_the_shared_watch_keeps_its_objects_packed_and_a_waited_for_job_wh
     holds uids, so the cache costs bytes per object, not a tree of dicts; a Job no trigger waits for keeps
     only what a decision reads (no pod template), the Job a trigger waits for is whole; each still reads
     back with what a decision needs (conditions, its pod's exit code)."""
-    from airflow_jobwatch.kube.store import _CompactStore
 
     # The Job controller and kubelet run (pods simulated: no host process), so the Jobs end on their own.
     sb = make_sandbox(kubelet=True, job_controller=True, simulate_pods=True)
@@ -112,7 +111,7 @@ async def test_the_shared_watch_keeps_its_objects_packed_and_a_waited_for_job_wh
         await batch.create_namespaced_job(NS, job("ours"))
         await eventually(lambda: complete("ended") and complete("ours"), within=30, what="both Jobs complete")
         assert watch.jobs is not None and watch.pods is not None
-        assert isinstance(watch.jobs._store, _CompactStore) and isinstance(watch.pods._store, _CompactStore)
+        assert watch.jobs.cache.compact and watch.pods.cache.compact
         assert watch.job("ours") == watch.job("ours") and watch.job("ours") is not watch.job("ours")
         assert watch._pods_by_job and all(
             isinstance(uids, tuple) and all(isinstance(uid, str) for uid in uids)

@@ -293,3 +293,98 @@ def test_cli_rbac_manifests(tmp_path: Path) -> None:
         finally:
             api_client.close()
         assert sb.admin.fault("tokens_seen", user=SA) == 1
+
+
+# ---- manifests as kubectl applies them, and aggregated ClusterRoles ---------------------------------
+
+
+def _may_list(rbac: RbacUsers, user: str, namespace: str, resource: str = "pods") -> bool:
+    """Whether ``user`` may list ``resource`` (pods or jobs) in ``namespace``: True, or False on a 403."""
+    api_client = kubernetes.config.new_client_from_config(config_file=str(rbac.kubeconfig(user)))
+    try:
+        if resource == "pods":
+            kubernetes.client.CoreV1Api(api_client).list_namespaced_pod(namespace)
+        else:
+            kubernetes.client.BatchV1Api(api_client).list_namespaced_job(namespace)
+    except kubernetes.client.ApiException as exc:
+        assert exc.status == 403, exc
+        return False
+    finally:
+        api_client.close()
+    return True
+
+
+NAMESPACELESS = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: pod-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+subjects:
+  - kind: ServiceAccount
+    name: scheduler
+"""
+
+
+def test_manifests_without_a_namespace_go_where_kubectl_apply_n_puts_them(rbac: RbacUsers) -> None:
+    """``kubectl apply -n airflow -f``: the Role and RoleBinding land in airflow, and the ServiceAccount
+    subject without a namespace is the RoleBinding's own (``appliesToUser`` in
+    pkg/registry/rbac/validation/rule.go defaults a ServiceAccount's namespace to the binding's)."""
+    assert rbac.load(NAMESPACELESS, namespace="airflow") == [
+        "Role/airflow/pod-reader",
+        "RoleBinding/airflow/pod-reader",
+    ]
+    assert _may_list(rbac, SA, "airflow") and not _may_list(rbac, SA, "default")
+    # The same account name in another namespace is another user.
+    assert not _may_list(rbac, "system:serviceaccount:default:scheduler", "airflow")
+
+
+def test_a_manifest_naming_another_namespace_is_refused_as_kubectl_refuses_it(rbac: RbacUsers) -> None:
+    with pytest.raises(ManifestError) as info:
+        rbac.load(ROLE_YAML, namespace="default")
+    assert (
+        'the namespace from the provided object "airflow" does not match the namespace "default". '
+        "You must pass '--namespace=airflow' to perform this operation."
+    ) in str(info.value)
+
+
+AGGREGATED = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: jobwatch-aggregate}
+aggregationRule:
+  clusterRoleSelectors:
+    - matchLabels: {jobwatch.example/aggregate-to-reader: "true"}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: jobwatch-pods
+  labels: {jobwatch.example/aggregate-to-reader: "true"}
+rules: [{apiGroups: [""], resources: [pods], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: jobwatch-jobs-not-selected
+  labels: {jobwatch.example/aggregate-to-reader: "false"}
+rules: [{apiGroups: [batch], resources: [jobs], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader, namespace: airflow}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: jobwatch-aggregate}
+subjects:
+  - {kind: ServiceAccount, name: scheduler, namespace: airflow}
+"""
+
+
+def test_an_aggregated_cluster_role_holds_the_rules_of_the_roles_it_selects(rbac: RbacUsers) -> None:
+    rbac.load(AGGREGATED)
+    assert _may_list(rbac, SA, "airflow")
+    assert not _may_list(rbac, SA, "airflow", "jobs")  # its ClusterRole's label does not match

@@ -105,3 +105,40 @@ async def test_jobs_that_get_their_pods_in_time_never_watch_events(
 def test_the_refusal_watch_selects_only_the_job_controllers_refusals() -> None:
     """The selector the API server filters with (a typo there would watch nothing, silently)."""
     assert FIELD_SELECTOR == "involvedObject.kind=Job,reason=FailedCreate"
+
+
+async def test_a_quota_refusal_is_said_once_while_the_namespaces_usage_changes(
+    sandbox, kubeconfig, k8s_async_client, monkeypatch
+) -> None:
+    """The quota's 403 names the namespace's usage (``used: pods=N``), which changes as other pods end;
+    the Job controller records a new FailedCreate at each retry. The waiting task's log says it once."""
+    from kubernetes_asyncio.client import CoreV1Api
+
+    monkeypatch.setattr(notes, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.3)
+    for name, seconds in (("filler-a", 2), ("filler-b", 4)):
+        await create_job(k8s_async_client, _simulated(name, seconds))
+    await wait_until(lambda: len(sandbox.objects("pods", NS)) == 2, what="the fillers' pods")
+    sandbox.set_pod_quota(NS, 0, "team-quota")  # every new pod refused, used: pods=2, then 1, then 0
+    await create_job(k8s_async_client, _simulated("capped", 1))
+    trigger = make_trigger(sandbox, kubeconfig, "capped", poll_interval=0.5)
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(collect(trigger, limit=110))
+
+        async def usages_refused() -> set[str]:
+            events = await CoreV1Api(k8s_async_client).list_namespaced_event(
+                NS, field_selector=FIELD_SELECTOR
+            )
+            return {e.message.split("used: ")[1] for e in events.items if "used: " in (e.message or "")}
+
+        async def several_usages() -> bool:
+            return len(await usages_refused()) >= 2
+
+        await wait_until(several_usages, limit=60, what="refusals naming two different usages")
+        await wait_until(
+            lambda: "cannot create its pods yet" in _rendered(logs), what="the refusal in the log"
+        )
+        sandbox.set_pod_quota(NS, None)
+        events = await task
+    assert events[0]["status"] == "success", events
+    text = _rendered(logs)
+    assert text.count("cannot create its pods") == 1, text

@@ -14,6 +14,7 @@ from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
 from airflow_jobwatch.operators.job import KubernetesJobOperator
+from airflow_jobwatch.triggers import pod_logs
 from airflow_jobwatch.triggers.ending import end_from_triggerer
 
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator
@@ -160,12 +161,15 @@ async def test_a_log_past_the_bound_leaves_its_tail_and_a_note(
     )
     kept = [m["text"] for line in lines if (m := _LINE.match(line)) and m["text"].startswith("line-")]
     assert kept == [f"line-{i:05d}" for i in range(3001 - len(kept), 3001)]  # the tail, whole lines
-    assert 11 * len(kept) <= 4096 < 11 * (len(kept) + 1)
+    pod = payload["pods"][0]["name"]
+    # each line costs its 11 bytes and its log record's: the envelope, and "[pod] [base] "
+    cost = 11 + pod_logs.RECORD_BYTES + len(f"[{pod}] [base] ")
+    assert cost * len(kept) <= 4096 - pod_logs.SEGMENT_BYTES < cost * (len(kept) + 1)
     left_out = 3000 - len(kept)
     notes = [line for line in lines if "left out" in line]
     assert len(notes) == 1, notes
-    pod = payload["pods"][0]["name"]
     assert f"[{pod}] [base] ... {11 * left_out} bytes ({left_out} lines) of this log left out" in notes[0]
+    assert f"each line counted with its {pod_logs.RECORD_BYTES}-byte log record" in notes[0]
     assert "[jobwatch] trigger_log_max_bytes" in notes[0]
     if action == "keep_pod":
         assert f"the full log is in pod {pod}, which is kept" in notes[0]
@@ -179,7 +183,7 @@ async def test_a_bad_bound_is_a_warning_and_the_default_applies(sandbox, kubecon
         kubeconfig, monkeypatch, max_bytes="12", script="echo one; echo two"
     )
     assert (
-        "[jobwatch] trigger_log_max_bytes = '12' must be a whole number of bytes from 1024 to 268435456; "
+        "[jobwatch] trigger_log_max_bytes = '12' must be a whole number of bytes from 1024 to 16777216; "
         "using the default 1048576"
     ) in lines
     assert [m["text"] for line in lines if (m := _LINE.match(line))] == ["one", "two"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.triggers.job import JobTrigger, _Wait
+from airflow_jobwatch.triggers.job import JobTrigger
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -27,7 +27,7 @@ def _load(kind: str, name: str) -> dict[str, Any]:
 
 
 class _Watch:
-    """What ``_Wait`` reads from a synced NamespaceWatch."""
+    """What the wait reads from a synced NamespaceWatch."""
 
     synced = True
     refusals = None  # the namespace's refusal watch, for pod-less Jobs; these Jobs have pods
@@ -57,7 +57,7 @@ def test_a_held_result_sends_one_detection_delay(monkeypatch) -> None:
     watch = _Watch(job, [failed, still_running])
 
     async def scenario() -> dict[str, Any]:
-        wait = _Wait(JobTrigger("bad-fac2", "default", job_uid=job["metadata"]["uid"]))
+        wait = JobTrigger("bad-fac2", "default", job_uid=job["metadata"]["uid"])._wait()
         wait.watch = watch  # type: ignore[assignment]
         for _ in range(3):  # informer callbacks while the other pod is still running: held
             wait.on_change()

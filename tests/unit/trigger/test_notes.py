@@ -171,3 +171,41 @@ async def test_a_job_that_gets_its_pods_within_the_grace_never_asks(monkeypatch)
     await asyncio.sleep(0.2)
     assert refusals.opened == 0 and not log.lines
     wait.close()
+
+
+async def test_a_quota_refusal_is_said_once_while_the_usage_changes_and_its_numbers_every_few_minutes(
+    monkeypatch,
+) -> None:
+    """A quota's 403 names the namespace's usage, which changes at every pod start and end. The reason
+    is said once; its numbers again only after ``REFUSAL_REFRESH_SECONDS``, and only if they changed."""
+    import asyncio
+
+    from airflow_jobwatch.triggers import notes as notes_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(notes_module, "_clock", lambda: clock[0], raising=False)
+    monkeypatch.setattr(notes_module, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.0)
+    wait, log = notes()
+    job = load("jobs", "new-empty-status")
+    uid = job["metadata"]["uid"]
+    refusals = FakeRefusals()
+    wait.observe(job, [], refusals.source)
+    await asyncio.sleep(0.05)
+    cpu = (
+        'Error creating: pods "bad-fac2-{}" is forbidden: exceeded quota: compute, requested: '
+        "requests.cpu=500m, used: requests.cpu={}, limited: requests.cpu=8"
+    )
+    for i, used in enumerate(["7600m", "7700m", "7800m", "7700m"]):  # pods start and end meanwhile
+        clock[0] += 60
+        refusals.refuse(uid, cpu.format(i, used))
+    assert log.text().count("cannot create its pods") == 1, log.text()
+    clock[0] += notes_module.REFUSAL_REFRESH_SECONDS
+    refusals.refuse(uid, cpu.format("a", "7600m"))  # the same numbers as last said: nothing new
+    refusals.refuse(uid, cpu.format("b", "7900m"))
+    refusals.refuse(uid, cpu.format("c", "7700m"))  # within the refresh interval again
+    assert [line for _, line in log.lines if "cannot create its pods" in line] == [
+        "Job default/bad-fac2 cannot create its pods yet, so it keeps waiting (the Job controller retries): "
+        + cpu.format(0, "7600m"),
+        "Job default/bad-fac2 still cannot create its pods (the numbers now): " + cpu.format("b", "7900m"),
+    ]
+    wait.close()

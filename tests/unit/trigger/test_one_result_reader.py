@@ -65,7 +65,7 @@ ROWS = [
 def test_trigger_and_operator_read_the_same_value(pods: list[dict[str, Any]], value: Any) -> None:
     job = copy.deepcopy(_load("jobs", "complete"))
     trigger = JobTrigger("j", "default", do_xcom_push=True, base_container_name=BASE)
-    payload = trigger._payload("success", "Complete", "done", job=job, pods=pods)
+    payload = trigger._decisions().payload("success", "Complete", "done", job=job, pods=pods)
     from_trigger = JobResult.from_payload(payload).xcom_value(xcom_path=XCOM_PATH, unwrap_single=True)
 
     op = KubernetesJobOperator(

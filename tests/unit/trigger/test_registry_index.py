@@ -50,10 +50,9 @@ def _pod_event(watch: NamespaceWatch, etype: EventType, pod: dict[str, Any]) -> 
     """Deliver a pod event as the pod informer does: store (or drop) it, then call its subscribers."""
     assert watch.pods is not None
     if etype in (EventType.DELETED, EventType.DELETED_UNKNOWN):
-        watch.pods._remove(pod["metadata"]["uid"], etype, pod)
+        watch.pods.cache.delete(pod["metadata"]["uid"], etype, pod)
     else:
-        watch.pods._put(pod)
-        watch.pods._emit(etype, pod)
+        watch.pods.cache.put(pod)
 
 
 def test_pods_are_indexed_by_their_jobs_uid_and_only_that_jobs_listeners_are_called(watch):

@@ -9,6 +9,8 @@ import threading
 import time
 
 import pytest
+import structlog
+from support.log_socket import LoopLag, Supervisor, logging_to
 
 from airflow_jobwatch.triggers import pod_logs
 from airflow_jobwatch.triggers.ending import may_fail_here
@@ -43,7 +45,7 @@ async def test_waits_until_the_reader_has_read_every_byte() -> None:
 
         ticker = asyncio.create_task(tick())
         started = time.monotonic()
-        assert await pod_logs.wait_unread_below(0, deadline=time.monotonic() + 10, fd=writer.fileno())
+        assert await pod_logs.Channel(writer.fileno()).read_up_to_here()
         ticker.cancel()
         assert time.monotonic() - started >= 0.25
         assert sum(map(len, got)) == 50_000  # all read before the wait returned
@@ -59,7 +61,7 @@ async def test_a_reader_that_never_reads_does_not_hold_the_task() -> None:
     writer, reader = socket.socketpair()
     try:
         writer.sendall(b"x" * 1000)
-        assert not await pod_logs.wait_unread_below(0, deadline=time.monotonic() + 0.2, fd=writer.fileno())
+        assert not await pod_logs.Channel(writer.fileno(), stall_seconds=0.2).read_up_to_here()
     finally:
         writer.close()
         reader.close()
@@ -88,62 +90,44 @@ def test_the_triggerers_airflow_decides_whether_a_failure_ends_here(
     assert may_fail_here(plan) is expected
 
 
-class _SocketLog:
-    """A logger that writes each record as a blocking, unbuffered write to a socket, as the triggerer's
-    subprocess writes its log records to its supervisor."""
+async def test_two_tasks_logs_at_once_all_read_and_the_loop_never_blocked() -> None:
+    # the supervisor reads 4 KiB a pass, with its database work between passes
+    with Supervisor(pause=0.002) as supervisor, logging_to(supervisor):
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-
-    def _write(self, message: str, *args: object) -> None:
-        self.sock.sendall((message % args).encode() + b" " + b"." * 300 + b"\n")  # a JSON envelope's size
-
-    info = warning = error = _write
-
-
-async def test_two_tasks_logs_at_once_all_read_and_the_loop_never_blocked(monkeypatch) -> None:
-    writer, reader = socket.socketpair()
-    monkeypatch.setattr(pod_logs, "log_channel", lambda: writer.fileno())
-    got: list[bytes] = []
-
-    def supervisor() -> None:  # 4 KiB a pass, with its database work between passes
-        reader.settimeout(10)
-        while chunk := reader.recv(4096):
-            got.append(chunk)
-            time.sleep(0.002)
-
-    thread = threading.Thread(target=supervisor, daemon=True)
-    thread.start()
-    longest_gap = 0.0
-
-    async def tick() -> None:
-        nonlocal longest_gap
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(0.005)
-            now = time.monotonic()
-            longest_gap, last = max(longest_gap, now - last), now
-
-    async def task(name: str) -> None:
-        tail = pod_logs.Tail(10_000_000)
-        tail.start(f"pod-{name}", "base", kept=True)
-        for i in range(2000):
-            tail.add(f"{name} line {i:05d}")
-        log = _SocketLog(writer)
-        async with pod_logs.writing():
+        async def task(name: str) -> list[str]:
+            tail = pod_logs.Tail(10_000_000)
+            tail.start(f"pod-{name}", "base", kept=True)
+            for i in range(2000):
+                tail.add(f"{name} line {i:05d}")
+            log = structlog.get_logger("trigger")
             await pod_logs.write(log, tail, "keep_pod")
-        log.info("Deleting pod: pod-%s", name)
-        await pod_logs.drained(log)
-        text = b"".join(got).decode()
-        # everything this task wrote was read before it would end the task
-        assert text.count(f"{name} line ") == 2000 and f"Deleting pod: pod-{name}" in text
+            log.info("Deleting pod: pod-%s", name)
+            await pod_logs.drained(log)
+            return supervisor.events()  # what the supervisor had read when the task would end
 
-    ticker = asyncio.create_task(tick())
-    try:
-        await asyncio.wait_for(asyncio.gather(task("a"), task("b")), 60)
-    finally:
-        ticker.cancel()
-        writer.close()
-        thread.join(10)
-        reader.close()
-    assert longest_gap < 0.2, longest_gap  # Airflow warns of a blocked triggerer loop past 0.2 s
+        async with LoopLag() as lag:
+            seen = await asyncio.wait_for(asyncio.gather(task("a"), task("b")), 60)
+    for name, read in zip("ab", seen, strict=True):  # every line of the task read before it ends
+        assert sum(f"{name} line " in e for e in read) == 2000 and f"Deleting pod: pod-{name}" in read
+    assert supervisor.risky_writes == 0
+    assert lag.longest < 1.0, lag.longest  # Airflow's deadlock watchdog: nothing near it
+
+
+async def test_tails_held_at_once_stay_within_the_process_budget_first_come_first_served() -> None:
+    budget = pod_logs.Budget(10)
+    held, peak, order = 0, 0, []
+
+    async def tail(name: str, size: int) -> None:
+        nonlocal held, peak
+        async with budget.hold(size):
+            held += size
+            peak = max(peak, held)
+            order.append(name)
+            await asyncio.sleep(0.01)
+            held -= size
+
+    # the large tail, asked second, is served before the small ones asked after it
+    await asyncio.gather(tail("a", 6), tail("large", 8), tail("b", 3), tail("c", 3))
+    assert peak <= 10
+    assert order == ["a", "large", "b", "c"]
+    assert budget.free == 10

@@ -130,7 +130,7 @@ def test_a_terminal_outcome_is_reported_only_when_observed(scenario):
             else:
                 pods[event.uid] = event.obj
             watch._on_pod_event(event)
-    payload = trigger._decide(watch)
+    payload = trigger._decisions().decide(watch)
     assert isinstance(payload, dict)
 
     delivered_pods = [e.obj for k, e in order if k == "pod"]

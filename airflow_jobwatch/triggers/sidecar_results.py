@@ -1,0 +1,72 @@
+"""The triggerer's read of the results that a Job's pods printed from their XCom sidecar.
+
+A Job that ends in the triggerer returns its value from there (``ending.end_from_triggerer``): the
+succeeded pods are listed, and each one that ran the sidecar has its result read from the sidecar's
+log, streaming and at most :data:`~airflow_jobwatch.kube.xcom_sidecar.READ_CONCURRENCY` at once in the
+process (:func:`~airflow_jobwatch.kube.xcom_sidecar.read_result`), so that the triggerer holds few
+results at a time however many Jobs end together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
+
+__all__ = ["payload_with", "with_sidecar_results"]
+
+
+async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: JobResult) -> JobResult:
+    """``result`` with each sidecar pod's result read from its log; unchanged when no pod of the Job
+    ran the sidecar (a cluster without native sidecars, or pods already cleaned up after the result
+    was written onto the Job).
+
+    :raises XComResultError: the pods or a log could not be read, or a log holds no whole result.
+    """
+    uid = payload.get("uid")
+    if not uid or not result.xcom_result:
+        return result
+    from kubernetes_asyncio.client import CoreV1Api
+
+    from airflow_jobwatch.kube import client as kube_client
+
+    ns = trigger.namespace
+    try:
+        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+    except Exception as e:
+        raise XComResultError(
+            f"Could not read the XCom results of Job {ns}/{trigger.job_name}: {e}"
+        ) from None
+    try:
+        core = CoreV1Api(api)
+        try:
+            listed = await core.list_namespaced_pod(ns, label_selector=f"controller-uid={uid}")
+            names = xcom_sidecar.sidecar_pods(listed.items)
+            if not any(names):
+                return result
+            texts: dict[str, str] = {}
+            for name in names:
+                if name is not None:
+                    data = await xcom_sidecar.read_result(core, name, ns, limit=xcom_sidecar.MAX_RESULT_BYTES)
+                    texts[name] = (
+                        EMPTY_XCOM_RESULT if data is None else data.decode("utf-8", errors="replace")
+                    )
+                    del data  # the text is the one copy kept
+        except xcom_sidecar.SidecarResultError as e:
+            raise XComResultError(xcom_sidecar.too_large_hint(str(e))) from None
+        except XComResultError:
+            raise
+        except Exception as e:
+            raise XComResultError(
+                f"Could not read the XCom results of Job {ns}/{trigger.job_name} from the "
+                f"{xcom_sidecar.SIDECAR_NAME} containers' logs: {e}"
+            ) from None
+        return xcom_sidecar.results_from_sidecars(result, names, texts)
+    finally:
+        await api.close()
+
+
+def payload_with(payload: dict[str, Any], result: JobResult) -> dict[str, Any]:
+    """``payload`` carrying ``result``'s XCom texts (for writing the result onto the Job)."""
+    return {**payload, "xcom_result": list(result.xcom_result) if result.xcom_result is not None else None}

@@ -1,0 +1,242 @@
+"""The provider's import graph: no cycle among its modules, and no import from a lower layer to a higher one.
+
+Every import counts, wherever it stands: at module level, inside a function (a lazy import), or under
+``TYPE_CHECKING`` (a reader has to follow those too). The layers are written down in docs/internals.md
+("The map"); :data:`LAYERS` is the same table.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "airflow_jobwatch"
+
+#: Each part of the package and its layer. A module may import modules of its own part and of parts of a lower
+#: layer, never of a higher one, and never of another part of its own layer.
+LAYERS: dict[str, int] = {
+    # What Kubernetes objects mean, the watch engine and how to reach a cluster: knows nothing of Airflow.
+    "kube": 0,
+    # The embedded Kubernetes API: imports nothing of the provider at all (see ISOLATED).
+    "sandbox": 0,
+    # What every Airflow-facing part shares: configuration, metrics, the Airflow minors' differences,
+    # connections, the provider's metadata.
+    "config": 1,
+    "metrics": 1,
+    "compat": 1,
+    "connections": 1,
+    "get_provider_info": 1,
+    # The executor and the trigger: two consumers of the watch engine, neither using the other.
+    "executors": 2,
+    "triggers": 2,
+    # The operator (it defers to the trigger) and the CLI (it reads the executor's pods).
+    "operators": 3,
+    "cli": 3,
+    # The testing API: the sandbox and run_dag for DAG authors.
+    "testing": 4,
+}
+#: Layer-1 parts may import each other (one shared foundation); parts of layers 2 and up may not.
+SHARED_LAYERS = {0, 1}
+#: Parts that import nothing of the provider outside themselves.
+ISOLATED = {"sandbox"}
+
+#: Imports that go up a layer on purpose, each with why. Keep this short.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    (
+        "airflow_jobwatch.compat",
+        "airflow_jobwatch.cli.definition",
+    ): "Airflow 3.1 reads CLI commands from the configured executor only; compat hands them over lazily.",
+}
+
+#: Cycles that exist and are still to be taken apart. The test fails on any other cycle, and when one of
+#: these is gone (remove it here): the list only shrinks.
+KNOWN_CYCLES: list[frozenset[str]] = [
+    frozenset(
+        {
+            "airflow_jobwatch.operators.inworker",
+            "airflow_jobwatch.operators.job",
+            "airflow_jobwatch.operators.podlogs",
+            "airflow_jobwatch.operators.request",
+            "airflow_jobwatch.operators.resume",
+        }
+    ),
+]
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules: dict[str, Path]) -> set[str]:
+    """The provider's modules an import statement loads (a ``from package import module`` names the module)."""
+    targets: list[str] = []
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = name.split(".")
+            if path.name != "__init__.py":
+                base.pop()
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            source = node.module or ""
+        targets = [
+            f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+            for alias in node.names
+        ]
+    found = set()
+    for target in targets:
+        while target not in modules and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in modules and target != name and target.startswith(PACKAGE + "."):
+            found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = collections.defaultdict(set)
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[name] |= _imported(name, path, node, modules)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.add(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(frozenset(component))
+    return found
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return _graph()
+
+
+def test_every_part_of_the_package_has_a_layer(graph):
+    parts = {_part(module) for module in _modules() if module != PACKAGE}
+    assert parts <= set(LAYERS), (
+        f"give these parts a layer in LAYERS and docs/internals.md: {parts - set(LAYERS)}"
+    )
+
+
+def test_no_new_import_cycle(graph):
+    cycles = _cycles(graph)
+    new = [sorted(c) for c in cycles if not any(c <= known for known in KNOWN_CYCLES)]
+    assert not new, f"import cycles (type-only and lazy imports count): {new}"
+
+
+def test_the_known_cycles_are_still_there_or_removed_from_the_list(graph):
+    cycles = _cycles(graph)
+    gone = [sorted(known) for known in KNOWN_CYCLES if not any(c & known for c in cycles)]
+    assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
+
+
+def _against_layers(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for source, targets in sorted(graph.items()):
+        if source == PACKAGE:
+            continue
+        for target in sorted(targets):
+            src, dst = _part(source), _part(target)
+            if src == dst or (source, target) in UPWARD_ALLOWED:
+                continue
+            if src in ISOLATED:
+                wrong.append(f"{source} -> {target} ({src} imports nothing of the provider)")
+            elif LAYERS[dst] > LAYERS[src]:
+                wrong.append(f"{source} -> {target} (layer {LAYERS[src]} imports layer {LAYERS[dst]})")
+            elif LAYERS[dst] == LAYERS[src] and LAYERS[src] not in SHARED_LAYERS:
+                wrong.append(f"{source} -> {target} (two parts of layer {LAYERS[src]})")
+            elif dst in ISOLATED and src != "testing":
+                wrong.append(f"{source} -> {target} (only the testing API uses the sandbox)")
+    return wrong
+
+
+def test_no_import_goes_up_a_layer_or_across_one(graph):
+    wrong = _against_layers(graph)
+    assert not wrong, "imports against the layers in docs/internals.md:\n" + "\n".join(wrong)
+
+
+def test_the_watch_engine_knows_nothing_of_airflow():
+    airflow_imports = []
+    for name, path in _modules().items():
+        if name == PACKAGE or _part(name) != "kube":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            airflow_imports += [f"{name}: {n}" for n in names if n == "airflow" or n.startswith("airflow.")]
+    assert not airflow_imports, airflow_imports
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import():
+    """The checks above can fail: a made-up graph with a cycle and a kube module importing the executor."""
+    made_up = {
+        "airflow_jobwatch.kube.a": {"airflow_jobwatch.kube.b"},
+        "airflow_jobwatch.kube.b": {"airflow_jobwatch.kube.a", "airflow_jobwatch.executors.x"},
+        "airflow_jobwatch.executors.x": set(),
+    }
+    made_up["airflow_jobwatch.triggers.y"] = {"airflow_jobwatch.executors.x", "airflow_jobwatch.sandbox.z"}
+    assert _cycles(made_up) == [frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"})]
+    assert _against_layers(made_up) == [
+        "airflow_jobwatch.kube.b -> airflow_jobwatch.executors.x (layer 0 imports layer 2)",
+        "airflow_jobwatch.triggers.y -> airflow_jobwatch.executors.x (two parts of layer 2)",
+        "airflow_jobwatch.triggers.y -> airflow_jobwatch.sandbox.z (only the testing API uses the sandbox)",
+    ]
