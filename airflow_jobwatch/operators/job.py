@@ -399,6 +399,20 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         says why)."""
         return inworker.wait_in_worker(self, job_request, context, alarm=alarm)
 
+    def _do_render_template_fields(
+        self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
+    ) -> None:
+        # Upstream hooks its env_vars conversion here (a mapped task never calls render_template_fields);
+        # what a template rendered to is checked here too, with the words the DAG's import would have used.
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self:
+            fields = tuple(template_fields)
+            check_argument_types(
+                f"{type(self).__name__}(task_id={self.task_id!r}), once rendered",
+                {f: getattr(self, f, None) for f in fields},
+                (),
+            )
+
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
         # The [jobwatch] options this task's wait reads (here, in the worker, or in the triggerer):
