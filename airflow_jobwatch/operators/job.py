@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.exceptions import AirflowConfigException, AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
@@ -416,8 +416,13 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
         # The [jobwatch] options this task's wait reads (here, in the worker, or in the triggerer):
-        # a bad value is refused before the Job exists, naming the option.
-        jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
+        # a bad value is refused before the Job exists, naming the option, as Airflow's configuration
+        # error (the task log shows the exception's class; the provider's own is no word for a user).
+        jobwatch_config.warn_unknown_options(self.log)
+        try:
+            jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
+        except jobwatch_config.JobwatchConfigError as err:
+            raise AirflowConfigException(str(err)) from None
         self._warn_unhonoured()
         if self.deferrable and not self.wait_until_job_complete:
             self.log.warning(

@@ -154,7 +154,7 @@ def test_templates_xcomargs_and_paths_are_accepted() -> None:
 def test_a_bad_jobwatch_option_fails_the_task_before_its_job_is_created(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from airflow_jobwatch.config import JobwatchConfigError
+    from airflow.exceptions import AirflowConfigException
 
     op = _operator(wait_until_job_complete=True, deferrable=True)
 
@@ -163,7 +163,37 @@ def test_a_bad_jobwatch_option_fails_the_task_before_its_job_is_created(
 
     monkeypatch.setattr(op, "build_job_request_obj", created)
     monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "-5")
+    # Airflow's configuration error (the task log names the class; the provider's own is internal)
     with pytest.raises(
-        JobwatchConfigError, match=r"\[jobwatch\] watch_timeout_seconds = '-5' must be a number > 0"
-    ):
+        AirflowConfigException, match=r"\[jobwatch\] watch_timeout_seconds = '-5' must be a number > 0"
+    ) as err:
         op.execute({})
+    assert type(err.value) is AirflowConfigException
+
+
+def test_an_unknown_jobwatch_option_is_a_warning_naming_the_closest_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import structlog.testing
+
+    from airflow_jobwatch import config
+
+    monkeypatch.setattr(config, "_WARNED", set())
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECOND", "5")
+    monkeypatch.setenv("AIRFLOW__JOBWATCH__NO_SUCH_THING", "1")
+    assert config.unknown_options() == {
+        "no_such_thing": None,
+        "watch_timeout_second": "watch_timeout_seconds",
+    }
+    op = _operator()
+    with structlog.testing.capture_logs() as logs:
+        op._check_arguments()
+        op._check_arguments()  # once per process, not once per task
+    lines = [e["event"] % e.get("positional_args", ()) for e in logs if e.get("log_level") == "warning"]
+    lines = [line for line in lines if "is not an option" in line]
+    assert lines == [
+        "[jobwatch] no_such_thing is not an option of airflow-jobwatch and is ignored; the options are "
+        "listed by: airflow config list --section jobwatch",
+        "[jobwatch] watch_timeout_second is not an option of airflow-jobwatch and is ignored; did you mean "
+        "watch_timeout_seconds?",
+    ]
