@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -23,49 +23,11 @@ import pytest
 from support.workloads import make_workload
 
 from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def kube() -> Iterator[SandboxThread]:
-    with SandboxThread(bookmark_interval=1.0) as sb:
-        yield sb
-
-
-@pytest.fixture
-def executor(
-    kube: SandboxThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[str], Any]]:
-    kubeconfig = tmp_path / "kubeconfig"
-    kube.write_kubeconfig(kubeconfig)
-    created: list[Any] = []
-
-    def make(template: str) -> Any:
-        env = {
-            "AIRFLOW__KUBERNETES_EXECUTOR__NAMESPACE": "default",
-            "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
-            "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": str(kubeconfig),
-            "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE": template,
-            "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY": "sandbox/airflow",
-            "AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG": "local",
-            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(tmp_path / "logs"),
-            "AIRFLOW__JOBWATCH__EXECUTOR_STATUS_FILE": str(tmp_path / "status.json"),
-        }
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-        from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
-
-        ex = JobWatchExecutor(parallelism=4)
-        ex.job_id = "7"
-        created.append(ex)
-        return ex
-
-    yield make
-    for ex in created:
-        if ex.supervisor is not None:
-            ex.end()
+TEMPLATE = "AIRFLOW__KUBERNETES_EXECUTOR__POD_TEMPLATE_FILE"
 
 
 @pytest.mark.parametrize(
@@ -78,29 +40,29 @@ def executor(
     ids=["missing", "folder", "not-yaml"],
 )
 def test_an_unusable_pod_template_file_stops_the_executor_at_start(
-    executor: Callable[[str], Any], tmp_path: Path, make_path: Callable[[Path], Path], reason: str
+    executor_factory: Callable[..., Any], tmp_path: Path, make_path: Callable[[Path], Path], reason: str
 ) -> None:
     from airflow.exceptions import AirflowConfigException
 
     path = make_path(tmp_path)
-    ex = executor(str(path))
     with pytest.raises(AirflowConfigException) as err:
-        ex.start()
+        executor_factory(**{TEMPLATE: str(path)})  # builds the executor and calls its start()
     message = str(err.value)
     assert message.startswith("JobWatchExecutor cannot start: [kubernetes_executor] pod_template_file: ")
     assert f"the pod template file {path}" in message
     assert reason in message
     assert "Error" not in message.split(":", 1)[0]  # no internal class name in front of the words
-    assert ex.supervisor is None  # no watcher process was started
 
 
 def test_a_task_whose_executor_config_names_a_missing_template_fails_with_the_path(
-    executor: Callable[[str], Any], kube: SandboxThread, tmp_path: Path
+    executor_factory: Callable[..., Any], kube_sandbox: tuple[SandboxThread, str], tmp_path: Path
 ) -> None:
-    template = _write(tmp_path / "pod_template.yaml", pod_template_yaml())
     missing = tmp_path / "gpu_templte.yaml"
-    ex = executor(str(template))
-    ex.start()
+    # A worker image is configured: upstream's pod build then ran the task without any template.
+    ex = executor_factory(
+        AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_REPOSITORY="sandbox/airflow",
+        AIRFLOW__KUBERNETES_EXECUTOR__WORKER_CONTAINER_TAG="local",
+    )
     workload = make_workload(task_id="t", executor_config={"pod_template_file": str(missing)})
     ex.queue_workload(workload, session=mock.sentinel.unused_session)
     deadline = time.monotonic() + 60
@@ -118,34 +80,29 @@ def test_a_task_whose_executor_config_names_a_missing_template_fails_with_the_pa
     state, info = ended["t"]
     assert state == "failed"
     assert f"the pod template file {missing} cannot be read: No such file or directory" in str(info)
-    assert kube.objects("pods", "default") == []  # nothing was created from an empty template
+    assert kube_sandbox[0].objects("pods", "default") == []  # nothing was created from an empty template
 
 
 def test_jobwatch_options_are_checked_at_start_in_words_a_user_reads(
-    executor: Callable[[str], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    executor_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import structlog.testing
     from airflow.exceptions import AirflowConfigException
 
     from airflow_jobwatch import config
 
-    template = str(_write(tmp_path / "pod_template.yaml", pod_template_yaml()))
     monkeypatch.setattr(config, "_WARNED", set())
-    monkeypatch.setenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS", "-5")
-    ex = executor(template)
     with pytest.raises(AirflowConfigException) as err:
-        ex.start()
+        executor_factory(AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS="-5")
     assert type(err.value) is AirflowConfigException
     assert str(err.value).startswith(
         "JobWatchExecutor cannot start: [jobwatch] watch_timeout_seconds = '-5' must be a number > 0"
     )
-    assert ex.supervisor is None
 
-    monkeypatch.delenv("AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS")
-    monkeypatch.setenv("AIRFLOW__JOBWATCH__BACKOF_MAX_SECONDS", "30")
-    ex = executor(template)
     with structlog.testing.capture_logs() as logs:
-        ex.start()
+        executor_factory(
+            AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS="5", AIRFLOW__JOBWATCH__BACKOF_MAX_SECONDS="30"
+        )
     warnings = [e["event"] % e.get("positional_args", ()) for e in logs if e.get("log_level") == "warning"]
     assert (
         "[jobwatch] backof_max_seconds is not an option of airflow-jobwatch and is ignored; did you mean "
