@@ -53,6 +53,7 @@ from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobRes
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
+from airflow_jobwatch.pod_template import pod_template_problem
 from airflow_jobwatch.triggers.job import (
     JobTrigger,
 )
@@ -423,6 +424,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
         except jobwatch_config.JobwatchConfigError as err:
             raise AirflowConfigException(str(err)) from None
+        # Upstream reads a template path that does not exist as YAML text and builds from no template.
+        for argument, kind in (("job_template_file", "Job"), ("pod_template_file", "Pod")):
+            if problem := pod_template_problem(getattr(self, argument, None), kind=kind):
+                raise AirflowException(f"{argument}: {problem}")
         self._warn_unhonoured()
         if self.deferrable and not self.wait_until_job_complete:
             self.log.warning(

@@ -197,3 +197,23 @@ def test_an_unknown_jobwatch_option_is_a_warning_naming_the_closest_option(
         "[jobwatch] watch_timeout_second is not an option of airflow-jobwatch and is ignored; did you mean "
         "watch_timeout_seconds?",
     ]
+
+
+@pytest.mark.parametrize("argument", ["job_template_file", "pod_template_file"])
+def test_a_missing_template_file_fails_the_task_naming_it_before_its_job_is_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, argument: str
+) -> None:
+    """Upstream reads a path that does not exist as YAML text (one warning) and builds the Job from no
+    template: the task failed later, in words about something else."""
+    missing = tmp_path / "templte.yaml"
+    op = _operator(**{argument: str(missing)})
+
+    def built(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the Job was built before its template was checked")
+
+    monkeypatch.setattr(op, "build_job_request_obj", built)
+    kind = "job" if argument == "job_template_file" else "pod"
+    with pytest.raises(
+        Exception, match=re.escape(f"{argument}: the {kind} template file {missing} cannot be read")
+    ):
+        op.execute({})
