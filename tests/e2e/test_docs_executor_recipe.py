@@ -1,7 +1,7 @@
 """The testing page's executor recipe ("With the executor"), run as a reader runs it: its three bash
 blocks taken from docs/testing.md, the settings file written where its first line says, the second block
-(sandbox, then Airflow's processes) started in one shell, the third (unpause, trigger, list the runs)
-repeated in another until the DAG processor has read the DAG, on the page's first DAG. The task must end
+(sandbox, then Airflow's processes) started in one shell, the third (trigger, list the runs) repeated in
+another until the DAG processor has read the DAG, on the page's first DAG. The task must end
 ``success``: a recipe that started the sandbox before the settings left the worker "pods" (children of
 the sandbox) without the execution API's address, and every task failed with "container 'base' exited
 with code 1".
@@ -103,7 +103,7 @@ def test_the_executor_recipe_runs_the_first_dag_as_written(tmp_path: Path) -> No
         return (tmp_path / "processes.log").read_text()[-6000:]
 
     try:
-        # Step 3 as a reader repeats it until the DAG processor has read the DAG (unpause fails before).
+        # Step 3 as a reader repeats it until the DAG processor has read the DAG (trigger fails before).
         deadline = time.monotonic() + 240
         while (done := _bash(trigger, project, env, timeout=120)).returncode != 0:
             assert processes.poll() is None, f"the recipe's processes ended:\n{tail()}"
