@@ -94,8 +94,10 @@ class JobWatchExecutor(LaunchQueue, Adoption):
         from airflow.exceptions import AirflowConfigException
 
         from airflow_jobwatch.kube.client import ClusterConfigError
+        from airflow_jobwatch.executors.startup import check_executor_configuration
 
         self._check_upstream_options()
+        check_executor_configuration(self.kube_config, source=self.conf, log=self.log)  # what stops a start
         try:
             # As upstream's start() (get_kube_client): an unusable kubeconfig or in-cluster environment
             # stops the scheduler here, with the reason, instead of crash-looping the watcher for ever.

@@ -25,6 +25,8 @@ from airflow.providers.cncf.kubernetes.pod_generator import (
     workload_to_command_args,
 )
 
+from airflow_jobwatch.pod_template import pod_template_problem
+
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
     from airflow.providers.cncf.kubernetes.kube_config import KubeConfig
@@ -167,6 +169,9 @@ def _template(path: str) -> k8s.V1Pod:
         mtime = -1.0  # let the provider raise its own error for a missing file
     cached = _TEMPLATES.get(path)
     if cached is None or cached[0] != mtime or mtime < 0:
+        # upstream would take a missing path for YAML text and build the pod from no template
+        if problem := pod_template_problem(path):
+            raise ValueError(problem)
         cached = (mtime, PodGenerator.deserialize_model_file(path))
         _TEMPLATES[path] = cached
     return copy.deepcopy(cached[1])
