@@ -56,6 +56,7 @@ __all__ = [
     "JobResult",
     "PodOutcome",
     "XComResultError",
+    "log_xcom_results",
     "parse_xcom_results",
     "pod_outcomes",
     "read_stored_result",
@@ -432,6 +433,27 @@ def without_result_annotation(job: dict[str, Any] | None) -> dict[str, Any] | No
     return {**job, "metadata": stripped}
 
 
+def _log_xcom_result(text: str, log: _Log) -> None:
+    """The task-log line of one pod's XCom result, as the worker writes it; a large result is not
+    copied whole into the task log."""
+    shown = (
+        text
+        if len(text) <= XCOM_LOG_MAX_CHARS
+        else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
+    )
+    log.info("xcom result: \n%s", shown)
+
+
+def log_xcom_results(raw: Iterable[Any], log: _Log) -> None:
+    """The task-log lines :func:`parse_xcom_results` writes for ``raw``, without parsing it again: the
+    caller that already holds the parsed value does not hold it twice to write them."""
+    for text in raw:
+        if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
+            log.info("xcom result file is empty.")
+        elif isinstance(text, str) and text.strip():
+            _log_xcom_result(text, log)
+
+
 def parse_xcom_results(
     raw: list[Any],
     pod_names: list[str],
@@ -455,13 +477,8 @@ def parse_xcom_results(
         if not isinstance(text, str) or not text.strip():
             results.append(None)
             continue
-        if log is not None:  # a large result is not copied whole into the task log
-            shown = (
-                text
-                if len(text) <= XCOM_LOG_MAX_CHARS
-                else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
-            )
-            log.info("xcom result: \n%s", shown)
+        if log is not None:
+            _log_xcom_result(text, log)
         try:
             results.append(json.loads(text))
         except (ValueError, RecursionError):  # RecursionError: deeply nested arrays cut by the kubelet
