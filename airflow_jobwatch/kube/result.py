@@ -407,7 +407,10 @@ def read_stored_result(
         return None, "it carries no signature"
     if not keys:
         return None, "there is no key here to check its signature with"
-    if not any(hmac.compare_digest(mac, _mac(key, str(uid), data)) for key in keys):
+    # Compared as bytes: hmac.compare_digest raises TypeError on a str with a non-ASCII character, and
+    # anyone who may patch the Job writes this one; a signature we made is ASCII (base64url).
+    given = mac.encode("utf-8", "surrogatepass")
+    if not any(hmac.compare_digest(given, _mac(key, str(uid), data).encode()) for key in keys):
         return None, (
             "its signature does not verify: it was not written by this deployment's Airflow (or was "
             "changed since), or its key has since been retired"

@@ -258,6 +258,10 @@ def test_without_a_key_nothing_stored_counts() -> None:
     [
         pytest.param(lambda d: d.update(xcom_result=['"mine"']), "signature does not verify", id="altered"),
         pytest.param(lambda d: d.pop("mac"), "carries no signature", id="mac-removed"),
+        # what anyone who may patch the Job can write: refused with its reason, never an exception that
+        # fails the task (hmac.compare_digest raises TypeError on a str with non-ASCII characters)
+        pytest.param(lambda d: d.update(mac="\u00e9" * 43), "signature does not verify", id="mac-not-ascii"),
+        pytest.param(lambda d: d.update(mac="\ud800"), "signature does not verify", id="mac-lone-surrogate"),
         pytest.param(lambda d: d.update(format=1), "not in the signed format", id="earlier-unsigned-format"),
     ],
 )
