@@ -372,6 +372,19 @@ def _mac(key: bytes, uid: str, body: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+#: At most this many characters of a value read from an unverified annotation are quoted in a reason.
+_QUOTED_MAX_CHARS = 80
+
+
+def _quoted(value: Any) -> str:
+    """``repr(value)``, cut: a reason quotes what anyone who may patch the Job wrote (up to the API
+    server's 256 KiB of annotations), and the reason is written into the task log."""
+    text = repr(value)
+    return (
+        text if len(text) <= _QUOTED_MAX_CHARS else f"{text[:_QUOTED_MAX_CHARS]}... ({len(text)} characters)"
+    )
+
+
 def stored_result(job: Mapping[str, Any] | Any, keys: Sequence[bytes]) -> JobResult | None:
     """The result signed onto ``job`` under one of ``keys``, or None (see :func:`read_stored_result`)."""
     return read_stored_result(job, keys)[0]
@@ -397,11 +410,14 @@ def read_stored_result(
     if not isinstance(data, dict):
         return None, "it is not a JSON object"
     if data.get("format") != _FORMAT:
-        return None, f"it is not in the signed format this release writes (format {data.get('format')!r})"
+        return (
+            None,
+            f"it is not in the signed format this release writes (format {_quoted(data.get('format'))})",
+        )
     uid = meta.get("uid")
     if not uid or data.get("uid") != uid:
         # copied onto another Job (a manifest re-applied), or written by hand: not this Job's result
-        return None, f"it names another Job (uid {data.get('uid')!r})"
+        return None, f"it names another Job (uid {_quoted(data.get('uid'))})"
     mac = data.get("mac")
     if not isinstance(mac, str):
         return None, "it carries no signature"
