@@ -26,6 +26,7 @@ from airflow_jobwatch.kube.result import (
     TERMINATION_MESSAGE_LIMIT_BYTES,
     JobResult,
     XComResultError,
+    log_xcom_results,
     parse_xcom_results,
 )
 from airflow_jobwatch.triggers import pod_logs, sidecar_results
@@ -223,7 +224,7 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
     if logs is not None:
         await write_pod_logs(trigger, payload, {"on_finish_action": plan.get("on_finish_action"), **logs})
     if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
-        result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single, log=log)
+        log_xcom_results(result.xcom_result or (), log)  # not parsed again: ``value`` is held already
     await cleanup_pods(trigger, payload, str(plan.get("on_finish_action") or "delete_pod"))
     if error is not None:
         log.error("Task failed with exception: %s", error)

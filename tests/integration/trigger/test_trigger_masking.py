@@ -10,7 +10,6 @@ resumes the task on a worker; the resume's event carries no ``env`` values.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 import structlog.testing
 from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow.triggers.base import TaskSuccessEvent
+from support.masking import registered
 
 from airflow_jobwatch.triggers import masking
 from airflow_jobwatch.triggers.ending import end_from_triggerer
@@ -32,24 +32,6 @@ PASSWORD = "conn-pass-7Qx!z9"  # what `{{ conn.db.password }}` renders
 TOKEN = "var-token-Kp4#w2"  # what `{{ var.value.api_token }}` renders (a sensitive Variable name)
 SECRETS = (PASSWORD, TOKEN)
 FERNET_KEY = "uOJ4sD4b8iJf3ZLlX7z9dOqdFvTTDvNa5ujqXl1J5Yk="
-
-
-@contextlib.contextmanager
-def registered(*values: str, name: str | None = None) -> Iterator[None]:
-    """``values`` registered with this process's masker as the task runner registers what a task's
-    templates read (``mask_secret``), and taken out again afterwards."""
-    from airflow.sdk.log import mask_secret
-
-    module = masking._masker_module()
-    assert module is not None
-    masker = module._secrets_masker()
-    before = (set(masker.patterns), masker.replacer)
-    try:
-        for value in values:
-            mask_secret(value, name)
-        yield
-    finally:
-        masker.patterns, masker.replacer = before
 
 
 def _text(entries: list[dict[str, Any]]) -> str:
