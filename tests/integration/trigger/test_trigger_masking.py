@@ -42,6 +42,13 @@ def _text(entries: list[dict[str, Any]]) -> str:
 def _deferred_trigger(
     kubeconfig: Any, tmp_path: Any, *, xcom: str = "$DB_PASSWORD", **options: Any
 ) -> JobTrigger:
+    return _deferred(kubeconfig, tmp_path, xcom=xcom, **options)[1]
+
+
+def _deferred(
+    kubeconfig: Any, tmp_path: Any, *, xcom: str = "$DB_PASSWORD", **options: Any
+) -> tuple[Any, JobTrigger]:
+    """The operator, and the trigger it deferred to."""
     path = tmp_path / "return.json"
     script = (
         'echo "connecting with $DB_PASSWORD"; echo "token=$API_TOKEN"; '
@@ -62,7 +69,7 @@ def _deferred_trigger(
     )
     with registered(PASSWORD), registered(TOKEN, name="api_token"), pytest.raises(TaskDeferred) as deferred:
         op.execute(make_context())
-    return deferred.value.trigger
+    return op, deferred.value.trigger
 
 
 @pytest.fixture
@@ -161,3 +168,25 @@ async def test_the_resume_event_carries_no_env_values(
 
 async def _no_hold(trigger: Any, hold_seconds: float | None = None) -> None:
     return None
+
+
+async def test_a_result_holding_a_secret_is_masked_in_the_resume_event_and_read_from_the_pods(
+    sandbox: Any, kubeconfig: Any, tmp_path: Any, fernet_key: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A callback makes the task resume on a worker, with the event Airflow logs whole. On a cluster without
+    # native sidecars the result travels in the event (the termination message): holding the connection's
+    # password, it is masked there, and the worker reads the value from the pods.
+    sandbox.set_native_sidecars(False)
+    try:
+        op, deferred = _deferred(kubeconfig, tmp_path, on_success_callback=lambda context: None)
+        trigger = _through_airflows_store(deferred)
+        trigger.task_instance = FakeTI()
+        monkeypatch.setattr("airflow_jobwatch.triggers.job.hold_resume", _no_hold)
+
+        [event] = [event async for event in trigger.run()]
+    finally:
+        sandbox.set_native_sidecars(True)
+
+    assert PASSWORD not in repr(event), repr(event)  # what "Trigger fired event" writes
+    assert event.payload[masking.XCOM_RESULT_MASKED] is True
+    assert op.execute_complete(make_context(), event.payload) == {"password": PASSWORD}

@@ -151,7 +151,11 @@ def test_the_logged_event_masks_its_words_and_keeps_what_the_resume_reads() -> N
     event = masking.logged_event(payload, secrets)
     assert event["message"] == "container 'base' exited with code 3: '***'"
     assert event["disruptions"] == [{"pod": "p", "message": "evicted while ***"}]
-    assert event["xcom_result"] == payload["xcom_result"]  # the resume's value, as the pod wrote it
+    # a result that holds a secret is masked too, and the event says it is no longer the value: the resume
+    # reads it from the pods again
+    assert event["xcom_result"] == ['"***"'] and event[masking.XCOM_RESULT_MASKED] is True
+    clean = masking.logged_event({**payload, "xcom_result": ['"no secret"']}, secrets)
+    assert clean["xcom_result"] == ['"no secret"'] and masking.XCOM_RESULT_MASKED not in clean
     assert (event["name"], event["uid"], event["status"]) == ("job", "u1", "error")
     assert event["job"] == masking.redact_job_env(JOB)
     assert payload["message"].endswith("message'")  # the trigger's own payload is not changed
