@@ -47,6 +47,7 @@ __all__ = [
     "MAX_RESULT_BYTES",
     "READ_CONCURRENCY",
     "SIDECAR_NAME",
+    "ResultTooLarge",
     "VOLUME_NAME",
     "FrameDecoder",
     "SidecarResultError",
@@ -121,6 +122,10 @@ while :; do wait "$pid"; done
 
 class SidecarResultError(ValueError):
     """A sidecar's log does not hold a whole result; the message says what was found."""
+
+
+class ResultTooLarge(SidecarResultError):
+    """A sidecar's result is larger than the reader's limit (raised as soon as the limit is passed)."""
 
 
 def sidecar_command(xcom_path: str) -> list[str]:
@@ -224,7 +229,7 @@ class FrameDecoder:
                 f"{self.where}: the XCom sidecar's result is not valid gzip: {e}"
             ) from None
         if len(self._out) + len(piece) > self.limit:
-            raise SidecarResultError(
+            raise ResultTooLarge(
                 f"{self.where}: the XCom result is larger than {self.limit} bytes, the largest accepted"
             )
         self._out += piece

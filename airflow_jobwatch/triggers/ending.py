@@ -209,10 +209,16 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
         if plan.get("push_return"):
             try:
                 # results printed by the pods' XCom sidecars (sidecar_results.py); kept in the payload
-                # so that the result written onto the Job before cleanup is the one returned
-                result = await sidecar_results.with_sidecar_results(trigger, payload, result)
-                payload = sidecar_results.payload_with(payload, result)
-                value = result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single)
+                # so that the result written onto the Job before cleanup is the one returned. Read and
+                # parsed within the process's memory budget, shared with the pod logs' tails.
+                limit = sidecar_results.TRIGGERER_RESULT_BYTES
+                async with pod_logs.budget().hold(limit):
+                    result = await sidecar_results.with_sidecar_results(trigger, payload, result, limit=limit)
+                    payload = sidecar_results.payload_with(payload, result)
+                    value = result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single)
+            except sidecar_results.ResultTooLargeHere as e:
+                trigger.log.info("Resuming the task on a worker, which reads its result: %s", e)
+                return None
             except XComResultError as e:
                 if not may_fail:
                     return None

@@ -14,14 +14,29 @@ from typing import Any
 from airflow_jobwatch.kube import xcom_sidecar
 from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
 
-__all__ = ["payload_with", "with_sidecar_results"]
+__all__ = ["TRIGGERER_RESULT_BYTES", "ResultTooLargeHere", "payload_with", "with_sidecar_results"]
+
+#: The most of one Job's XCom results (decoded bytes, its pods together) that the triggerer reads to end the
+#: task itself. The end holds that much of the process's memory budget (``pod_logs.budget()``, which the
+#: pod logs' tails share) from before the first byte is read until the value is parsed, so results and
+#: tails together stay within it. A larger result is read by a worker: the task resumes there, where the
+#: limit is ``MAX_RESULT_BYTES`` and the memory the task's own.
+TRIGGERER_RESULT_BYTES = 16 * 1024 * 1024
 
 
-async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: JobResult) -> JobResult:
+class ResultTooLargeHere(Exception):
+    """The Job's results are larger than :data:`TRIGGERER_RESULT_BYTES`: a worker reads them."""
+
+
+async def with_sidecar_results(
+    trigger: Any, payload: dict[str, Any], result: JobResult, *, limit: int = xcom_sidecar.MAX_RESULT_BYTES
+) -> JobResult:
     """``result`` with each sidecar pod's result read from its log; unchanged when no pod of the Job
     ran the sidecar (a cluster without native sidecars, or pods already cleaned up after the result
     was written onto the Job).
 
+    :param limit: the most of the results' decoded bytes read, the pods together.
+    :raises ResultTooLargeHere: the results are larger than ``limit``, which is less than the largest accepted.
     :raises XComResultError: the pods or a log could not be read, or a log holds no whole result.
     """
     uid = payload.get("uid")
@@ -48,13 +63,22 @@ async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: Jo
             if not any(names):
                 return result
             texts: dict[str, str] = {}
+            left = limit
             for name in names:
                 if name is not None:
-                    data = await xcom_sidecar.read_result(core, name, ns, limit=xcom_sidecar.MAX_RESULT_BYTES)
+                    data = await xcom_sidecar.read_result(core, name, ns, limit=left)
                     texts[name] = (
                         EMPTY_XCOM_RESULT if data is None else data.decode("utf-8", errors="replace")
                     )
+                    left -= len(data or b"")
                     del data  # the text is the one copy kept
+        except xcom_sidecar.ResultTooLarge as e:
+            if limit < xcom_sidecar.MAX_RESULT_BYTES:
+                raise ResultTooLargeHere(
+                    f"the XCom results of Job {ns}/{trigger.job_name} are larger than the {limit} bytes the "
+                    "triggerer reads"
+                ) from None
+            raise XComResultError(xcom_sidecar.too_large_hint(str(e))) from None
         except xcom_sidecar.SidecarResultError as e:
             raise XComResultError(xcom_sidecar.too_large_hint(str(e))) from None
         except XComResultError:

@@ -233,3 +233,25 @@ def test_upstreams_sidecar_settings_apply_to_the_sidecar(sandbox, kubeconfig, mo
     assert [(m.name, m.mount_path) for m in base.volume_mounts] == [("xcom", "/airflow/xcom")]
     assert base.termination_message_path is None  # the result is not the termination message any more
     assert "xcom_sidecar_container_security_context" not in op._unhonoured
+
+
+async def test_a_result_larger_than_the_triggerers_share_is_read_by_a_worker(
+    sandbox, kubeconfig, tmp_path, monkeypatch
+) -> None:
+    """The triggerer reads a Job's results within its memory budget; a larger one resumes the task on a
+    worker, which reads it whole. (The share is made small here, so that a result of some hundred KiB
+    shows what one of tens of MiB does.)"""
+    from airflow_jobwatch.triggers import pod_logs, sidecar_results
+
+    monkeypatch.setattr(sidecar_results, "TRIGGERER_RESULT_BYTES", 64 * 1024)
+    path = str(tmp_path / "return.json")
+    value = {"rows": [f"row-{i:05d}" for i in range(20_000)]}  # ~260 KiB of JSON
+    program = (
+        f"import json; json.dump({{'rows': [f'row-{{i:05d}}' for i in range(20_000)]}}, open({path!r}, 'w'))"
+    )
+    op, trigger = _deferred_with_xcom(kubeconfig, ["python", "-c", program], path)
+    payload = await trigger.wait()
+    event = await end_from_triggerer(trigger, payload)
+    assert event is None  # resumed: the triggerer read no more than its share
+    assert pod_logs.budget().free == pod_logs.budget().total  # and gave its share back
+    assert op.execute_complete(make_context(FakeTI()), payload) == value
