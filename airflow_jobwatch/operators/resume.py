@@ -3,7 +3,9 @@
 The trigger's event (ours, or upstream's ``KubernetesJobTrigger``'s) is reported with the Job and its
 pods as they are now: the ``job`` XCom, the ending's log lines, the pods' logs, the failure (rebuilt
 from the settled pods), the XCom value; then a Job that still runs is stopped as ``on_kill`` stops it,
-and ``on_finish_action`` is applied to the pods.
+and ``on_finish_action`` is applied to the pods. It works on the operator's
+:class:`~airflow_jobwatch.operators.taskjob.TaskJob`, whose ``stop`` and ``finish_pods`` are the
+operator's own steps.
 """
 
 from __future__ import annotations
