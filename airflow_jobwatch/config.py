@@ -197,6 +197,48 @@ def check_options(options: Iterable[str] | None = None, *, source: Any = None) -
         _check_backoff(source)
 
 
+def unknown_options() -> dict[str, str | None]:
+    """Each option set in ``[jobwatch]`` (airflow.cfg or ``AIRFLOW__JOBWATCH__*``) that airflow-jobwatch
+    does not have -> the closest option it has (``difflib``; None when none is close). Such an option is
+    otherwise ignored without a word: a misspelt ``watch_timeout_second`` leaves the default in force."""
+    import difflib
+
+    try:
+        given = _conf().getsection(SECTION) or {}
+    except Exception:  # no Airflow configuration to read (a bare process): nothing was set
+        return {}
+    known = list(_declared())
+    return {
+        name: next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.6)), None)
+        for name in sorted(given)
+        if name not in known
+    }
+
+
+def unknown_option_warnings() -> list[str]:
+    """One line per unknown ``[jobwatch]`` option, naming the closest known one."""
+    lines = []
+    for name, closest in unknown_options().items():
+        hint = f"did you mean {closest}?" if closest else f"the options are listed by: {_LIST_COMMAND}"
+        lines.append(f"[{SECTION}] {name} is not an option of airflow-jobwatch and is ignored; {hint}")
+    return lines
+
+
+#: The command that prints every [jobwatch] option with its description and default.
+_LIST_COMMAND = "airflow config list --section jobwatch"
+
+#: The unknown-option lines already logged by this process (each is logged once, not per task or start).
+_WARNED: set[str] = set()
+
+
+def warn_unknown_options(log: Any) -> None:
+    """Log :func:`unknown_option_warnings` through ``log`` (a logger), each line once per process."""
+    for line in unknown_option_warnings():
+        if line not in _WARNED:
+            _WARNED.add(line)
+            log.warning("%s", line)
+
+
 def _check_backoff(source: Any) -> None:
     initial = get_float("backoff_initial_seconds", source=source)
     maximum = get_float("backoff_max_seconds", source=source)
@@ -256,4 +298,7 @@ __all__ = [
     "get_int",
     "get_str",
     "informer_config",
+    "unknown_option_warnings",
+    "unknown_options",
+    "warn_unknown_options",
 ]

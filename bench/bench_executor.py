@@ -63,7 +63,7 @@ DELETIONS_PER_KILL = 2
 SETTLE_SECONDS = 30.0
 
 
-def _setup_env(home: Path, kubeconfig: Path, tasks: int) -> None:
+def _setup_env(home: Path, kubeconfig: Path, tasks: int, database_url: str | None = None) -> None:
     template = home / "pod_template.yaml"
     template.write_text(pod_template_yaml())
     env = {
@@ -71,7 +71,7 @@ def _setup_env(home: Path, kubeconfig: Path, tasks: int) -> None:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         # Slots: tasks run in waves, so the run spans many fault cycles (200 tasks -> ~30 s).
         "AIRFLOW__CORE__PARALLELISM": str(parallelism(tasks)),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url or f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
         "AIRFLOW__KUBERNETES_EXECUTOR__CONFIG_FILE": str(kubeconfig),
         "AIRFLOW__KUBERNETES_EXECUTOR__IN_CLUSTER": "False",
@@ -109,14 +109,16 @@ class _UpstreamRestartCounter:
     count = 0
 
 
-def _make_executor(kind: str, job_id: str) -> tuple[Any, Any]:
-    """Return (executor, watcher_pid_getter)."""
+def _make_executor(kind: str, job_id: str, *, real_database: bool = False) -> tuple[Any, Any]:
+    """Return (executor, watcher_pid_getter). ``real_database``: every task has its row in Airflow's
+    database, so both executors' own database checks run as in a scheduler."""
     if kind == "jobwatch":
         from airflow_jobwatch.executors import JobWatchExecutor, results
 
-        # As upstream's _should_create_pod_for_job below: no task instance rows here, so every launch is
-        # answered as this scheduler's (the database check before each create would find none).
-        results.launches_held = lambda launches, job_id: dict.fromkeys(launches, True)  # type: ignore[assignment]
+        if not real_database:
+            # As upstream's _should_create_pod_for_job below: no task instance rows here, so every launch is
+            # answered as this scheduler's (the database check before each create would find none).
+            results.launches_held = lambda launches, job_id: dict.fromkeys(launches, True)  # type: ignore[assignment]
         ex = JobWatchExecutor()
         ex.job_id = job_id
         ex.start()
@@ -134,8 +136,9 @@ def _make_executor(kind: str, job_id: str) -> tuple[Any, Any]:
     utils.AirflowKubernetesScheduler._make_kube_watcher = counting  # type: ignore[method-assign]
     ex = KubernetesExecutor()
     ex.job_id = job_id
-    # Needs task-instance rows in the metadata DB; every synthetic workload is current.
-    ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
+    if not real_database:
+        # Needs task-instance rows in the metadata DB; every synthetic workload is current.
+        ex._should_create_pod_for_job = lambda task: True  # type: ignore[method-assign]
     ex.start()
     _UpstreamRestartCounter.count = 0
     return ex, lambda: ex.kube_scheduler.kube_watchers["default"].pid
@@ -432,8 +435,12 @@ def run_throughput(
     max_seconds: float | None = None,
     deadline_s: float | None = None,
     pod_shapes: int = 0,
+    database: Any = None,
 ) -> dict[str, Any]:
     """One executor, no faults: how fast it turns slots into pods, and what each heartbeat costs.
+
+    ``database``: an engine on a database ``airflow db migrate`` made: each task gets its QUEUED row there,
+    queued by ``job_id`` under a pre-assigned launch id, and both executors' database checks run for real.
 
     Each task's command (``sleep D``, read by simulated pods) is set by its ``pod_override``, so tasks
     with different durations have different pods beyond their per-task values. ``pod_shapes`` > 1 draws
@@ -455,7 +462,7 @@ def run_throughput(
     admin.fault("set_history_window", n=100_000)
     admin.fault("record_pod_ends")
     admin.reset_counters()
-    run_id = f"tp_{variant}_{tasks}"
+    run_id = f"tp_{variant}_{tasks}_{job_id}"
     created_at: dict[str, float] = {}  # task_id -> create answered (wall clock)
     original_create = CoreV1Api.create_namespaced_pod
 
@@ -468,7 +475,7 @@ def run_throughput(
 
     CoreV1Api.create_namespaced_pod = timed_create  # type: ignore[method-assign]
     try:
-        ex, watcher_pid = _make_executor(kind, job_id)
+        ex, watcher_pid = _make_executor(kind, job_id, real_database=database is not None)
         ex.parallelism = parallelism
         accepted_at: dict[str, float] = {}
         original_process = ex._process_workloads
@@ -500,6 +507,7 @@ def run_throughput(
 
         ex.sync = timed_sync
         keys = {}
+        workloads = []
         rng = random.Random(11)  # the same durations for every executor
         own_rss_before = _rss_kib(os.getpid())
         peak_own = own_rss_before
@@ -515,6 +523,22 @@ def run_throughput(
                 dag_id="bench_tp", task_id=f"t{i:05d}", run_id=run_id, command=f"sleep {duration}"
             )
             keys[w.ti.key] = w.ti.task_id
+            workloads.append(w)
+        if database is not None:
+            from datetime import UTC, datetime
+
+            from support.airflow_rows import write_queued
+
+            for w in workloads:
+                w.ti.external_executor_id = f"launch-{w.ti.task_id}"  # as Airflow 3.2.2+ pre-assigns it
+            write_queued(
+                database,
+                [(w.ti.key, w.ti.external_executor_id) for w in workloads],
+                queued_by=int(job_id),
+                jobs={int(job_id): datetime.now(UTC)},
+                ids={w.ti.key: w.ti.id for w in workloads},
+            )
+        for w in workloads:
             ex.queue_workload(w, session=mock.sentinel.no_session)
         done: set[str] = set()
         event_at: dict[str, float] = {}  # task_id -> its terminal event left get_event_buffer()
@@ -849,6 +873,13 @@ def main_scale(
         shutil.rmtree(home, ignore_errors=True)
 
 
+def add_child_arguments(parser: argparse.ArgumentParser) -> None:
+    """The hidden options of a benchmark run in a child process: its sandbox, scheduler job and result file."""
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    parser.add_argument("--job-id", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -888,9 +919,7 @@ def main() -> None:
         help="scale: draw pod durations from N values (N pod shapes); 0: each to 0.1 s (one per task)",
     )
     parser.add_argument("--scale-child", help=argparse.SUPPRESS)
-    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
-    parser.add_argument("--job-id", help=argparse.SUPPRESS)
-    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    add_child_arguments(parser)
     args = parser.parse_args()
     if args.scale_child:
         from airflow_jobwatch.sandbox.admin import AdminClient

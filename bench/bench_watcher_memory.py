@@ -184,7 +184,7 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
     from kubernetes.client import ApiClient
     from support.workloads import make_workload
 
-    from airflow_jobwatch.executors.pods import build_worker_pod, new_pod_name
+    from airflow_jobwatch.executors.pods import build_worker_pod, launch_pod_name, new_launch_id
     from airflow_jobwatch.sandbox.admin import AdminClient
 
     kube_config = KubeConfig()
@@ -199,8 +199,13 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
             run_id=f"scheduled__2026-12-03T{i % 24:02d}:00:00+00:00",
         )
         w = w.model_copy(update={"token": token})
+        launch_id = new_launch_id()
         pod = build_worker_pod(
-            w, kube_config=kube_config, scheduler_job_id=JOB_ID, pod_name=new_pod_name(w.ti.key)
+            w,
+            kube_config=kube_config,
+            scheduler_job_id=JOB_ID,
+            pod_name=launch_pod_name(w.ti.key, launch_id),
+            launch_id=launch_id,
         )
         bodies.append(sanitize(pod))
     admin = AdminClient.from_kubeconfig(kubeconfig)

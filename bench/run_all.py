@@ -24,6 +24,7 @@ ORDER = [
     "e2e_trigger",
     "churn",
     "scale",
+    "fence",
     "pod_build",
     "xcom_result",
 ]

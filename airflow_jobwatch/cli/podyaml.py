@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from airflow_jobwatch.pod_template import pod_template_problem
+
 PLACEHOLDER_RUN_ID = "manual__generate-pod-yaml"
 PLACEHOLDER_SCHEDULER_JOB_ID = "worker-config"  # upstream's generate-dag-yaml uses the same value
 
@@ -102,35 +104,6 @@ def worker_pod(dag_id: str, task_id: str, *, subdir: str | None = None, map_inde
         scheduler_job_id=PLACEHOLDER_SCHEDULER_JOB_ID,
         pod_name=create_unique_id(dag_id, task_id),
     )
-
-
-def pod_template_problem(path: str | None) -> str | None:
-    """One line saying why the pod template file at ``path`` cannot be used (missing, not YAML, not a
-    mapping), naming the file and, for a YAML error, its line and column; ``None`` when it can be read
-    (or no file is set)."""
-    if not path:
-        return None
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        return f"the pod template file {path} cannot be read: {err.strerror or err}"
-    try:
-        body = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
-        if context and start is not None:
-            context = f"{context} started at line {start.line + 1}, column {start.column + 1}"
-        detail = f"{problem} ({context})" if context else problem
-        return f"the pod template file {path}{where} is not valid YAML: {detail}"
-    if not isinstance(body, dict):
-        return (
-            f"the pod template file {path} must hold one Pod (a YAML mapping with apiVersion, kind, "
-            f"metadata and spec), got {type(body).__name__}"
-        )
-    return None
 
 
 def worker_pod_yaml(dag_id: str, task_id: str, *, subdir: str | None = None, map_index: int = -1) -> str:

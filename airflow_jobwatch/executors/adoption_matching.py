@@ -295,6 +295,12 @@ class AdoptionMatching(AdoptionListing):
                     err,
                 )
                 return False
+        row_launch = getattr(ti, "external_executor_id", None)
+        if row_launch and not getattr(workload.ti, "external_executor_id", None):
+            # Airflow 3.1, 3.2.0, 3.2.1: the workload carries no id, but the row names the launch its scheduler
+            # reported. Launched under that id, the pod gets the name the late scheduler's create would have:
+            # whichever comes second is answered 409.
+            self._adopted_launch_ids[ti.key] = str(row_launch)
         self.queued_tasks[ti.key] = workload
         self._process_workloads([workload])
         self._counters["adopted"] += 1

@@ -142,6 +142,12 @@ class ExecutorBase(BaseExecutor):
         self._create_pool: ThreadPoolExecutor | None = None
         # Keys whose launch has a pod build running or finished but not yet submitted as a create.
         self._building: set[TaskInstanceKey] = set()
+        # Launch ids not yet reported as a queued event (Airflow without pre-assigned ids) because the key
+        # had an event waiting in the buffer: reported once the scheduler has read it, and no pod is
+        # created for such a launch before its id is reported.
+        self._unreported_launches: dict[TaskInstanceKey, str] = {}
+        # Launch ids that an adopted QUEUED task instance's row names, for a workload that carries none.
+        self._adopted_launch_ids: dict[TaskInstanceKey, str] = {}
         # Made at start(), once the scheduler job id is known.
         self._pod_builder: WorkerPodBuilder | None = None
         # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).

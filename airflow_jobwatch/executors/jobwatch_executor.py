@@ -93,9 +93,11 @@ class JobWatchExecutor(LaunchQueue, Adoption):
     def start(self) -> None:
         from airflow.exceptions import AirflowConfigException
 
+        from airflow_jobwatch.executors.startup import check_executor_configuration
         from airflow_jobwatch.kube.client import ClusterConfigError
 
         self._check_upstream_options()
+        check_executor_configuration(self.kube_config, source=self.conf, log=self.log)  # what stops a start
         try:
             # As upstream's start() (get_kube_client): an unusable kubeconfig or in-cluster environment
             # stops the scheduler here, with the reason, instead of crash-looping the watcher for ever.
@@ -153,13 +155,12 @@ class JobWatchExecutor(LaunchQueue, Adoption):
             # 3.2.1): an id of our own, reported at once as a queued event, whose info the scheduler stores as
             # the task instance's external_executor_id; so the database names this launch, not the one before.
             pre_assigned = getattr(w.ti, "external_executor_id", None)
-            launch_id = pre_assigned or new_launch_id()
+            launch_id = pre_assigned or self._adopted_launch_ids.pop(key, None) or new_launch_id()
             previous = self.records.queue(key, w, launch_id)
             self._settle(key)
-            if not pre_assigned and key not in self.event_buffer:
-                from airflow.utils.state import TaskInstanceState
-
-                self.change_state(key, TaskInstanceState.QUEUED, launch_id, remove_running=False)
+            if not pre_assigned:
+                self._unreported_launches[key] = launch_id
+                self._report_launch_ids()
             if previous is not None:
                 # The key keeps its try_number across deferral and resumption, reschedule-mode sensors and
                 # some clears: the earlier launch's pod (if any) stays watched, is cleaned up when it ends,
@@ -202,6 +203,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
                 )
         self._retry_cleanup()
         self._retry_unresolved()
+        self._report_launch_ids()
         self._launch_pending()
         waiting = self.records.waiting_for_quota()
         if waiting != self._quota_waiting:

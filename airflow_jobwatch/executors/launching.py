@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.base import ExecutorBase, _api_message, _explain
 from airflow_jobwatch.executors.pods import (
+    DONE_LABEL,
     key_from_annotations,
-    new_pod_name,
+    launch_id_of,
+    launch_pod_name,
 )
-from airflow_jobwatch.executors.record import PendingCreate, TaskRecord
+from airflow_jobwatch.executors.record import RAN, PendingCreate, TaskRecord
 from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
@@ -27,8 +29,11 @@ CREATE_BACKOFF_MAX_SECONDS = 60.0
 
 
 class _Conflict(Exception):
-    """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be:
-    ``ours`` (an earlier attempt's), ``someone_else`` or ``retry`` (could not tell)."""
+    """A create answered 409 AlreadyExists; ``verdict`` is what the existing pod turned out to be: ``ours``
+    (this launch's pod, created by an earlier attempt or by another scheduler), ``finished`` (a pod of this
+    launch that already failed: the launch's next pod is due), ``not_held`` (this launch's pod, but the
+    launch is no longer this scheduler's), ``someone_else`` (not this launch's pod) or ``retry`` (could not
+    tell)."""
 
     def __init__(self, verdict: str, error: str) -> None:
         super().__init__(f"{verdict}: {error}")
@@ -70,7 +75,12 @@ class LaunchQueue(ExecutorBase):
             if in_flight + len(due) >= cap:
                 break
             launch = record.create
-            if launch is None or launch.build is not None or record.key in self._inflight:
+            if (
+                launch is None
+                or launch.build is not None
+                or record.key in self._inflight
+                or record.key in self._unreported_launches
+            ):
                 continue
             if launch.not_before <= now:
                 due.append(record)
@@ -81,6 +91,22 @@ class LaunchQueue(ExecutorBase):
         for record in due:
             if record.key in held and record.create is not None:
                 self._start_create(record, record.create)
+
+    def _report_launch_ids(self) -> None:
+        """Report each launch id not yet reported (Airflow 3.1, 3.2.0, 3.2.1, which do not pre-assign one) as a
+        queued event, whose info the scheduler stores as the task instance's ``external_executor_id``: how an
+        adopter knows the launch, and so the name of its pod. A key with an event still waiting in the buffer
+        waits for the scheduler to read it (an event is one per key: a second would replace the first), and
+        its pod is not created before its id is reported."""
+        from airflow.utils.state import TaskInstanceState
+
+        for key, launch_id in list(self._unreported_launches.items()):
+            record = self.records.get(key)
+            if record is None or record.launch_id != launch_id:
+                del self._unreported_launches[key]  # revoked, ended or queued again meanwhile
+            elif key not in self.event_buffer:
+                del self._unreported_launches[key]
+                self.change_state(key, TaskInstanceState.QUEUED, launch_id, remove_running=False)
 
     def _fence(self, records: list[TaskRecord]) -> set[TaskInstanceKey]:
         """The keys of ``records`` whose launch this scheduler still holds in Airflow's database: only those
@@ -105,6 +131,7 @@ class LaunchQueue(ExecutorBase):
             r.key: (
                 r.launch_id,
                 getattr(getattr(r.workload, "ti", None), "external_executor_id", None) == r.launch_id,
+                r.create is not None and r.create.ref is not None,
             )
             for r in records
         }
@@ -120,10 +147,29 @@ class LaunchQueue(ExecutorBase):
             )
             return set()
         for record in records:
-            if held.get(record.key):
-                continue
-            self._drop_launch(record)
-        return {key for key, ok in held.items() if ok}
+            verdict = held.get(record.key)
+            if verdict is True or (verdict is None and record.key in held):
+                continue  # held; or its row is being adopted right now: decided next heartbeat
+            if verdict == RAN:
+                self._fail_not_queued(record)
+            else:
+                self._drop_launch(record)
+        return {key for key, ok in held.items() if ok is True}
+
+    def _fail_not_queued(self, record: TaskRecord) -> None:
+        """A pod not yet sent (a relaunch, or a first create) for a launch whose task instance is no longer
+        QUEUED on its try: the task ran (or runs), so no pod is made for it. The task fails with what the
+        relaunch stood in for (the disruption's or the launch failure's own words), never silently."""
+        why = (
+            "Airflow's database shows the task instance is no longer QUEUED on this try (its task ran), so "
+            "it is not launched again"
+        )
+        reason = (
+            f"{record.relaunch_failure}. {why}"
+            if record.relaunch_failure
+            else f"{why}: its pod was never created"
+        )
+        self._fail_launch(record.key, reason, report_reason="NotRelaunched")
 
     def _drop_launch(self, record: TaskRecord) -> None:
         """A launch this scheduler no longer holds: forgotten without acting (no create, no event)."""
@@ -154,7 +200,9 @@ class LaunchQueue(ExecutorBase):
             # made in the API threads, so that a burst of open slots does not stretch one heartbeat, and its
             # create is submitted from the heartbeat after the build is done.
             assert self._pod_builder is not None
-            pod_name = new_pod_name(key)
+            # One name per pod of a launch, the same in every scheduler: a second create of it, by this
+            # scheduler or by one that adopted the task, is answered 409 by the API server.
+            pod_name = launch_pod_name(key, record.launch_id, record.pod_index)
             launch.body = self._pod_builder.ready_body(
                 record.workload, pod_name=pod_name, launch_id=record.launch_id
             )
@@ -274,11 +322,15 @@ class LaunchQueue(ExecutorBase):
         return False  # the next create would fail the same way; wait for the backoff
 
     def _resolve_conflict(self, key: TaskInstanceKey, namespace: str, name: str, error: str) -> _Conflict:
-        """What a 409 AlreadyExists is (runs in an API thread): an earlier attempt of ours, or someone else's pod.
+        """What a 409 AlreadyExists is (runs in an API thread). The name is fixed per pod of a launch, so the
+        existing pod is this launch's (an earlier attempt's whose answer was lost, or another scheduler's
+        create of the same launch) or a stranger.
 
-        Ours (its annotations name this very try) -> created, relabelled here if another scheduler's label
-        is on it. Someone else's -> the next attempt takes a new name. Unknown (the GET or the PATCH
-        failed, or the pod has just gone) -> retried later with backoff.
+        This launch's (its annotations name this key and this launch id) and live -> created; relabelled
+        here if another scheduler's label is on it, only after Airflow's database confirms the launch is still
+        this scheduler's. This launch's and already failed or marked done -> the launch's next pod is made.
+        Anything else -> the task fails saying whose pod holds the name; that pod is left untouched. Unknown
+        (the GET, the database or the PATCH failed, or the pod has just gone) -> retried later with backoff.
         """
         assert self.scheduler_job_id is not None
         try:
@@ -288,12 +340,42 @@ class LaunchQueue(ExecutorBase):
         if pod is None:
             return _Conflict("retry", f"{error}; the existing pod is gone now")
         meta = pod.get("metadata") or {}
-        if key_from_annotations(meta.get("annotations") or {}) != key:
-            return _Conflict("someone_else", error)
+        annotations = meta.get("annotations") or {}
+        record = self.records.get(key)
+        launch_id = record.launch_id if record is not None else None
+        theirs = launch_id_of(annotations, namespace, name)
+        if key_from_annotations(annotations) != key or theirs != launch_id:
+            return _Conflict(
+                "someone_else",
+                f"{error}; it is not the pod of launch {launch_id} of this task instance (it names "
+                + (f"launch {theirs} of {key_from_annotations(annotations)}" if annotations else "no task")
+                + ")",
+            )
+        labels = meta.get("labels") or {}
+        if labels.get(DONE_LABEL) == "True" or (pod.get("status") or {}).get("phase") == "Failed":
+            return _Conflict("finished", f"{error}; that pod of this launch has already ended")
         from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
         mine = make_safe_label_value(self.scheduler_job_id)
-        if (meta.get("labels") or {}).get(self.labels.worker) != mine:
+        if labels.get(self.labels.worker) != mine:
+            # Another scheduler's label: it created this launch's pod (it adopted the task while this
+            # scheduler was taken for dead, or this scheduler adopted it back). Taken over only while the
+            # database says the launch is this scheduler's; a stale scheduler never relabels the pod away.
+            if self.job_id is not None and record is not None:
+                from airflow_jobwatch.executors import results
+
+                pre_assigned = getattr(getattr(record.workload, "ti", None), "external_executor_id", None)
+                try:
+                    held = results.launches_held(
+                        {key: (record.launch_id, pre_assigned == record.launch_id, True)},
+                        self.scheduler_job_id,
+                    ).get(key)
+                except Exception as err:
+                    return _Conflict("retry", f"{error}; reading Airflow's database failed: {err}")
+                if held is None:
+                    return _Conflict("retry", f"{error}; its task instance is being adopted right now")
+                if held is not True:
+                    return _Conflict("not_held", error)
             try:
                 self.core_v1.patch_namespaced_pod(
                     name,
@@ -318,16 +400,29 @@ class LaunchQueue(ExecutorBase):
             self._retry_launch(key, launch, conflict.error, None)
             return True
         self.supervisor.untrack(namespace, name)
+        record = self.records.get(key)
+        if conflict.verdict == "finished" and record is not None:
+            self.records.name_taken(key)
+            self._counters["create_retries"] += 1
+            self.log.warning(
+                "%s: pod %s/%s of its launch %s has already ended (%s); creating the launch's next pod",
+                key,
+                namespace,
+                name,
+                record.launch_id,
+                conflict.error,
+            )
+            return True
         self.records.create_not_sent((namespace, name))
-        launch.body = None  # rebuilt with a new name on the next attempt
-        launch.not_before = 0.0
-        self._counters["create_retries"] += 1
-        self.log.warning(
-            "Pod %s/%s already exists and is not the pod of %s (%s); creating it under a new name",
-            namespace,
-            name,
+        if conflict.verdict == "not_held" and record is not None:
+            self._drop_launch(record)
+            return True
+        # The name is this launch's and only this launch's: another name would be one that no other
+        # scheduler could know, and a second pod of the launch could be created beside it.
+        self._fail_launch(
             key,
-            conflict.error,
+            f"pod {namespace}/{name}, the name of this launch's pod, is already taken: {conflict.error}. "
+            "That pod was left unchanged; delete it if it is not needed, then clear the task",
         )
         return True
 
@@ -387,14 +482,16 @@ class LaunchQueue(ExecutorBase):
             " (further attempts failing the same way are logged at DEBUG)" if changed else "",
         )
 
-    def _fail_launch(self, key: TaskInstanceKey, reason: str) -> None:
+    def _fail_launch(
+        self, key: TaskInstanceKey, reason: str, *, report_reason: str = "PodCreationFailed"
+    ) -> None:
         record = self.records.end(key)
         self._counters["create_failures"] += 1
         self.log.error("Failing %s: %s", key, reason)
         self._append_task_log(record.workload if record else None, key, reason)
         self.fail(key, reason)
         self._settle(key)
-        self._report(key, pod=None, state="failed", reason="PodCreationFailed", gap=False)
+        self._report(key, pod=None, state="failed", reason=report_reason, gap=False)
 
 
 _QUOTA = re.compile(r"exceeded quota: ([^,]+)")

@@ -10,8 +10,6 @@ hook) is the provider's :meth:`PodGenerator.construct_pod`; nothing is re-implem
 from __future__ import annotations
 
 import os
-import random
-import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +24,8 @@ from airflow.providers.cncf.kubernetes.pod_generator import (
     make_safe_label_value,
     workload_to_command_args,
 )
+
+from airflow_jobwatch.pod_template import pod_template_problem
 
 if TYPE_CHECKING:
     from airflow.executors.workloads import ExecuteTask
@@ -127,19 +127,32 @@ def launch_id_of(annotations: dict[str, str], namespace: str, name: str) -> str:
     return annotations.get(LAUNCH_ANNOTATION) or f"pod:{namespace}/{name}"
 
 
-_SUFFIX_CHARS = string.ascii_lowercase + string.digits
+def launch_pod_name(key: TaskInstanceKey, launch_id: str, pod_index: int = 0) -> str:
+    """The one name of a launch's pod: ``<dag>-<task>-<10 hex digits>`` (upstream's base), the same for every
+    scheduler that creates it, so that the API server answers a second create of the same launch with 409.
 
-
-def new_pod_name(key: TaskInstanceKey) -> str:
-    """A unique, DNS-safe pod name (same scheme as upstream: ``<dag>-<task>-<8 random chars>``).
-
-    The base is upstream's ``create_unique_id`` without its suffix. The suffix must be unique, not secret:
-    it comes from :mod:`random` (reseeded in forked children) rather than one ``os.urandom`` call per
-    character as upstream's, because each such call waits for the GIL behind the API threads, which made
-    naming half of the scheduler's time in a launch burst.
+    The digits are a digest of what identifies the pod: the task instance key (its try included), the launch
+    id, and ``pod_index``, which counts the pods of that launch replaced after they failed before their task
+    ran (a relaunch of the same try is a new pod of the same launch). Ten hex digits (40 bits) make two
+    launches of one task's name collide about once in a trillion pairs; a collision is a 409 from a pod of
+    another launch, which fails the task with a clear error and touches nothing. Within the provider's 63
+    characters (a DNS label, so that it is also a valid hostname), whatever the dag and task ids.
     """
+    import hashlib
+
+    identity = "\x00".join(
+        (
+            key.dag_id,
+            key.task_id,
+            key.run_id,
+            str(key.map_index),
+            str(key.try_number),
+            launch_id,
+            str(pod_index),
+        )
+    )
+    suffix = "-" + hashlib.sha256(identity.encode()).hexdigest()[:10]
     base = create_unique_id(key.dag_id, key.task_id, unique=False)
-    suffix = "-" + "".join(random.choices(_SUFFIX_CHARS, k=8))
     return base[: POD_NAME_MAX_LENGTH - len(suffix)].strip("-.") + suffix
 
 
@@ -156,6 +169,9 @@ def _template(path: str) -> k8s.V1Pod:
         mtime = -1.0  # let the provider raise its own error for a missing file
     cached = _TEMPLATES.get(path)
     if cached is None or cached[0] != mtime or mtime < 0:
+        # upstream would take a missing path for YAML text and build the pod from no template
+        if problem := pod_template_problem(path):
+            raise ValueError(problem)
         cached = (mtime, PodGenerator.deserialize_model_file(path))
         _TEMPLATES[path] = cached
     return copy.deepcopy(cached[1])

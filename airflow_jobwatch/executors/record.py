@@ -42,8 +42,10 @@ ADOPTED = "adopted"  # the pod was adopted from a scheduler that is gone
 class PendingCreate:
     """The pod of the record's launch is to be created (or its create must be retried)."""
 
-    pod: Any = None  # the V1Pod, built once, so a retry reuses the name (409 AlreadyExists = done)
-    body: dict[str, Any] | None = None  # the serialized pod, sent as is on every attempt
+    pod: Any = None  # the V1Pod, built once
+    body: dict[str, Any] | None = (
+        None  # the serialized pod, sent as is on every attempt (one name per launch)
+    )
     build: Any = None  # Future of (pod, body) while it is built in the API threads
     attempts: int = 0
     backoff: Backoff | None = None  # created at the first failure
@@ -70,6 +72,12 @@ class TaskRecord:
     disruptions: list[str] = field(default_factory=list)
     launch_failures: list[str] = field(default_factory=list)  # pods that failed before the task ran
     relaunch_backoff: Backoff | None = None
+    # Which pod of the launch is to be created: 0, then one more for each pod of the launch that failed before
+    # its task ran (a relaunch) or that a create found already finished under the name. Part of the pod's name.
+    pod_index: int = 0
+    # What the task fails with if a relaunch may not be created (the task instance is no longer QUEUED on its
+    # try): the failure the relaunch stood in for, in its own words.
+    relaunch_failure: str | None = None
 
     @property
     def priority(self) -> int:
@@ -202,13 +210,15 @@ class TaskRecords:
         not_before: float,
         *,
         launch_failure: bool = False,
+        failure: str | None = None,
     ) -> TaskRecord:
         """The current pod ended before the task ran; the same launch gets a new pod after ``not_before``.
 
         ``disruption`` says what ended it; it counts against the disruption budget, or, with
         ``launch_failure``, against the budget of pods that failed before their task ran. The launch id is
         kept: it is what the scheduler's database names for this hand-over, and the new pod replaces the
-        old one within it.
+        old one within it; the new pod has the next ``pod_index``, so its name is new and still the same for
+        every scheduler. ``failure`` is what the task fails with if the relaunch may not be created.
         """
         record = self._require(key)
         self._pods.pop(ref, None)
@@ -216,9 +226,26 @@ class TaskRecords:
         record.relaunch_backoff = backoff
         record.pod = None
         record.seen_running = False
+        record.pod_index += 1
+        record.relaunch_failure = failure
         record.create = PendingCreate(not_before=not_before)
         self._mark_pending(key)
         return record
+
+    def name_taken(self, key: Any) -> None:
+        """A create found a finished pod of this very launch under its name (a pod of the launch that failed
+        before its task ran, which this executor did not replace itself): the next pod of the launch is made,
+        under the next ``pod_index``, with nothing else changed."""
+        record = self._require(key)
+        if record.create is None:
+            raise TransitionError(f"{key} has no pod to create")
+        ref = record.create.ref
+        if ref is not None and self._pods.get(ref) == (key, record.launch_id):
+            del self._pods[ref]
+        record.create.ref = None
+        record.create.body = None
+        record.create.not_before = 0.0
+        record.pod_index += 1
 
     def end(self, key: Any, ref: PodRef | None = None) -> TaskRecord | None:
         """The key leaves this executor: its end is reported (ended, create failed), it was revoked, or
@@ -277,6 +304,7 @@ class TaskRecords:
 # (as text) and ``external_executor_id``. Pure, so that the model-based test checks the same rules.
 
 SUPERSEDED = "superseded"  # the database names another launch of this try: this one's end is not reported
+RAN = "ran"  # the launch is this scheduler's, but its task instance is no longer QUEUED: no new pod for it
 
 UNRESOLVED = "unresolved"  # adoption: the pods could not all be listed; act on nothing, look again later
 ADOPT = "adopt"  # adoption: a pod of the current launch exists; adopt it
@@ -285,19 +313,34 @@ RESET = "reset"  # adoption: no pod of the current launch anywhere, the task ran
 
 
 def launch_held(
-    row: Any, *, try_number: int, scheduler_job_id: str, launch_id: str, pre_assigned: bool
-) -> bool:
-    """Whether this scheduler still holds the launch: the row is on the key's try, queued or running, queued
-    by this scheduler job and (when the scheduler pre-assigned the id) names this launch. Without a
-    pre-assigned id the row names an earlier launch until the scheduler has read the event naming this one,
-    so only the job and the try are checked. A missing row is not held."""
-    return (
-        row is not None
-        and row.try_number == try_number
-        and row.state in ("queued", "running")
-        and row.queued_by_job_id == scheduler_job_id
-        and (not pre_assigned or row.external_executor_id == launch_id)
-    )
+    row: Any,
+    *,
+    try_number: int,
+    scheduler_job_id: str,
+    launch_id: str,
+    pre_assigned: bool,
+    sent: bool = False,
+) -> bool | str:
+    """Whether this scheduler may create (or retry the create of) the launch's pod. True: the row is on the
+    key's try, queued by this scheduler job, (when the scheduler pre-assigned the id) names this launch, and
+    is QUEUED; or RUNNING when a create of this very pod may already have reached the API server (``sent``:
+    its answer was lost; the retry meets the pod under its name and is answered 409). :data:`RAN`: all of that
+    but no longer QUEUED while this pod was never sent (a relaunch, or a first create, for a task that runs,
+    deferred or ended): no pod is created for it, and the task is failed saying why. False: the launch is not this scheduler's (adopted elsewhere, queued again
+    under another launch, reset, or a missing row). Without a pre-assigned id the row names an earlier launch
+    until the scheduler has read the event naming this one, so only the job and the try are checked."""
+    if (
+        row is None
+        or row.try_number != try_number
+        or row.queued_by_job_id != scheduler_job_id
+        or (pre_assigned and row.external_executor_id != launch_id)
+    ):
+        return False
+    if row.state == "queued":
+        return True
+    if sent:
+        return bool(row.state == "running")
+    return RAN
 
 
 def launch_verdict(row: Any, *, try_number: int, launch_id: str, pre_assigned: bool) -> bool | str | None:
@@ -337,6 +380,7 @@ __all__ = [
     "UNRESOLVED",
     "PendingCreate",
     "PodRef",
+    "RAN",
     "TaskRecord",
     "TaskRecords",
     "TransitionError",

@@ -114,7 +114,7 @@ class Results(ExecutorBase):
         else:
             self._counters["failed"] += 1
             reason = result.reason or "Failed"
-            info = f"{where} failed: {reason}: {result.message}".rstrip(": ")
+            info = _failed_info(result)
             if disrupted is not None:
                 info = (
                     f"the worker pod was disrupted before any of its containers started {len(history)} "
@@ -122,8 +122,6 @@ class Results(ExecutorBase):
                     f"allows: " + "; ".join(history)
                 )
             elif result.disruption:
-                # The cluster ended it: say so first, in the task's words, then the details.
-                info = f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
                 metrics.pod_disrupted(reason)
             self.log.warning("Task %s: %s", key, info)
             self._append_task_log(record.workload, key, info)
@@ -279,7 +277,15 @@ class Results(ExecutorBase):
         now = time.monotonic()
         delay = backoff.failure(now)
         ref = (result.namespace, result.name)
-        self.records.relaunch(record.key, ref, what, backoff, now + delay, launch_failure=launch_failure)
+        self.records.relaunch(
+            record.key,
+            ref,
+            what,
+            backoff,
+            now + delay,
+            launch_failure=launch_failure,
+            failure=_failed_info(result),
+        )
         count = len(record.launch_failures if launch_failure else record.disruptions)
         message = explain(delay, count)
         self.log.warning("Task %s: %s", record.key, message)
@@ -318,6 +324,16 @@ class Results(ExecutorBase):
         self._clean_up_finished(result)
 
 
+def _failed_info(result: PodResult) -> str:
+    """What a failed pod's task fails with: the pod, then what ended it in the task's words (the cluster ended
+    it: said first), then the reason and the details."""
+    where = f"pod {result.namespace}/{result.name}"
+    reason = result.reason or "Failed"
+    if result.disruption:
+        return f"{where} was {result.disruption}; the task did not end by itself. {reason}: {result.message}"
+    return f"{where} failed: {reason}: {result.message}".rstrip(": ")
+
+
 @dataclass(frozen=True)
 class TaskInstanceRow:
     """What Airflow's database holds for a task instance: the fields that say which launch is current."""
@@ -328,10 +344,18 @@ class TaskInstanceRow:
     external_executor_id: str | None
 
 
-def task_instance_rows(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, TaskInstanceRow]:
-    """For each key whose task instance is in Airflow's database (on any try), its row. One query."""
+def task_instance_rows(
+    keys: list[TaskInstanceKey], *, skip_locked: bool = False
+) -> dict[TaskInstanceKey, TaskInstanceRow]:
+    """For each key whose task instance is in Airflow's database (on any try), its row. One query.
+
+    ``skip_locked``: read with ``FOR SHARE SKIP LOCKED`` where the database has row locks (PostgreSQL, MySQL
+    8): a row that another transaction holds for update (a scheduler adopting it, with Airflow's ``FOR UPDATE
+    SKIP LOCKED``) is left out instead of read as it was before that transaction.
+    """
     from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import with_row_locks
     from sqlalchemy import select
 
     condition = TaskInstance.filter_for_tis(keys)
@@ -341,18 +365,19 @@ def task_instance_rows(keys: list[TaskInstanceKey]) -> dict[TaskInstanceKey, Tas
     out: dict[TaskInstanceKey, TaskInstanceRow] = {}
     # Not the scheduler's scoped session: this may run inside one of its transactions.
     with create_session(scoped=False) as session:
-        rows = session.execute(
-            select(
-                TaskInstance.dag_id,
-                TaskInstance.task_id,
-                TaskInstance.run_id,
-                TaskInstance.map_index,
-                TaskInstance.try_number,
-                TaskInstance.state,
-                TaskInstance.queued_by_job_id,
-                TaskInstance.external_executor_id,
-            ).where(condition)
-        ).all()
+        query = select(
+            TaskInstance.dag_id,
+            TaskInstance.task_id,
+            TaskInstance.run_id,
+            TaskInstance.map_index,
+            TaskInstance.try_number,
+            TaskInstance.state,
+            TaskInstance.queued_by_job_id,
+            TaskInstance.external_executor_id,
+        ).where(condition)
+        if skip_locked:
+            query = with_row_locks(query, session, skip_locked=True, key_share=False, read=True)
+        rows = session.execute(query).all()
     for dag_id, task_id, run_id, map_index, try_number, state, queued_by, launch in rows:
         key = by_primary.get((dag_id, task_id, run_id, map_index))
         if key is not None:
@@ -385,24 +410,32 @@ def queued_on_try(
 
 
 def launches_held(
-    launches: Mapping[TaskInstanceKey, tuple[str, bool]], scheduler_job_id: str
-) -> dict[TaskInstanceKey, bool]:
+    launches: Mapping[TaskInstanceKey, tuple[str, bool, bool]], scheduler_job_id: str
+) -> dict[TaskInstanceKey, bool | str | None]:
     """For each key, mapped to (the launch id this executor holds for it, whether the scheduler pre-assigned
-    that id): whether this scheduler still holds that launch in Airflow's database. One query for all.
+    that id, whether a create of its pod may already have been sent): what Airflow's database says of that
+    launch (:func:`~airflow_jobwatch.executors.record.launch_held`), in one query for all.
 
-    Held: the task instance is on the key's try, queued or running, queued by this scheduler job, and (when
-    the id was pre-assigned) names that launch. A row that is missing is not held. Without a pre-assigned id
-    the row names an earlier launch until the scheduler has read this executor's event naming the new one,
-    so only the scheduler job and the try are checked.
+    The rows are read ``FOR SHARE SKIP LOCKED``: a row another scheduler is adopting right now (Airflow holds
+    it ``FOR UPDATE`` from its read to its commit, across the adopter's pod list) is not read as this
+    scheduler's from before that adoption. Such a key is None: unknown this heartbeat, neither created nor
+    dropped; the next heartbeat reads the committed row. A second, plain read tells a locked row from one
+    that is gone (not held).
     """
-    rows = task_instance_rows(list(launches))
+    keys = list(launches)
+    rows = task_instance_rows(keys, skip_locked=True)
+    left_out = [key for key in keys if key not in rows]
+    locked = set(task_instance_rows(left_out)) if left_out else set()
     return {
-        key: launch_held(
+        key: None
+        if key in locked
+        else launch_held(
             rows.get(key),
             try_number=key.try_number,
             scheduler_job_id=scheduler_job_id,
             launch_id=launch_id,
             pre_assigned=pre_assigned,
+            sent=sent,
         )
-        for key, (launch_id, pre_assigned) in launches.items()
+        for key, (launch_id, pre_assigned, sent) in launches.items()
     }

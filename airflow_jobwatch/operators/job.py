@@ -40,7 +40,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.exceptions import AirflowConfigException, AirflowProviderDeprecationWarning
 from airflow.providers.cncf.kubernetes.operators.job import (
     KubernetesJobOperator as _UpstreamKubernetesJobOperator,
 )
@@ -55,6 +55,7 @@ from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.operators.taskjob import TaskJob
+from airflow_jobwatch.pod_template import pod_template_problem
 from airflow_jobwatch.triggers import masking
 
 if TYPE_CHECKING:
@@ -458,11 +459,34 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             last_try=last_try,
         )
 
+    def _do_render_template_fields(
+        self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
+    ) -> None:
+        # Upstream hooks its env_vars conversion here (a mapped task never calls render_template_fields);
+        # what a template rendered to is checked here too, with the words the DAG's import would have used.
+        super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
+        if parent is self:
+            fields = tuple(template_fields)
+            check_argument_types(
+                f"{type(self).__name__}(task_id={self.task_id!r}), once rendered",
+                {f: getattr(self, f, None) for f in fields},
+                (),
+            )
+
     def _check_arguments(self) -> None:
         """Upstream's warnings and validation, before anything is created."""
         # The [jobwatch] options this task's wait reads (here, in the worker, or in the triggerer):
-        # a bad value is refused before the Job exists, naming the option.
-        jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
+        # a bad value is refused before the Job exists, naming the option, as Airflow's configuration
+        # error (the task log shows the exception's class; the provider's own is no word for a user).
+        jobwatch_config.warn_unknown_options(self.log)
+        try:
+            jobwatch_config.check_options(jobwatch_config.TRIGGER_OPTIONS)
+        except jobwatch_config.JobwatchConfigError as err:
+            raise AirflowConfigException(str(err)) from None
+        # Upstream reads a template path that does not exist as YAML text and builds from no template.
+        for argument, kind in (("job_template_file", "Job"), ("pod_template_file", "Pod")):
+            if problem := pod_template_problem(getattr(self, argument, None), kind=kind):
+                raise AirflowException(f"{argument}: {problem}")
         self._warn_unhonoured()
         if self.deferrable and not self.wait_until_job_complete:
             self.log.warning(

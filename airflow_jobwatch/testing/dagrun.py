@@ -38,13 +38,25 @@ _START = re.compile(r"\[DAG TEST\] starting task_id=(?P<task>\S+) map_index=(?P<
 _END = re.compile(r"\[DAG TEST\] end task task_id=(?P<task>\S+) map_index=(?P<index>-?\d+)")
 
 
-#: The bounds of ``airflow-jobwatch[testing-<minor>]`` (pyproject.toml) for each Airflow minor whose
-#: ``dag.test()`` fails with the newest libraries pip picks; named when :func:`run_dag` meets the failure.
+#: The bounds of ``airflow-jobwatch[testing-airflow<major><minor>]`` (pyproject.toml; :func:`testing_extra`)
+#: for each Airflow minor whose ``dag.test()`` fails with the newest libraries pip picks; named when
+#: :func:`run_dag` meets the failure.
 TESTING_PINS: dict[str, tuple[str, ...]] = {
     "3.1": (),
     "3.2": ("fastapi<0.137", "cadwyn<8", "svcs<26"),
     "3.3": (),
 }
+
+
+def testing_extra(minor: str) -> str:
+    """The extra of the installation page's command for Airflow ``minor`` ("3.2" -> "testing-airflow32").
+
+    Lowercase letters, digits and single hyphens, so that every pip finds it as typed: pip before 23.3
+    does not normalise a requested extra's name (PEP 685), and the wheel declares the normalised one.
+    """
+    return "testing-airflow" + minor.replace(".", "")
+
+
 # What Airflow's in-process execution API (through which dag.test() runs every task) writes when it does
 # not work with the installed libraries, and which libraries those are: Airflow 3.2.2 with fastapi >= 0.137
 # and its cadwyn 8/9 (a pydantic schema error, raised on every request), and with svcs 26 (its lifespan
@@ -299,7 +311,7 @@ def _library_failure(output: str) -> str | None:
             airflow = "?"
         minor = ".".join(airflow.split(".")[:2])
         pins = TESTING_PINS.get(minor, ())
-        fix = f'pip install "airflow-jobwatch[testing-{minor}]"'
+        fix = f'pip install "airflow-jobwatch[{testing_extra(minor)}]"'
         if pins:
             fix += f" (it holds {' '.join(repr(p) for p in pins)})"
         return (

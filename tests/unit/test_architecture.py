@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "compat": 1,
     "connections": 1,
     "get_provider_info": 1,
+    "pod_template": 1,
     # The executor and the trigger: two consumers of the watch engine, neither using the other.
     "executors": 2,
     "triggers": 2,

@@ -112,3 +112,31 @@ def upstream_executor(db_url: str, executor_factory: Any, monkeypatch: Any, requ
     ex.job_id = "43"
     ex._should_create_pod_for_job = lambda task: True
     return ex
+
+
+def worker_pod_of(key: Any, *, name: str, launch: str, job_id: str, command: str) -> dict[str, Any]:
+    """A worker pod of ``key``'s launch ``launch`` as another scheduler job made it: upstream's labels and
+    annotations, the launch id annotation, and a container running ``sh -c command``."""
+    from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
+
+    annotations = {
+        "dag_id": key.dag_id,
+        "task_id": key.task_id,
+        "run_id": key.run_id,
+        "try_number": str(key.try_number),
+        "map_index": str(key.map_index),
+        LAUNCH_ANNOTATION: launch,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"airflow-worker": job_id, "kubernetes_executor": "True"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "base", "image": "busybox", "command": ["sh", "-c", command]}],
+        },
+    }

@@ -4,7 +4,8 @@ A 409 AlreadyExists makes the executor read the existing pod (is it ours, from a
 was lost, or someone else's?) and perhaps relabel it. Those calls used to run inside ``sync()``: an API
 server slow to answer that GET held the whole scheduler loop for up to the request timeout. Here a
 proxy holds every GET of a single pod; the loop must go on (another task is launched and reported)
-while the 409's GET waits, and the task resolves once the GET is answered.
+while the 409's GET waits, and the task resolves once the GET is answered (here: failed, as the pod
+under its name belongs to no launch of it).
 """
 
 from __future__ import annotations
@@ -52,15 +53,15 @@ def test_409_get_does_not_hold_the_scheduler_loop(
             },
         },
     )
-    real_new_pod_name = launching.new_pod_name
+    real_pod_name = launching.launch_pod_name
     names: list[str] = []
 
-    def first_name_taken(key: Any) -> str:
-        name = taken if not names else real_new_pod_name(key)
+    def first_name_taken(key: Any, launch_id: str, pod_index: int = 0) -> str:
+        name = taken if not names else real_pod_name(key, launch_id, pod_index)
         names.append(name)
         return name
 
-    monkeypatch.setattr(launching, "new_pod_name", first_name_taken)
+    monkeypatch.setattr(launching, "launch_pod_name", first_name_taken)
     ex = executor_factory(kubeconfig=proxy.kubeconfig)
     held: list[str] = []
 
@@ -80,7 +81,8 @@ def test_409_get_does_not_hold_the_scheduler_loop(
     assert "unlucky" not in terminal(events), "resolved before the GET was answered"
     proxy.release()
     heartbeat_until(ex, lambda e: "unlucky" in terminal(e), timeout=60, events=events)
-    assert terminal(events)["unlucky"][0] == "success"
-    assert names[0] == taken and [n for n in names[1:] if "unlucky" in n], names  # retried under a new name
+    state, info = terminal(events)["unlucky"]
+    assert state == "failed" and taken in info, info  # not this launch's pod: a clear error
+    assert [n for n in names if "unlucky" in n or n == taken] == [taken], names  # fixed by its launch
     squatter = sandbox.get_object("pods", "default", taken)
     assert squatter is not None and squatter["metadata"]["labels"] == {"app": "unrelated"}

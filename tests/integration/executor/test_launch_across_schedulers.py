@@ -19,7 +19,16 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, pods_of, poll, submit, terminal, terminal_events, wait_for_file
+from exec_helpers import (
+    heartbeat_until,
+    pods_of,
+    poll,
+    submit,
+    terminal,
+    terminal_events,
+    wait_for_file,
+    worker_pod_of,
+)
 from support.workloads import make_workload
 
 from airflow_jobwatch.executors.pods import LAUNCH_ANNOTATION
@@ -279,3 +288,36 @@ def test_a_pod_launched_by_the_upstream_executor_is_adopted_whatever_the_databas
     all_events: list[tuple[Any, Any]] = []
     heartbeat_until(new, lambda e: "switched" in terminal(e), timeout=60, all_events=all_events)
     assert [(k.task_id, s) for k, s, _ in terminal_events(all_events)] == [("switched", "success")]
+
+
+def test_without_a_pre_assigned_id_an_adopter_launches_under_the_id_the_row_names_and_meets_the_late_pod(
+    executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.1, 3.2.0, 3.2.1: the rebuilt workload carries no launch id, but the row names the one the late
+    scheduler reported. The adopter launches under it, so its pod has the late scheduler's pod's name: when
+    the late create lands after the adopter's list, the adopter's create is answered 409 and takes that pod
+    over. One pod."""
+    from airflow.executors.workloads import ExecuteTask
+
+    from airflow_jobwatch.executors.pods import launch_pod_name
+
+    sandbox, _ = kube_sandbox
+    w = make_workload(task_id="late31", command="sleep 3; exit 0")
+    assert w.ti.external_executor_id is None  # as Airflow 3.1 rebuilds it
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    adopter = executor_factory(job_id="43")
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=42, external_executor_id="launch-late", state="queued"
+    )
+    assert adopter.try_adopt_task_instances([orphan]) == []
+    key = w.ti.key
+    late_name = launch_pod_name(key, "launch-late")
+    # The late scheduler's create lands now, after the adopter's list.
+    core_v1.create_namespaced_pod(
+        "default",
+        worker_pod_of(key, name=late_name, launch="launch-late", job_id="42", command="sleep 3; exit 0"),
+    )
+    events: dict[Any, Any] = {}
+    heartbeat_until(adopter, lambda e: "late31" in terminal(e), timeout=60, events=events)
+    assert [p["metadata"]["name"] for p in pods_of(sandbox, "late31")] == [late_name]
+    assert terminal(events)["late31"][0] == "success"

@@ -155,3 +155,44 @@ def test_an_executor_run_by_no_scheduler_job_launches_without_the_check(
     submit(ex, w)
     poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
     assert [(k.task_id, s) for k, s, _ in terminal_events(events)] == [("adhoc", "success")]
+
+
+@pytest.mark.sandbox_opts(pod_start_delay=4.0)
+def test_a_relaunch_after_one_failed_database_read_is_not_created_for_a_running_task(
+    executor_factory: Any, kube_sandbox: Any, task_instance_table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database says RUNNING (the task ran) but the pod's status shows no start (evicted while its
+    containers were being created), and the one read at the pod's end fails: the pod's status decides, and
+    a relaunch is due. Before its pod is created the launch must be QUEUED on its try; it is not, so the
+    task fails with the eviction's own words, and no second pod is made for the try."""
+    sandbox, _ = kube_sandbox
+    if REAL_LAUNCHES_HELD is not None:
+        monkeypatch.setattr(results, "launches_held", REAL_LAUNCHES_HELD)
+    monkeypatch.setattr(results, "RELAUNCH_BACKOFF_INITIAL_SECONDS", 0.2)
+    real_queued_on_try = results.queued_on_try
+    reads: list[int] = []
+
+    def fails_once(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        if len(reads) == 1:
+            raise ConnectionError("the database went away for a moment")
+        return real_queued_on_try(*args, **kwargs)
+
+    monkeypatch.setattr(results, "queued_on_try", fails_once)
+    ex = executor_factory(job_id="42")
+    w = make_workload(task_id="ran", command="exit 0")
+    w.ti.external_executor_id = "launch-ran"
+    task_instance_table(w.ti.key, state="queued", queued_by=42, launch="launch-ran")
+    events: list[tuple[Any, Any]] = []
+    submit(ex, w)
+    poll(ex, lambda: len(pods_of(sandbox, "ran")) == 1, timeout=60, what="the pod", events=events)
+    task_instance_table(w.ti.key, state="running", queued_by=42, launch="launch-ran")
+    sandbox.evict_pod("default", pods_of(sandbox, "ran")[0]["metadata"]["name"])
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
+    for _ in range(5):
+        ex.heartbeat()
+        events.extend(ex.get_event_buffer().items())
+    ((_, state, info),) = terminal_events(events)
+    assert reads, "the database read at the pod's end never ran"
+    assert str(state) == "failed" and "evicted" in info and "no longer QUEUED" in info, info
+    assert len(pods_of(sandbox, "ran")) == 1 and ex.status()["pods_launched"] == 1

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exec_helpers import heartbeat_until, submit, terminal
+from exec_helpers import heartbeat_until, submit, terminal, worker_pod_of
 from faultproxy import FaultProxy, write_proxy_kubeconfig
 from support.workloads import make_workload
 
@@ -174,40 +174,31 @@ def test_watcher_restart_with_missing_pods_does_not_stall_the_scheduler_loop(
     _no_key_twice(all_events)
 
 
-def test_409_for_someone_elses_pod_takes_a_new_name(
-    executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
+def test_409_from_a_pod_of_another_launch_fails_the_task_and_leaves_that_pod_alone(
+    executor_factory: Any, kube_sandbox: Any, core_v1: Any
 ) -> None:
-    from airflow_jobwatch.executors import launching
+    """A pod's name is fixed by its launch, so a 409 whose pod names the same task instance but another launch
+    (or nothing) is not this launch's pod: it is neither counted as created nor relabelled, and the task
+    fails saying which pod holds the name. (Taking another name would make a pod that no other scheduler
+    could find by name: the fence would be gone.)"""
+    from airflow_jobwatch.executors.pods import launch_pod_name
 
     sandbox, _ = kube_sandbox
-    taken = "squatted-name-1234"
+    w = make_workload(task_id="unlucky", command="exit 0")
+    w.ti.external_executor_id = "launch-mine"
+    taken = launch_pod_name(w.ti.key, "launch-mine")
+    key = w.ti.key
     core_v1.create_namespaced_pod(
         "default",
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": taken, "labels": {"app": "unrelated"}},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep 120"]}],
-            },
-        },
+        worker_pod_of(key, name=taken, launch="launch-of-someone-else", job_id="77", command="exit 0"),
     )
-    real_new_pod_name = launching.new_pod_name
-    names: list[str] = []
-
-    def first_name_taken(key: Any) -> str:
-        name = taken if not names else real_new_pod_name(key)
-        names.append(name)
-        return name
-
-    monkeypatch.setattr(launching, "new_pod_name", first_name_taken)
     ex = executor_factory()
-    submit(ex, make_workload(task_id="unlucky", command="exit 0"))
+    submit(ex, w)
     events = heartbeat_until(ex, lambda e: "unlucky" in terminal(e), timeout=60)
-    assert terminal(events)["unlucky"][0] == "success"
-    assert len(names) == 2 and names[1] != taken
+    state, info = terminal(events)["unlucky"]
+    assert state == "failed" and taken in info and "launch-of-someone-else" in info, info
+    assert ex.status()["pods_launched"] == 0
     squatter = sandbox.get_object("pods", "default", taken)
-    assert squatter is not None and squatter["metadata"]["labels"] == {"app": "unrelated"}, (
-        "someone else's pod must be left alone"
+    assert squatter is not None and squatter["metadata"]["labels"]["airflow-worker"] == "77", (
+        "another launch's pod must be left alone"
     )

@@ -19,7 +19,7 @@ from kubernetes.client import models as k8s
 from support.workloads import executor_kube_config, make_workload
 
 from airflow_jobwatch.executors.podbuild import WorkerPodBuilder, _differences
-from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, build_worker_pod, new_pod_name
+from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, build_worker_pod, launch_pod_name
 
 TEMPLATE = """\
 apiVersion: v1
@@ -147,7 +147,7 @@ def test_every_body_equals_the_full_build_of_its_task(
             map_index=i if mapped else -1,
             executor_config=executor_config,
         )
-        name = new_pod_name(workload.ti.key)
+        name = launch_pod_name(workload.ti.key, f"launch{i}")
         got = builder.body(workload, pod_name=name, launch_id=f"launch{i}")
         assert got == _full(workload, kube_config, pod_name=name, launch_id=f"launch{i}", labels=labels)
     # one full build for the first task, two for the shape, the rest from the shape
@@ -343,17 +343,26 @@ def test_an_edited_template_is_used_once_its_recheck_is_due(
     assert fresh["spec"]["containers"][1]["image"] == "sidecar:2"
 
 
-def test_new_pod_names_are_upstreams_scheme_and_unique() -> None:
+def test_a_pod_name_is_upstreams_base_and_fixed_by_the_launch_and_its_pod_index() -> None:
+    """The same launch gets the same name in every scheduler (so a second create is answered 409); another
+    launch, another pod of the launch, or another try gets another name; always a DNS label of at most 63."""
     import re
 
     from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import create_unique_id
 
     for dag_id, task_id in (("My_DAG", "a.task-" + "x" * 80), ("d", "t"), ("d" * 30, "-." + "t" * 22)):
-        key = TaskInstanceKey(dag_id, task_id, "run", 1, -1)
+        key = TaskInstanceKey(dag_id, task_id, "run-" + "r" * 300, 1, -1)
         upstream = create_unique_id(dag_id, task_id)  # <name>-<8 random chars>
-        names = {new_pod_name(key) for _ in range(1000)}
-        assert len(names) == 1000
+        names = {
+            launch_pod_name(k, launch, index)
+            for k in (key, key._replace(try_number=2), key._replace(map_index=0))
+            for launch in ("a" * 16, "b" * 16, "x" * 300)
+            for index in range(3)
+        }
+        assert len(names) == 27
+        assert launch_pod_name(key, "a" * 16, 1) == launch_pod_name(key, "a" * 16, 1)
         for name in names:
-            assert name[:-9] == upstream[:-9]
-            assert re.fullmatch(r"-[a-z0-9]{8}", name[-9:]), name
+            assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+            assert re.fullmatch(r"-[0-9a-f]{10}", name[-11:]), name
+            assert upstream[:-9].startswith(name[:-11].rstrip("-.")), (name, upstream)
