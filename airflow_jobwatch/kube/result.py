@@ -56,6 +56,7 @@ __all__ = [
     "JobResult",
     "PodOutcome",
     "XComResultError",
+    "log_xcom_results",
     "parse_xcom_results",
     "pod_outcomes",
     "read_stored_result",
@@ -371,6 +372,19 @@ def _mac(key: bytes, uid: str, body: Mapping[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+#: At most this many characters of a value read from an unverified annotation are quoted in a reason.
+_QUOTED_MAX_CHARS = 80
+
+
+def _quoted(value: Any) -> str:
+    """``repr(value)``, cut: a reason quotes what anyone who may patch the Job wrote (up to the API
+    server's 256 KiB of annotations), and the reason is written into the task log."""
+    text = repr(value)
+    return (
+        text if len(text) <= _QUOTED_MAX_CHARS else f"{text[:_QUOTED_MAX_CHARS]}... ({len(text)} characters)"
+    )
+
+
 def stored_result(job: Mapping[str, Any] | Any, keys: Sequence[bytes]) -> JobResult | None:
     """The result signed onto ``job`` under one of ``keys``, or None (see :func:`read_stored_result`)."""
     return read_stored_result(job, keys)[0]
@@ -396,17 +410,23 @@ def read_stored_result(
     if not isinstance(data, dict):
         return None, "it is not a JSON object"
     if data.get("format") != _FORMAT:
-        return None, f"it is not in the signed format this release writes (format {data.get('format')!r})"
+        return (
+            None,
+            f"it is not in the signed format this release writes (format {_quoted(data.get('format'))})",
+        )
     uid = meta.get("uid")
     if not uid or data.get("uid") != uid:
         # copied onto another Job (a manifest re-applied), or written by hand: not this Job's result
-        return None, f"it names another Job (uid {data.get('uid')!r})"
+        return None, f"it names another Job (uid {_quoted(data.get('uid'))})"
     mac = data.get("mac")
     if not isinstance(mac, str):
         return None, "it carries no signature"
     if not keys:
         return None, "there is no key here to check its signature with"
-    if not any(hmac.compare_digest(mac, _mac(key, str(uid), data)) for key in keys):
+    # Compared as bytes: hmac.compare_digest raises TypeError on a str with a non-ASCII character, and
+    # anyone who may patch the Job writes this one; a signature we made is ASCII (base64url).
+    given = mac.encode("utf-8", "surrogatepass")
+    if not any(hmac.compare_digest(given, _mac(key, str(uid), data).encode()) for key in keys):
         return None, (
             "its signature does not verify: it was not written by this deployment's Airflow (or was "
             "changed since), or its key has since been retired"
@@ -432,6 +452,27 @@ def without_result_annotation(job: dict[str, Any] | None) -> dict[str, Any] | No
     return {**job, "metadata": stripped}
 
 
+def _log_xcom_result(text: str, log: _Log) -> None:
+    """The task-log line of one pod's XCom result, as the worker writes it; a large result is not
+    copied whole into the task log."""
+    shown = (
+        text
+        if len(text) <= XCOM_LOG_MAX_CHARS
+        else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
+    )
+    log.info("xcom result: \n%s", shown)
+
+
+def log_xcom_results(raw: Iterable[Any], log: _Log) -> None:
+    """The task-log lines :func:`parse_xcom_results` writes for ``raw``, without parsing it again: the
+    caller that already holds the parsed value does not hold it twice to write them."""
+    for text in raw:
+        if isinstance(text, str) and text.rstrip() == EMPTY_XCOM_RESULT:
+            log.info("xcom result file is empty.")
+        elif isinstance(text, str) and text.strip():
+            _log_xcom_result(text, log)
+
+
 def parse_xcom_results(
     raw: list[Any],
     pod_names: list[str],
@@ -455,13 +496,8 @@ def parse_xcom_results(
         if not isinstance(text, str) or not text.strip():
             results.append(None)
             continue
-        if log is not None:  # a large result is not copied whole into the task log
-            shown = (
-                text
-                if len(text) <= XCOM_LOG_MAX_CHARS
-                else f"{text[:XCOM_LOG_MAX_CHARS]}... ({len(text)} characters)"
-            )
-            log.info("xcom result: \n%s", shown)
+        if log is not None:
+            _log_xcom_result(text, log)
         try:
             results.append(json.loads(text))
         except (ValueError, RecursionError):  # RecursionError: deeply nested arrays cut by the kubelet

@@ -10,6 +10,7 @@ operator's own steps.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Collection
@@ -25,6 +26,7 @@ from airflow_jobwatch.operators.podlogs import write_pod_logs
 from airflow_jobwatch.operators.request import api_error_message
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import OUTCOME_FAILED, OUTCOME_TIMEOUT, STATUS_SUCCESS
+from airflow_jobwatch.triggers.masking import XCOM_RESULT_MASKED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,7 +71,11 @@ def complete(tj: TaskJob, context: Context, event: dict[str, Any]) -> Any:
                     message = state.message  # names the failing pod and its container's exit code
             if not classify_job(job_now).terminal:  # the Job's own conditions: it still runs
                 unfinished = job_now
-    result = JobResult.from_payload(event).with_fresh_pods(pods, tj.base_container_name)
+    result = JobResult.from_payload(event)
+    expected_results = len(result.xcom_result or ())
+    if event.get(XCOM_RESULT_MASKED):  # the event's texts held a secret and were masked: not the value
+        result = dataclasses.replace(result, xcom_result=None)
+    result = result.with_fresh_pods(pods, tj.base_container_name)
     log_ending(
         tj.log,
         {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
@@ -95,6 +101,13 @@ def complete(tj: TaskJob, context: Context, event: dict[str, Any]) -> Any:
                 raise AirflowTaskTimeout(text)
             raise AirflowException(text)
         if tj.do_xcom_push:  # results printed by the pods' XCom sidecars read from their logs first
+            if event.get(XCOM_RESULT_MASKED) and len(result.xcom_result or ()) < expected_results:
+                raise AirflowException(
+                    f"Job {ns}/{name} succeeded, but its return value cannot be read: it holds a secret of "
+                    "this task, which is masked in the event the triggerer logged, and the pods that "
+                    "printed it are gone. Keep the pods until the task has resumed (on_finish_action, the "
+                    "Job's ttlSecondsAfterFinished), or return no secret from the task."
+                )
             return xcom_value(tj, sidecar.with_sidecar_results(tj, result, pods))
         return None
     finally:

@@ -26,6 +26,7 @@ from airflow_jobwatch.kube.result import (
     TERMINATION_MESSAGE_LIMIT_BYTES,
     JobResult,
     XComResultError,
+    log_xcom_results,
     parse_xcom_results,
 )
 from airflow_jobwatch.triggers import pod_logs, sidecar_results
@@ -218,12 +219,17 @@ async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
                 error = str(e)
     else:
         error = failure_text(payload, disruption_retries=trigger.disruption_retries)
-    log_ending(log, payload, list(payload.get("pods") or []))
+    # Lines whose number grows with the Job's pods are written paced, as the pod logs are (pod_logs.Lines).
+    ending = pod_logs.Lines()
+    log_ending(ending, payload, list(payload.get("pods") or []))
+    await ending.write(log)
     logs = plan.get("logs")
     if logs is not None:
         await write_pod_logs(trigger, payload, {"on_finish_action": plan.get("on_finish_action"), **logs})
     if error is None and plan.get("push_return"):  # the same lines, in order, as the worker writes
-        result.xcom_value(xcom_path=xcom_path, unwrap_single=unwrap_single, log=log)
+        results = pod_logs.Lines()
+        log_xcom_results(result.xcom_result or (), results)  # not parsed again: ``value`` is held already
+        await results.write(log)
     await cleanup_pods(trigger, payload, str(plan.get("on_finish_action") or "delete_pod"))
     if error is not None:
         log.error("Task failed with exception: %s", error)
@@ -384,8 +390,10 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
         core = CoreV1Api(api)
         listed = await core.list_namespaced_pod(trigger.namespace, label_selector=f"controller-uid={uid}")
         pods = sorted(listed.items, key=lambda p: (str(p.metadata.creation_timestamp or ""), p.metadata.name))
+        lines = pod_logs.Lines()  # a line per pod: paced, as every line whose number grows with the pods
         for pod in pods:
             name, phase = pod.metadata.name, pod.status.phase if pod.status else None
+            await lines.write(trigger.log)
             try:
                 if phase != "Succeeded" or keep:
                     await core.patch_namespaced_pod(
@@ -400,13 +408,15 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
                     or (on_finish_action == "delete_active_pod" and phase in ("Running", "Pending"))
                 )
                 if delete:
-                    trigger.log.info("Deleting pod: %s", name)
+                    lines.info("Deleting pod: %s", name)
+                    await lines.write(trigger.log)
                     await core.delete_namespaced_pod(name, trigger.namespace, body=V1DeleteOptions())
                 else:
-                    trigger.log.info("Skipping deleting pod: %s", name)
+                    lines.info("Skipping deleting pod: %s", name)
             except ApiException as e:
                 if e.status != 404:
-                    trigger.log.warning("Error while cleaning up pod %s: HTTP %s", name, e.status)
+                    lines.warning("Error while cleaning up pod %s: HTTP %s", name, e.status)
+        await lines.write(trigger.log)
     except Exception as e:
         trigger.log.warning(
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e

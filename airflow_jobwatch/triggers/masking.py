@@ -75,6 +75,9 @@ def capture() -> list[str] | None:
     if module is None:
         return None
     try:
+        # Private API: Airflow has no public way to list what a masker holds (``mask_secret`` only
+        # adds), so the process's masker (``_secrets_masker()``) and its ``patterns`` set are read
+        # directly. tests/unit/trigger/test_masking.py pins this on Airflow 3.1, 3.2 and 3.3.
         patterns = module._secrets_masker().patterns
     except Exception:
         return None
@@ -133,18 +136,31 @@ def redact_job_env(job: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**job, "spec": {**job["spec"], "template": {**template, "spec": {**spec, **changed}}}}
 
 
+#: Set on a resume's event whose ``xcom_result`` held a secret of the task and was masked: the worker then
+#: reads the result from the pods again, and never takes the masked text for the value.
+XCOM_RESULT_MASKED = "xcom_result_masked"
+
+
 def logged_event(payload: dict[str, Any], secrets: TaskSecrets | None) -> dict[str, Any]:
     """The trigger's event ``payload`` as it may be logged: Airflow logs a resume's event whole.
 
     Its ``job`` has no env values (:func:`redact_job_env`; the same Job becomes the ``job`` XCom when the
     task ends in the triggerer), and, with the task's secrets, its ``message`` (which quotes a failed
-    container's termination message) and ``disruptions`` are masked. What the resume reads to find the
-    Job and its result (names, uid, outcome, ``xcom_result``) is left as it is."""
+    container's termination message), ``disruptions`` and ``xcom_result`` are masked. A masked
+    ``xcom_result`` is no longer the value: the event says so (:data:`XCOM_RESULT_MASKED`), and the resume
+    reads the value from the pods. What the resume reads to find the Job (names, uid, outcome) is left as
+    it is."""
     event = {**payload, "job": redact_job_env(payload.get("job"))}
     if secrets is not None:
         for key in ("message", "disruptions"):
             if key in event:
                 event[key] = secrets.redact(event[key])
+        results = event.get("xcom_result")
+        if results:
+            masked = secrets.redact(results)
+            if masked != results:
+                event["xcom_result"] = masked
+                event[XCOM_RESULT_MASKED] = True
     return event
 
 

@@ -633,3 +633,59 @@ def _offset(text: bytearray, lines: int) -> int:
     for _ in range(lines):
         offset = text.find(b"\n", offset) + 1
     return offset
+
+
+# -- the other lines of a task's end -------------------------------------------------------------------
+
+
+class Lines:
+    """A logger-like buffer for the lines an end writes besides the pod logs (a line per pod, the XCom
+    lines, a line per pod cleaned up): their count grows with the Job's pods, so they are collected here
+    and written by :meth:`write`, paced like the pod lines, never in one burst that could fill the socket.
+
+    Only the methods the end path calls are offered (``info``, ``warning``, ``error``); each keeps its
+    format and arguments as given, so the masking logger formats and redacts them when they are written.
+    """
+
+    def __init__(self) -> None:
+        self._records: list[tuple[str, str, tuple[Any, ...]]] = []
+
+    def info(self, msg: str, *args: Any) -> None:
+        self._records.append(("info", msg, args))
+
+    def warning(self, msg: str, *args: Any) -> None:
+        self._records.append(("warning", msg, args))
+
+    def error(self, msg: str, *args: Any) -> None:
+        self._records.append(("error", msg, args))
+
+    async def write(self, log: Any, *, channel_: Channel | None = None) -> None:
+        """Write the collected lines into ``log`` in order, only while the log socket has room and in turn
+        with the other writers; when the supervisor stops reading, the rest is dropped with one warning."""
+        shared = channel_ or channel()
+        records, self._records = self._records, []
+        share = 0
+        for index, (level, msg, args) in enumerate(records):
+            text = msg % args if args else msg
+            cost = 768 + RECORD_BYTES + len(text)
+            if shared.fd is None:
+                if share <= 0:
+                    await asyncio.sleep(0)
+                    share = TURN_BYTES
+            else:
+                before = shared.unread()
+                if share <= 0 or before + cost > shared.room:
+                    if not await shared.turn(cost):
+                        log.warning(
+                            "%d lines of this task's end not written: the triggerer read none of its log "
+                            "lines for %g s",
+                            len(records) - index,
+                            shared.stall_seconds,
+                        )
+                        return
+                    share = TURN_BYTES
+                    before = shared.unread()
+            getattr(log, level)(msg, *args)
+            if shared.fd is not None:
+                shared.written += max(0, shared.unread() - before)
+            share -= cost

@@ -29,11 +29,11 @@ async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: Jo
         return result
     from kubernetes_asyncio.client import CoreV1Api
 
-    from airflow_jobwatch.kube import client as kube_client
-
     ns = trigger.namespace
     try:
-        api = await kube_client.async_api_client(await trigger._resolved_cluster_config())
+        # the shared watch's client where the trigger holds one, as the end's other reads: an
+        # exec-plugin credential (EKS, GKE) then runs no plugin for this read
+        api, release = await trigger._end_client()
     except Exception as e:
         raise XComResultError(
             f"Could not read the XCom results of Job {ns}/{trigger.job_name}: {e}"
@@ -41,7 +41,9 @@ async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: Jo
     try:
         core = CoreV1Api(api)
         try:
-            listed = await core.list_namespaced_pod(ns, label_selector=f"controller-uid={uid}")
+            listed = await core.list_namespaced_pod(
+                ns, label_selector=f"controller-uid={uid}", _request_timeout=xcom_sidecar.READ_TIMEOUT
+            )
             names = xcom_sidecar.sidecar_pods(listed.items)
             if not any(names):
                 return result
@@ -64,7 +66,7 @@ async def with_sidecar_results(trigger: Any, payload: dict[str, Any], result: Jo
             ) from None
         return xcom_sidecar.results_from_sidecars(result, names, texts)
     finally:
-        await api.close()
+        await release()
 
 
 def payload_with(payload: dict[str, Any], result: JobResult) -> dict[str, Any]:

@@ -13,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+import airflow_jobwatch
+
 PACKAGE = "airflow_jobwatch"
+#: The folder the package is imported from: the checkout, or an installed wheel (the packaging tests run
+#: the unit tests against one).
+PACKAGE_DIR = Path(airflow_jobwatch.__file__).resolve().parent
 
 #: Each part of the package and its layer. A module may import modules of its own part and of parts of a lower
 #: layer, never of a higher one, and never of another part of its own layer.
@@ -60,8 +64,8 @@ KNOWN_CYCLES: list[frozenset[str]] = []
 
 def _modules() -> dict[str, Path]:
     modules = {}
-    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        parts = [PACKAGE, *path.relative_to(PACKAGE_DIR).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         modules[".".join(parts)] = path

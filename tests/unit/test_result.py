@@ -17,6 +17,7 @@ from airflow_jobwatch.kube.result import (
     JobResult,
     PodOutcome,
     XComResultError,
+    read_stored_result,
     stored_result,
     termination_messages,
     without_result_annotation,
@@ -258,6 +259,10 @@ def test_without_a_key_nothing_stored_counts() -> None:
     [
         pytest.param(lambda d: d.update(xcom_result=['"mine"']), "signature does not verify", id="altered"),
         pytest.param(lambda d: d.pop("mac"), "carries no signature", id="mac-removed"),
+        # what anyone who may patch the Job can write: refused with its reason, never an exception that
+        # fails the task (hmac.compare_digest raises TypeError on a str with non-ASCII characters)
+        pytest.param(lambda d: d.update(mac="\u00e9" * 43), "signature does not verify", id="mac-not-ascii"),
+        pytest.param(lambda d: d.update(mac="\ud800"), "signature does not verify", id="mac-lone-surrogate"),
         pytest.param(lambda d: d.update(format=1), "not in the signed format", id="earlier-unsigned-format"),
     ],
 )
@@ -323,6 +328,13 @@ def test_a_stored_success_decides_nothing_but_fills_in_the_xcom_of_deleted_pods(
 )
 def test_an_unreadable_annotation_is_ignored(annotation: str) -> None:
     assert stored_result(_job_with(annotation), [KEY]) is None
+
+
+def test_a_reason_quotes_at_most_a_short_piece_of_what_the_annotation_says() -> None:
+    """The reason goes into the task log; the annotation is written by anyone who may patch the Job."""
+    for data in ({"format": 2, "uid": "x" * 200_000}, {"format": "y" * 200_000}):
+        result, why = read_stored_result(_job_with(json.dumps(data)), [KEY])
+        assert result is None and why is not None and len(why) < 200, why[:300]
 
 
 def test_another_jobs_result_is_ignored() -> None:

@@ -10,7 +10,6 @@ resumes the task on a worker; the resume's event carries no ``env`` values.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 import structlog.testing
 from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow.triggers.base import TaskSuccessEvent
+from support.masking import registered
 
 from airflow_jobwatch.triggers import masking
 from airflow_jobwatch.triggers.ending import end_from_triggerer
@@ -34,24 +34,6 @@ SECRETS = (PASSWORD, TOKEN)
 FERNET_KEY = "uOJ4sD4b8iJf3ZLlX7z9dOqdFvTTDvNa5ujqXl1J5Yk="
 
 
-@contextlib.contextmanager
-def registered(*values: str, name: str | None = None) -> Iterator[None]:
-    """``values`` registered with this process's masker as the task runner registers what a task's
-    templates read (``mask_secret``), and taken out again afterwards."""
-    from airflow.sdk.log import mask_secret
-
-    module = masking._masker_module()
-    assert module is not None
-    masker = module._secrets_masker()
-    before = (set(masker.patterns), masker.replacer)
-    try:
-        for value in values:
-            mask_secret(value, name)
-        yield
-    finally:
-        masker.patterns, masker.replacer = before
-
-
 def _text(entries: list[dict[str, Any]]) -> str:
     """Everything the captured log entries hold, as text (message, arguments and keys)."""
     return "\n".join(json.dumps(e, default=str) for e in entries)
@@ -60,6 +42,13 @@ def _text(entries: list[dict[str, Any]]) -> str:
 def _deferred_trigger(
     kubeconfig: Any, tmp_path: Any, *, xcom: str = "$DB_PASSWORD", **options: Any
 ) -> JobTrigger:
+    return _deferred(kubeconfig, tmp_path, xcom=xcom, **options)[1]
+
+
+def _deferred(
+    kubeconfig: Any, tmp_path: Any, *, xcom: str = "$DB_PASSWORD", **options: Any
+) -> tuple[Any, JobTrigger]:
+    """The operator, and the trigger it deferred to."""
     path = tmp_path / "return.json"
     script = (
         'echo "connecting with $DB_PASSWORD"; echo "token=$API_TOKEN"; '
@@ -80,7 +69,7 @@ def _deferred_trigger(
     )
     with registered(PASSWORD), registered(TOKEN, name="api_token"), pytest.raises(TaskDeferred) as deferred:
         op.execute(make_context())
-    return deferred.value.trigger
+    return op, deferred.value.trigger
 
 
 @pytest.fixture
@@ -179,3 +168,25 @@ async def test_the_resume_event_carries_no_env_values(
 
 async def _no_hold(trigger: Any, hold_seconds: float | None = None) -> None:
     return None
+
+
+async def test_a_result_holding_a_secret_is_masked_in_the_resume_event_and_read_from_the_pods(
+    sandbox: Any, kubeconfig: Any, tmp_path: Any, fernet_key: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A callback makes the task resume on a worker, with the event Airflow logs whole. On a cluster without
+    # native sidecars the result travels in the event (the termination message): holding the connection's
+    # password, it is masked there, and the worker reads the value from the pods.
+    sandbox.set_native_sidecars(False)
+    try:
+        op, deferred = _deferred(kubeconfig, tmp_path, on_success_callback=lambda context: None)
+        trigger = _through_airflows_store(deferred)
+        trigger.task_instance = FakeTI()
+        monkeypatch.setattr("airflow_jobwatch.triggers.job.hold_resume", _no_hold)
+
+        [event] = [event async for event in trigger.run()]
+    finally:
+        sandbox.set_native_sidecars(True)
+
+    assert PASSWORD not in repr(event), repr(event)  # what "Trigger fired event" writes
+    assert event.payload[masking.XCOM_RESULT_MASKED] is True
+    assert op.execute_complete(make_context(), event.payload) == {"password": PASSWORD}

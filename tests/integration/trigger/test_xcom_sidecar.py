@@ -15,6 +15,7 @@ from airflow.models import Connection
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TaskSuccessEvent
 
+from airflow_jobwatch.kube import result as kube_result
 from airflow_jobwatch.kube import xcom_sidecar
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 from airflow_jobwatch.triggers.ending import end_from_triggerer
@@ -173,6 +174,34 @@ async def test_eight_large_results_ending_at_once_are_read_two_at_a_time(
     assert all(isinstance(e, TaskSuccessEvent) for e in events), events
     assert all(_decoded(e.xcoms["return_value"]) == value for e in events)
     assert 1 <= most <= xcom_sidecar.READ_CONCURRENCY
+
+
+async def test_the_triggerer_parses_a_result_once_and_still_logs_it_as_the_worker_does(
+    sandbox, kubeconfig, tmp_path, monkeypatch
+) -> None:
+    """Writing a result's task-log lines does not parse the result a second time, beside the value
+    already held. (A spy on the parse, which no HTTP exchange can show; the value and the lines are
+    checked too.)"""
+    path = str(tmp_path / "return.json")
+    value = {"rows": [f"row-{i:05d}" for i in range(2000)]}  # ~26 KiB: from the sidecar's log
+    _op, trigger = _deferred_with_xcom(kubeconfig, _writer(value, path), path)
+    payload = await trigger.wait()
+    parses: list[int] = []
+    real_parse = kube_result.parse_xcom_results
+
+    def parse(raw: list[Any], *args: Any, **kwargs: Any) -> Any:
+        parses.append(len(raw))
+        return real_parse(raw, *args, **kwargs)
+
+    monkeypatch.setattr(kube_result, "parse_xcom_results", parse)
+    with structlog.testing.capture_logs() as entries:
+        event = await end_from_triggerer(trigger, payload)
+    assert isinstance(event, TaskSuccessEvent), event
+    assert _decoded(event.xcoms["return_value"]) == value
+    assert parses == [1], f"the result was parsed {len(parses)} times"
+    text = json.dumps(value)
+    lines = [e["event"] for e in entries if str(e["event"]).startswith("xcom result")]
+    assert lines == [f"xcom result: \n{text[:4096]}... ({len(text)} characters)"]
 
 
 def test_upstreams_sidecar_settings_apply_to_the_sidecar(sandbox, kubeconfig, monkeypatch) -> None:

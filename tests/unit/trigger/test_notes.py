@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -110,6 +111,7 @@ class FakeRefusals:
         self.latest = latest
         self.listeners: dict[str, list[Any]] = {}
         self.opened = 0
+        self.listening = asyncio.Event()  # set once a wait listens
 
     def source(self) -> FakeRefusals:
         self.opened += 1
@@ -120,6 +122,7 @@ class FakeRefusals:
 
     def listen(self, job_uid: str, callback: Any) -> Any:
         self.listeners.setdefault(job_uid, []).append(callback)
+        self.listening.set()
         return lambda: self.listeners[job_uid].remove(callback)
 
     def refuse(self, job_uid: str, message: str) -> None:
@@ -183,14 +186,14 @@ async def test_a_quota_refusal_is_said_once_while_the_usage_changes_and_its_numb
     from airflow_jobwatch.triggers import notes as notes_module
 
     clock = [1000.0]
-    monkeypatch.setattr(notes_module, "_clock", lambda: clock[0], raising=False)
+    monkeypatch.setattr(notes_module, "_clock", lambda: clock[0])
     monkeypatch.setattr(notes_module, "MISSING_PODS_FIRST_CHECK_SECONDS", 0.0)
     wait, log = notes()
     job = load("jobs", "new-empty-status")
     uid = job["metadata"]["uid"]
     refusals = FakeRefusals()
     wait.observe(job, [], refusals.source)
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(refusals.listening.wait(), 30)  # the wait listens to the refusals
     cpu = (
         'Error creating: pods "bad-fac2-{}" is forbidden: exceeded quota: compute, requested: '
         "requests.cpu=500m, used: requests.cpu={}, limited: requests.cpu=8"
