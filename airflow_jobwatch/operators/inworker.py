@@ -20,34 +20,31 @@ from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 from airflow_jobwatch.kube.states import classify_job
 from airflow_jobwatch.operators import request, resume
 from airflow_jobwatch.operators.podlogs import requested_containers, write_container_log
-from airflow_jobwatch.triggers.job import JobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
     from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
-    from airflow_jobwatch.operators.job import KubernetesJobOperator
+    from airflow_jobwatch.operators.taskjob import TaskJob
 
 __all__ = ["LogFollower", "LoopThread", "create_and_wait", "doing_now", "wait_in_worker"]
 
 
-async def create_and_wait(
-    op: KubernetesJobOperator, job_request: k8s.V1Job, context: Context
-) -> dict[str, Any]:
+async def create_and_wait(tj: TaskJob, job_request: k8s.V1Job, context: Context) -> dict[str, Any]:
     """The in-worker wait: open the namespace's watch, create the Job, wait for it.
 
     Runs in the event loop of :func:`wait_in_worker`'s helper thread, never in the main thread.
     """
     meta = job_request.metadata
-    trigger = request.trigger(op, context, meta.name, meta.namespace, None)
+    trigger = tj.trigger(meta.name, meta.namespace, None)
     async with trigger.watching() as watch:
         # A blocking create in this loop is fine: the loop is ours alone, serving our informers.
-        job = request.create_job(op, job_request, context)
-        trigger = request.trigger(op, context, job.metadata.name, job.metadata.namespace, job.metadata.uid)
-        if not op.get_logs:
+        job = request.create_job(tj, job_request, context)
+        trigger = tj.trigger(job.metadata.name, job.metadata.namespace, job.metadata.uid)
+        if not tj.get_logs:
             return await trigger.wait()
-        follower = LogFollower(op, job.metadata.namespace)
+        follower = LogFollower(tj, job.metadata.namespace)
         discovering = asyncio.create_task(follower.discover(lambda: watch.pods_of(job.metadata.uid)))
         try:
             event = await trigger.wait()
@@ -58,12 +55,12 @@ async def create_and_wait(
             discovering.cancel()
         follower.start_ready(watch.pods_of(job.metadata.uid))  # pods first seen at the very end
         await follower.drain(_LOG_DRAIN_SECONDS)
-        op._logs_wanted, op._logs_streamed = follower.wanted, follower.started
+        tj.logs_wanted, tj.logs_streamed = follower.wanted, follower.started
         return event
 
 
 def wait_in_worker(
-    op: KubernetesJobOperator,
+    tj: TaskJob,
     job_request: k8s.V1Job,
     context: Context,
     *,
@@ -98,32 +95,31 @@ def wait_in_worker(
     When anything is raised in the main thread while it waits (the alarm, ``KeyboardInterrupt``), the
     wait's task is cancelled in its loop, which closes the log streams, leaves the shared watch and
     stops the informers; the main thread waits for that (at most ``_STOP_SECONDS``), so that a Job
-    whose create was in flight is recorded in ``op.job``, and re-raises. Airflow then calls
+    whose create was in flight is recorded in the operator's ``job``, and re-raises. Airflow then calls
     ``on_kill()``, which deletes the Job. (SIGTERM needs nothing special: Airflow's handler calls
     ``on_kill()`` in the main thread, the Job is deleted, and the wait ends with ``deleted``.)
     """
-    runner = LoopThread(lambda: create_and_wait(op, job_request, context), name=f"jobwatch-wait-{op.task_id}")
+    runner = LoopThread(lambda: create_and_wait(tj, job_request, context), name=f"jobwatch-wait-{tj.task_id}")
     try:
-        event: dict[str, Any] = runner.run(op.log, check=alarm.check if alarm is not None else None)
+        event: dict[str, Any] = runner.run(tj.log, check=alarm.check if alarm is not None else None)
     except AirflowTaskTimeout as e:
-        raise AirflowTaskTimeout(f"{e} ({doing_now(op)})") from e
+        raise AirflowTaskTimeout(f"{e} ({doing_now(tj)})") from e
     return event
 
 
-def doing_now(op: KubernetesJobOperator) -> str:
+def doing_now(tj: TaskJob) -> str:
     """What the Job is doing now, for the in-worker timeout's message (the deferred timeout's words:
     "it was running: ..."); best effort, never raises."""
-    job = getattr(op, "job", None)
+    job = tj.job
     if job is None:
         return "the Job was not created yet"
     ns, name = job.metadata.namespace, job.metadata.name
     try:
-        now = resume.read_job_now(op, ns, name, job.metadata.uid)
+        now = resume.read_job_now(tj, ns, name, job.metadata.uid)
         if now is None:
             return f"Job {ns}/{name} could not be read"
-        pods = resume.read_pods(op, ns, now.metadata.uid, {})
-        fatal = JobTrigger(name, ns, fatal_waiting_reasons=op.fatal_waiting_reasons)._fatal_reasons
-        state = classify_job(now, pods, fatal_waiting_reasons=fatal)
+        pods = resume.read_pods(tj, ns, now.metadata.uid, {})
+        state = classify_job(now, pods, fatal_waiting_reasons=tj.fatal_reasons)
     except Exception as e:
         return f"Job {ns}/{name} could not be read: {e}"
     return f"Job {ns}/{name} was {state.phase} when execution_timeout passed: {state.message}"
@@ -144,8 +140,8 @@ class LogFollower:
     watch's cache (retried pods and parallel pods included), so lines reach the task log as they are
     written."""
 
-    def __init__(self, operator: KubernetesJobOperator, namespace: str) -> None:
-        self.operator = operator
+    def __init__(self, tj: TaskJob, namespace: str) -> None:
+        self.tj = tj
         self.namespace = namespace
         self.started: set[tuple[str, str]] = set()
         self.wanted: dict[str, list[str]] = {}
@@ -176,7 +172,7 @@ class LogFollower:
                 if not status.get("containerStatuses"):
                     continue
                 self.wanted[name] = requested_containers(
-                    self.operator,
+                    self.tj,
                     name,
                     [cs.get("name") for cs in status.get("initContainerStatuses") or []],
                     [cs.get("name") for cs in status.get("containerStatuses") or []],
@@ -188,7 +184,7 @@ class LogFollower:
                 self.started.add((name, container))
                 thread = threading.Thread(
                     target=write_container_log,
-                    args=(self.operator, name, self.namespace, container),
+                    args=(self.tj, name, self.namespace, container),
                     kwargs={"follow": True, "opened": self.responses.append, "stopped": self.stopped},
                     name=f"log-{name}-{container}",
                     daemon=True,
@@ -202,7 +198,7 @@ class LogFollower:
         for thread in self.threads:
             await asyncio.to_thread(thread.join, max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in self.threads):
-            self.operator.log.warning(
+            self.tj.log.warning(
                 "Stopped following logs still open %.0f s after the Job ended (a pod still running?)", limit
             )
             self.close()

@@ -11,7 +11,7 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
 * Deadline. Deferred, what is left of ``execution_timeout`` goes to the trigger as an absolute
   deadline, so it holds while deferred and across triggerer restarts. In the worker the only
   deadline is Airflow's own (SIGALRM, ``AirflowTaskTimeout``, then ``on_kill()``), and the event loop
-  runs off the main thread so that the alarm always reaches it (``_wait_in_worker``); an alarm whose
+  runs off the main thread so that the alarm always reaches it (``operators/inworker.py``); an alarm whose
   exception Python dropped (it landed in a finalizer) is read back from the timer (``operators/alarm.py``).
 * XCom without exec. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the sidecar is a native one (``restartPolicy: Always``), which
@@ -54,11 +54,9 @@ from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobRes
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
+from airflow_jobwatch.operators.taskjob import TaskJob
 from airflow_jobwatch.pod_template import pod_template_problem
 from airflow_jobwatch.triggers import masking
-from airflow_jobwatch.triggers.job import (
-    JobTrigger,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -361,10 +359,63 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 f"disruption_retries must be an int >= 0 (disruptions tolerated) or None, got {disruption_retries!r}"
             )
         self.disruption_retries = disruption_retries
-        #: What the in-worker wait's log followers did: the requested containers of each pod they saw,
-        #: and the (pod, container) logs they streamed. Empty when the task deferred or logs are off.
-        self._logs_wanted: dict[str, list[str]] = {}
-        self._logs_streamed: set[tuple[str, str]] = set()
+
+    # -- the Job (operators/taskjob.py) ------------------------------------------------------------------
+    def _task_job(self, context: Context | None = None) -> TaskJob:
+        """This task try's Job, from the operator's fields as they are now (rendered, once the task runs):
+        what the Job's calls, the in-worker wait, the resume and the log copy work on."""
+        return TaskJob(
+            apis=self,
+            log=self.log,
+            task_id=self.task_id,
+            kubernetes_conn_id=self.kubernetes_conn_id,
+            config_file=self.config_file,
+            cluster_context=self.cluster_context,
+            in_cluster=self.in_cluster,
+            poll_interval=self.job_poll_interval,
+            fatal_waiting_reasons=self.fatal_waiting_reasons,
+            api_failure_tolerance=self.api_failure_tolerance,
+            disruption_retries=self.disruption_retries,
+            reattach_on_restart=bool(self.reattach_on_restart),
+            on_kill_propagation_policy=self.on_kill_propagation_policy,
+            termination_grace_period=self.termination_grace_period,
+            delete_pods_on_kill=on_kill_action(self) == OnKillAction.DELETE_POD,
+            do_xcom_push=bool(self.do_xcom_push),
+            base_container_name=self.base_container_name,
+            xcom_path=self.xcom_path,
+            unwrap_single=bool(self.unwrap_single),
+            xcom_sidecar_container_security_context=self.xcom_sidecar_container_security_context,
+            get_logs=bool(self.get_logs),
+            container_logs=self.container_logs,
+            init_container_logs=self.init_container_logs,
+            try_labels=self._get_ti_pod_labels(context) if context is not None else {},
+            created=self._keep_job,
+            stop=self._stop_job,
+            finish_pods=self._finish_pods,
+        )
+
+    def _keep_job(self, job: k8s.V1Job) -> None:
+        self.job = job  # what on_kill deletes
+
+    def _stop_job(self, job: k8s.V1Job) -> None:
+        """Stop ``job`` as a kill does (the task ends while the Job still runs)."""
+        self.job = job
+        self.on_kill()
+
+    def _finish_pods(self, pods: list[k8s.V1Pod]) -> None:
+        """``on_finish_action`` on each of the Job's pods, as upstream's operator does it: pods that are
+        kept (or failed) get the ``already_checked`` label; ``process_pod_deletion`` decides per pod.
+        The Job itself is kept (``ttl_seconds_after_finished`` is what removes it)."""
+        if getattr(self, "_killed", False):
+            return
+        keep = self.on_finish_action in ("keep_pod", "delete_active_pod")
+        for pod in pods:
+            try:
+                if (pod.status and pod.status.phase) != "Succeeded" or keep:
+                    self.patch_already_checked(pod, reraise=False)
+                self.process_pod_deletion(pod, reraise=False)
+            except Exception:
+                self.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
 
     # -- building --------------------------------------------------------------------------------------
     def build_job_request_obj(self, context: Context | None = None) -> k8s.V1Job:
@@ -374,36 +425,39 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             job = super().build_job_request_obj(context)
         finally:
             self.do_xcom_push = xcom
-        return request.finish_job_request(self, job, xcom=xcom)
-
-    # -- Kubernetes calls (operators/request.py) -------------------------------------------------------
-    def _create_or_adopt(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        return request.create_or_adopt(self, job_request, context)
-
-    def _find_job_of_this_try(self, namespace: str, context: Context) -> k8s.V1Job | None:
-        return request.find_job_of_this_try(self, namespace, context)
-
-    def _create_job(self, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
-        return request.create_job(self, job_request, context)
-
-    def _trigger(
-        self, context: Context, name: str, namespace: str, uid: str | None, **kwargs: Any
-    ) -> JobTrigger:
-        return request.trigger(self, context, name, namespace, uid, **kwargs)
+        return request.finish_job_request(self._task_job(), job, xcom=xcom)
 
     def _end_plan(self, context: Context) -> dict[str, Any] | None:
-        """What the trigger needs to end the task itself, or None when the task must resume on a worker
-        (:func:`~airflow_jobwatch.operators.request.end_plan`)."""
-        return request.end_plan(self, context)
-
-    # -- execution ---------------------------------------------------------------------------------------
-    def _wait_in_worker(
-        self, job_request: k8s.V1Job, context: Context, alarm: ExecutionTimeoutAlarm | None = None
-    ) -> dict[str, Any]:
-        """Create the Job and wait for it in the worker, the event loop off the main thread so that
-        ``execution_timeout``'s alarm reaches it (:func:`~airflow_jobwatch.operators.inworker.wait_in_worker`
-        says why)."""
-        return inworker.wait_in_worker(self, job_request, context, alarm=alarm)
+        """What the trigger needs to end the task itself (:func:`~airflow_jobwatch.operators.request.end_plan`),
+        or None when the task must resume on a worker: when something else must run there, a subclass's
+        own ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets,
+        ``multiple_outputs`` or a mapped task downstream that maps over the result. A failure ends from
+        the triggerer only where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or
+        when this try is the last one (decided in the triggerer:
+        :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
+        """
+        if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
+            return None
+        callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
+        if any(getattr(self, name, None) for name in callbacks):
+            return None
+        if getattr(self, "_post_execute_hook", None) or self.outlets or self.multiple_outputs:
+            return None
+        try:
+            if next(iter(self.iter_mapped_dependants()), None) is not None:
+                return None
+        except Exception:  # no DAG to ask (a bare operator): nothing maps over it
+            pass
+        ti = context["ti"]
+        try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
+        last_try = not self.retries or (
+            isinstance(try_number, int) and isinstance(max_tries, int) and try_number > max_tries
+        )
+        return request.end_plan(
+            self._task_job(),
+            on_finish_action=str(getattr(self.on_finish_action, "value", self.on_finish_action)),
+            last_try=last_try,
+        )
 
     def _do_render_template_fields(
         self, parent: Any, template_fields: Any, context: Any, jinja_env: Any, seen_oids: set[int]
@@ -467,24 +521,25 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
 
     def execute(self, context: Context) -> Any:
         alarm = ExecutionTimeoutAlarm.at_start(self)
+        self._waited: TaskJob | None = None
         self.name = self._set_name(self.name)
         self._check_arguments()
         job_request = self.build_job_request_obj(context)
         self.job_request_obj = job_request
         alarm.check()  # a timeout that Python dropped while the Job was built: create nothing
+        task_job = self._task_job(context)
         if not self.wait_until_job_complete:
-            job = self._create_job(job_request, context)
+            job = request.create_job(task_job, job_request, context)
             context["ti"].xcom_push(key="job", value=job.to_dict())
             return None
         if self.deferrable:
-            job = self._create_job(job_request, context)
+            job = request.create_job(task_job, job_request, context)
             self.defer(
-                trigger=self._trigger(
-                    context,
+                trigger=task_job.trigger(
                     job.metadata.name,
                     job.metadata.namespace,
                     job.metadata.uid,
-                    deadline=request.deadline(self, context),
+                    deadline=request.deadline(self.execution_timeout, context),
                     end_task=self._end_plan(context),
                     deferred_at=time.time(),
                     # what the task's masker hides now, for the lines the triggerer writes for it
@@ -492,7 +547,10 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
                 ),
                 method_name="execute_complete",
             )
-        event = self._wait_in_worker(job_request, context, alarm)
+        # Create the Job and wait for it in the worker, the event loop off the main thread so that
+        # execution_timeout's alarm reaches it (inworker.wait_in_worker says why).
+        event = inworker.wait_in_worker(task_job, job_request, context, alarm=alarm)
+        self._waited = task_job  # what its log followers streamed, for execute_complete's log copy
         return self.execute_complete(context, event)
 
     def execute_complete(self, context: Context, event: dict[str, Any], **kwargs: Any) -> Any:
@@ -514,11 +572,12 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ended was not seen) fails the task with the event's message as it is: nothing here can learn more
         (the Job is gone), and the message gives no advice to run it again.
         """
-        return resume.complete(self, context, event)
+        # the Job this worker waited for (and whose logs it streamed), else the Job of a resumed task
+        return resume.complete(getattr(self, "_waited", None) or self._task_job(), context, event)
 
     def _xcom_value(self, result: JobResult) -> Any:
         """The value the task returns (:func:`~airflow_jobwatch.operators.resume.xcom_value`)."""
-        return resume.xcom_value(self, result)
+        return resume.xcom_value(self._task_job(), result)
 
     def on_kill(self) -> None:
         """The task was killed: delete the Job, as upstream does, with ``on_kill_propagation_policy``

@@ -15,7 +15,7 @@ from airflow_jobwatch.operators.request import api_error_message
 if TYPE_CHECKING:
     from kubernetes.client import models as k8s
 
-    from airflow_jobwatch.operators.job import KubernetesJobOperator
+    from airflow_jobwatch.operators.taskjob import TaskJob
 
 #: Bytes read from the log stream at a time; a line longer than _MAX_LINE_BYTES is cut into pieces, so
 #: memory stays bounded whatever the container writes.
@@ -23,23 +23,21 @@ _LOG_CHUNK_BYTES = 64 * 1024
 _MAX_LINE_BYTES = 1024 * 1024
 
 
-def log_containers(op: KubernetesJobOperator, pod: k8s.V1Pod) -> list[str]:
+def log_containers(tj: TaskJob, pod: k8s.V1Pod) -> list[str]:
     spec = pod.spec
     return requested_containers(
-        op,
+        tj,
         pod.metadata.name,
         [c.name for c in (spec.init_containers or [])] if spec else [],
         [c.name for c in (spec.containers or [])] if spec else [],
     )
 
 
-def requested_containers(
-    op: KubernetesJobOperator, pod_name: str, init_names: list[str], names: list[str]
-) -> list[str]:
+def requested_containers(tj: TaskJob, pod_name: str, init_names: list[str], names: list[str]) -> list[str]:
     """Init containers named by ``init_container_logs``, then containers named by
     ``container_logs`` (``True``: all), in the pod's order."""
     chosen: list[str] = []
-    for requested, present in ((op.init_container_logs, init_names), (op.container_logs, names)):
+    for requested, present in ((tj.init_container_logs, init_names), (tj.container_logs, names)):
         if not requested:
             continue
         if requested is True:
@@ -50,25 +48,25 @@ def requested_containers(
             if name in present:
                 chosen.append(name)
             else:
-                op.log.warning("Container %s whose logs were requested is not in pod %s", name, pod_name)
+                tj.log.warning("Container %s whose logs were requested is not in pod %s", name, pod_name)
     return chosen
 
 
-def write_pod_logs(op: KubernetesJobOperator, pod: k8s.V1Pod) -> None:
+def write_pod_logs(tj: TaskJob, pod: k8s.V1Pod) -> None:
     """Write the logs of the pod's requested containers, but those the in-worker wait streamed
     already. A pod the followers never saw (its events reached the watch after the Job's end was
     decided) is read here whole, so no pod's log is missing from the task log."""
     name = pod.metadata.name
-    if name in op._logs_wanted:  # the followers saw it, and warned about containers not there
-        containers = [c for c in op._logs_wanted[name] if (name, c) not in op._logs_streamed]
+    if name in tj.logs_wanted:  # the followers saw it, and warned about containers not there
+        containers = [c for c in tj.logs_wanted[name] if (name, c) not in tj.logs_streamed]
     else:
-        containers = log_containers(op, pod)
+        containers = log_containers(tj, pod)
     for container in containers:
-        write_container_log(op, name, pod.metadata.namespace, container, follow=False)
+        write_container_log(tj, name, pod.metadata.namespace, container, follow=False)
 
 
 def write_container_log(
-    op: KubernetesJobOperator,
+    tj: TaskJob,
     pod_name: str,
     namespace: str,
     container: str,
@@ -84,7 +82,7 @@ def write_container_log(
     :param stopped: set when the stream was ended on purpose (then its end is no warning).
     """
     try:
-        response = op.client.read_namespaced_pod_log(
+        response = tj.client.read_namespaced_pod_log(
             name=pod_name,
             namespace=namespace,
             container=container,
@@ -92,7 +90,7 @@ def write_container_log(
             _preload_content=False,
         )
     except ApiException as e:
-        op.log.warning(
+        tj.log.warning(
             "Could not read the log of container %s of pod %s: %s",
             container,
             pod_name,
@@ -103,12 +101,12 @@ def write_container_log(
         opened(response)
     try:
         for line in decoded_lines(response.stream(_LOG_CHUNK_BYTES)):
-            op.log.info("[%s] [%s] %s", pod_name, container, line)
+            tj.log.info("[%s] [%s] %s", pod_name, container, line)
     except Exception as e:  # a log is a nice-to-have; never fail the task for it
         if stopped is not None and stopped.is_set():
-            op.log.debug("Stopped following the log of container %s of pod %s", container, pod_name)
+            tj.log.debug("Stopped following the log of container %s of pod %s", container, pod_name)
         else:
-            op.log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod_name, e)
+            tj.log.warning("Reading the log of container %s of pod %s stopped: %s", container, pod_name, e)
     finally:
         response.release_conn()
 

@@ -1,6 +1,7 @@
 """The Job request and its Kubernetes calls: the Job built from upstream's arguments, created or adopted
-(a retried worker finds the Job of its own try), and the trigger that waits for it (with its plan to end
-the task in the triggerer when nothing else must run on a worker)."""
+(a retried worker finds the Job of its own try), what is left of ``execution_timeout`` for the deferred
+wait, and the plan to end the task in the triggerer. All of it works on the operator's
+:class:`~airflow_jobwatch.operators.taskjob.TaskJob`, never on the operator."""
 
 from __future__ import annotations
 
@@ -11,18 +12,16 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.compat import OnKillAction, on_kill_action
 from airflow_jobwatch.kube import xcom_sidecar
 from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.disruption import add_disruption_rule
-from airflow_jobwatch.triggers.job import JobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
-    from airflow_jobwatch.operators.job import KubernetesJobOperator
+    from airflow_jobwatch.operators.taskjob import TaskJob
 
 __all__ = [
     "api_error_message",
@@ -33,7 +32,6 @@ __all__ = [
     "find_job_of_this_try",
     "finish_job_request",
     "same_try",
-    "trigger",
 ]
 
 #: A container's terminationMessagePath when nobody sets it (the API server's default).
@@ -56,12 +54,12 @@ def api_error_message(e: ApiException) -> str:
     return f"{e.status} {e.reason}"
 
 
-def finish_job_request(op: KubernetesJobOperator, job: k8s.V1Job, *, xcom: bool) -> k8s.V1Job:
+def finish_job_request(tj: TaskJob, job: k8s.V1Job, *, xcom: bool) -> k8s.V1Job:
     """Upstream's Job (built without its exec-read XCom sidecar), plus our native XCom sidecar
     (:mod:`~airflow_jobwatch.operators.sidecar`) and the disruption rule."""
     if xcom:
-        sidecar.add_sidecar(op, job, _base_container(op, job))
-    if op.disruption_retries is not None:
+        sidecar.add_sidecar(tj, job, _base_container(tj, job))
+    if tj.disruption_retries is not None:
         try:
             add_disruption_rule(job)
         except ValueError as e:
@@ -69,50 +67,50 @@ def finish_job_request(op: KubernetesJobOperator, job: k8s.V1Job, *, xcom: bool)
     return job
 
 
-def _base_container(op: KubernetesJobOperator, job: k8s.V1Job) -> k8s.V1Container:
+def _base_container(tj: TaskJob, job: k8s.V1Job) -> k8s.V1Container:
     containers = job.spec.template.spec.containers or []
-    base = next((c for c in containers if c.name == op.base_container_name), None)
+    base = next((c for c in containers if c.name == tj.base_container_name), None)
     if base is None:
         raise AirflowException(
-            f"do_xcom_push needs a container named {op.base_container_name!r} in the Job's pod "
+            f"do_xcom_push needs a container named {tj.base_container_name!r} in the Job's pod "
             f"template; found {[c.name for c in containers]}"
         )
     return base
 
 
-def without_native_sidecar(op: KubernetesJobOperator, job: k8s.V1Job) -> k8s.V1Job:
+def without_native_sidecar(tj: TaskJob, job: k8s.V1Job) -> k8s.V1Job:
     """``job`` for a cluster without native sidecars: no sidecar, and the result travels as the base
     container's termination message (``terminationMessagePath`` is ``xcom_path``)."""
-    job = sidecar.drop_sidecar(op, job)
-    base = _base_container(op, job)
+    job = sidecar.drop_sidecar(tj, job)
+    base = _base_container(tj, job)
     own = base.termination_message_path
-    if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, op.xcom_path):
+    if own not in (None, DEFAULT_TERMINATION_MESSAGE_PATH, tj.xcom_path):
         raise AirflowException(
             f"This cluster has no native sidecars, so do_xcom_push returns the result through the base "
-            f"container's terminationMessagePath (xcom_path={op.xcom_path!r}; the kubelet keeps at most "
+            f"container's terminationMessagePath (xcom_path={tj.xcom_path!r}; the kubelet keeps at most "
             f"{TERMINATION_MESSAGE_LIMIT_BYTES} bytes of it), but the pod template sets "
             f"terminationMessagePath={own!r} on container {base.name!r}. Remove it, or pass "
             f"xcom_path={own!r} if that file is where the result is written, or turn do_xcom_push off."
         )
-    base.termination_message_path = op.xcom_path
+    base.termination_message_path = tj.xcom_path
     base.termination_message_policy = "File"
     return job
 
 
 # -- create or adopt ----------------------------------------------------------------------------------
-def create_or_adopt(op: KubernetesJobOperator, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
+def create_or_adopt(tj: TaskJob, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
     """Create the Job; on 409 (its name is taken) adopt the Job there if this very try created it."""
     ns, name = job_request.metadata.namespace, job_request.metadata.name
     try:
-        return op.job_client.create_namespaced_job(namespace=ns, body=job_request)
+        return tj.job_client.create_namespaced_job(namespace=ns, body=job_request)
     except ApiException as e:
         if e.status != 409:
             raise AirflowException(
                 f"Kubernetes rejected Job {ns}/{name} (HTTP {e.status}): {api_error_message(e)}"
             ) from None
-    existing = op.job_client.read_namespaced_job(name=name, namespace=ns)
-    if same_try(op, existing, context):
-        op.log.info("Job %s/%s already exists for this task try; adopting it", ns, name)
+    existing = tj.job_client.read_namespaced_job(name=name, namespace=ns)
+    if same_try(tj, existing, context):
+        tj.log.info("Job %s/%s already exists for this task try; adopting it", ns, name)
         return existing
     raise AirflowException(
         f"A Job named {name!r} already exists in namespace {ns!r} and was not created by this task try "
@@ -120,9 +118,9 @@ def create_or_adopt(op: KubernetesJobOperator, job_request: k8s.V1Job, context: 
     )
 
 
-def same_try(op: KubernetesJobOperator, job: k8s.V1Job, context: Context) -> bool:
+def same_try(tj: TaskJob, job: k8s.V1Job, context: Context) -> bool:
     """Whether ``job``'s pod template carries this try's labels (as upstream puts them there)."""
-    want = op._get_ti_pod_labels(context)
+    want = tj.try_labels
     have = _template_labels(job)
     return (
         not job.metadata.deletion_timestamp
@@ -131,7 +129,7 @@ def same_try(op: KubernetesJobOperator, job: k8s.V1Job, context: Context) -> boo
     )
 
 
-def find_job_of_this_try(op: KubernetesJobOperator, namespace: str, context: Context) -> k8s.V1Job | None:
+def find_job_of_this_try(tj: TaskJob, namespace: str, context: Context) -> k8s.V1Job | None:
     """A live Job that an earlier run of this same task try created (a retried worker).
 
     The try's labels are on the Job's pod template, not on the Job (whose labels are the user's),
@@ -139,9 +137,9 @@ def find_job_of_this_try(op: KubernetesJobOperator, namespace: str, context: Con
     controller has not created yet is not found this way, and then a fixed name still meets it on
     409 (see :func:`create_or_adopt`).
     """
-    want = op._get_ti_pod_labels(context)
+    want = tj.try_labels
     selector = ",".join(f"{k}={want[k]}" for k in _TRY_LABELS if k in want)
-    pods = op.client.list_namespaced_pod(namespace=namespace, label_selector=selector).items
+    pods = tj.client.list_namespaced_pod(namespace=namespace, label_selector=selector).items
     owners = sorted(
         {
             ref.name
@@ -153,12 +151,12 @@ def find_job_of_this_try(op: KubernetesJobOperator, namespace: str, context: Con
     live = []
     for name in owners:
         try:
-            job = op.job_client.read_namespaced_job(name=name, namespace=namespace)
+            job = tj.job_client.read_namespaced_job(name=name, namespace=namespace)
         except ApiException as e:
             if e.status == 404:
                 continue
             raise
-        if same_try(op, job, context):
+        if same_try(tj, job, context):
             live.append(job)
     if len(live) > 1:
         raise AirflowException(
@@ -169,117 +167,27 @@ def find_job_of_this_try(op: KubernetesJobOperator, namespace: str, context: Con
 
 
 # -- the wait -----------------------------------------------------------------------------------------
-def deadline(op: KubernetesJobOperator, context: Context) -> datetime.datetime | None:
+def deadline(execution_timeout: datetime.timedelta | None, context: Context) -> datetime.datetime | None:
     """What is left of ``execution_timeout``, as an absolute deadline."""
-    if op.execution_timeout is None:
+    if execution_timeout is None:
         return None
     start = getattr(context.get("ti"), "start_date", None) or datetime.datetime.now(datetime.UTC)
-    return start + op.execution_timeout
+    return start + execution_timeout
 
 
-def trigger(
-    op: KubernetesJobOperator,
-    context: Context,
-    name: str,
-    namespace: str,
-    uid: str | None,
-    *,
-    deadline: datetime.datetime | None = None,
-    end_task: dict[str, Any] | None = None,
-    deferred_at: float | None = None,
-    mask_secrets: list[str] | None = None,
-) -> JobTrigger:
-    """The trigger for the Job. ``deadline`` only when deferred: in the worker, Airflow's own
-    ``execution_timeout`` (SIGALRM) is the one deadline
-    (see :func:`~airflow_jobwatch.operators.inworker.wait_in_worker`)."""
-    return JobTrigger(
-        name,
-        namespace,
-        kubernetes_conn_id=op.kubernetes_conn_id,
-        config_file=op.config_file,
-        cluster_context=op.cluster_context,
-        in_cluster=op.in_cluster,
-        timeout=deadline,
-        poll_interval=op.job_poll_interval,
-        fatal_waiting_reasons=op.fatal_waiting_reasons,
-        api_failure_tolerance=op.api_failure_tolerance,
-        job_uid=uid,
-        # upstream's on_kill always deletes the Job; on_kill_action only governs the pods
-        delete_on_kill=True,
-        do_xcom_push=op.do_xcom_push,
-        base_container_name=op.base_container_name,
-        on_kill_propagation_policy=op.on_kill_propagation_policy,
-        termination_grace_period=op.termination_grace_period,
-        delete_pods_on_kill=on_kill_action(op) == OnKillAction.DELETE_POD,
-        disruption_retries=op.disruption_retries,
-        end_task=end_task,
-        deferred_at=deferred_at,
-        mask_secrets=mask_secrets,
-    )
-
-
-def end_plan(op: KubernetesJobOperator, context: Context) -> dict[str, Any] | None:
-    """What the trigger needs to end the task itself, or None when the task must resume on a worker.
-
-    The trigger can do all of ``execute_complete``'s work: the ``job`` and return-value XComs, the
-    log lines and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
-    ``on_finish_action`` and the failure message. The
-    task resumes on a worker when something else must run there: a subclass's own
-    ``execute_complete``, the task's callbacks, a ``post_execute`` hook, outlets, ``multiple_outputs``
-    or a mapped task downstream that maps over the result. A failure ends from the triggerer only
-    where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or when this try is
-    the last one (decided in the triggerer: :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
-    """
-    from airflow_jobwatch.operators.job import KubernetesJobOperator  # (imports this module)
-
-    if type(op).execute_complete is not KubernetesJobOperator.execute_complete:
-        return None
-    callbacks = ("on_success_callback", "on_failure_callback", "on_retry_callback", "on_skipped_callback")
-    if any(getattr(op, name, None) for name in callbacks):
-        return None
-    if getattr(op, "_post_execute_hook", None) or op.outlets or op.multiple_outputs:
-        return None
-    try:
-        if next(iter(op.iter_mapped_dependants()), None) is not None:
-            return None
-    except Exception:  # no DAG to ask (a bare operator): nothing maps over it
-        pass
-    ti = context["ti"]
-    try_number, max_tries = getattr(ti, "try_number", None), getattr(ti, "max_tries", None)
-    last_try = not op.retries or (
-        isinstance(try_number, int) and isinstance(max_tries, int) and try_number > max_tries
-    )
-    return {
-        "on_finish_action": str(getattr(op.on_finish_action, "value", op.on_finish_action)),
-        "push_return": bool(op.do_xcom_push),
-        "xcom_path": op.xcom_path,
-        "unwrap_single": bool(op.unwrap_single),
-        # whether a failure may end here is decided in the triggerer, by its own Airflow version
-        "last_try": last_try,
-        "logs": (
-            {
-                "container_logs": _json_names(op.container_logs),
-                "init_container_logs": _json_names(op.init_container_logs),
-            }
-            if op.get_logs
-            else None
-        ),
-    }
-
-
-def create_job(op: KubernetesJobOperator, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
+def create_job(tj: TaskJob, job_request: k8s.V1Job, context: Context) -> k8s.V1Job:
     """Adopt this try's Job if a previous run of the try created one, else create it."""
     ns = job_request.metadata.namespace
-    adopted = find_job_of_this_try(op, ns, context) if op.reattach_on_restart else None
+    adopted = find_job_of_this_try(tj, ns, context) if tj.reattach_on_restart else None
     if adopted is not None:
-        op.log.info("Adopting Job %s/%s created earlier by this task try", ns, adopted.metadata.name)
-        op.job = adopted
+        tj.log.info("Adopting Job %s/%s created earlier by this task try", ns, adopted.metadata.name)
+        job = tj.record(adopted)
     else:
-        op.job = create_or_adopt(op, job_request, context)
-        if op.do_xcom_push and xcom_sidecar.sidecar_kept(op.job) is False:
+        job = tj.record(create_or_adopt(tj, job_request, context))
+        if tj.do_xcom_push and xcom_sidecar.sidecar_kept(job) is False:
             # The API server dropped the sidecar's restartPolicy: it would run as an ordinary init
             # container, forever, before the base container. Start again without it.
-            op.log.warning(
+            tj.log.warning(
                 "This cluster does not run native sidecars (Kubernetes 1.29 or later, feature "
                 "SidecarContainers): it dropped restartPolicy: Always of the %s init container of Job "
                 "%s/%s. Creating the Job again without it: the XCom result then travels as the base "
@@ -287,16 +195,39 @@ def create_job(op: KubernetesJobOperator, job_request: k8s.V1Job, context: Conte
                 "return results of any size.",
                 xcom_sidecar.SIDECAR_NAME,
                 ns,
-                op.job.metadata.name,
+                job.metadata.name,
                 TERMINATION_MESSAGE_LIMIT_BYTES,
             )
-            sidecar.delete_refused(op, op.job)
-            op.job = create_or_adopt(op, without_native_sidecar(op, job_request), context)
-        op.log.info("Created Job %s/%s", ns, op.job.metadata.name)
+            sidecar.delete_refused(tj, job)
+            job = tj.record(create_or_adopt(tj, without_native_sidecar(tj, job_request), context))
+        tj.log.info("Created Job %s/%s", ns, job.metadata.name)
     ti = context["ti"]
-    ti.xcom_push(key="job_name", value=op.job.metadata.name)
-    ti.xcom_push(key="job_namespace", value=op.job.metadata.namespace)
-    return op.job
+    ti.xcom_push(key="job_name", value=job.metadata.name)
+    ti.xcom_push(key="job_namespace", value=job.metadata.namespace)
+    return job
+
+
+def end_plan(tj: TaskJob, *, on_finish_action: str, last_try: bool) -> dict[str, Any]:
+    """What the trigger needs to end the task itself: the ``job`` and return-value XComs, the log lines
+    and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
+    ``on_finish_action`` and the failure message. Whether a failure may end there is decided in the
+    triggerer, by its own Airflow version (:func:`~airflow_jobwatch.triggers.ending.may_fail_here`),
+    from ``last_try``."""
+    return {
+        "on_finish_action": on_finish_action,
+        "push_return": bool(tj.do_xcom_push),
+        "xcom_path": tj.xcom_path,
+        "unwrap_single": bool(tj.unwrap_single),
+        "last_try": last_try,
+        "logs": (
+            {
+                "container_logs": _json_names(tj.container_logs),
+                "init_container_logs": _json_names(tj.init_container_logs),
+            }
+            if tj.get_logs
+            else None
+        ),
+    }
 
 
 def _json_names(names: Any) -> Any:

@@ -3,7 +3,9 @@
 The trigger's event (ours, or upstream's ``KubernetesJobTrigger``'s) is reported with the Job and its
 pods as they are now: the ``job`` XCom, the ending's log lines, the pods' logs, the failure (rebuilt
 from the settled pods), the XCom value; then a Job that still runs is stopped as ``on_kill`` stops it,
-and ``on_finish_action`` is applied to the pods.
+and ``on_finish_action`` is applied to the pods. It works on the operator's
+:class:`~airflow_jobwatch.operators.taskjob.TaskJob`, whose ``stop`` and ``finish_pods`` are the
+operator's own steps.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from airflow_jobwatch.kube.result import JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.podlogs import write_pod_logs
-from airflow_jobwatch.operators.request import api_error_message, trigger
+from airflow_jobwatch.operators.request import api_error_message
 from airflow_jobwatch.triggers.ending import failure_text, log_ending
 from airflow_jobwatch.triggers.job import OUTCOME_FAILED, OUTCOME_TIMEOUT, STATUS_SUCCESS
 from airflow_jobwatch.triggers.masking import XCOM_RESULT_MASKED
@@ -30,10 +32,9 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from kubernetes.client import models as k8s
 
-    from airflow_jobwatch.operators.job import KubernetesJobOperator
+    from airflow_jobwatch.operators.taskjob import TaskJob
 
 __all__ = [
-    "cleanup_pods",
     "complete",
     "event_identity",
     "read_job_now",
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any]) -> Any:
+def complete(tj: TaskJob, context: Context, event: dict[str, Any]) -> Any:
     """``KubernetesJobOperator.execute_complete``: report the trigger's event (ours or upstream's).
 
     What a user sees is in ``execute_complete``'s docstring; why each step is here is beside the step.
@@ -54,14 +55,14 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any])
     outcome = event.get("outcome") or status
     reason, message = event.get("reason"), event.get("message")
     context["ti"].xcom_push(key="job", value=event.get("job"))
-    pods = read_pods(op, ns, uid, event)
+    pods = read_pods(tj, ns, uid, event)
     unfinished: k8s.V1Job | None = None
     if status != STATUS_SUCCESS and ns and name:
-        job_now = read_job_now(op, ns, name, uid)
+        job_now = read_job_now(tj, ns, name, uid)
         if job_now is not None:
-            fatal = trigger(op, context, name, ns, uid)._fatal_reasons
+            fatal = tj.fatal_reasons
             if outcome == OUTCOME_FAILED:
-                pods = settled_pods(op, job_now, pods, ns, uid, event, fatal)
+                pods = settled_pods(tj, job_now, pods, ns, uid, event, fatal)
                 state = classify_job(job_now, pods, fatal_waiting_reasons=fatal)
                 # Rebuilt from the pods only while they exist: once cleaned up, the event's message
                 # (read before they went, or from the result written onto the Job) is the one that
@@ -74,16 +75,16 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any])
     expected_results = len(result.xcom_result or ())
     if event.get(XCOM_RESULT_MASKED):  # the event's texts held a secret and were masked: not the value
         result = dataclasses.replace(result, xcom_result=None)
-    result = result.with_fresh_pods(pods, op.base_container_name)
+    result = result.with_fresh_pods(pods, tj.base_container_name)
     log_ending(
-        op.log,
+        tj.log,
         {**event, "namespace": ns, "name": name, "outcome": outcome, "message": message},
         [p.as_dict() for p in result.pods],
     )
     try:
-        if op.get_logs:
+        if tj.get_logs:
             for pod in pods:
-                write_pod_logs(op, pod)
+                write_pod_logs(tj, pod)
         if status != STATUS_SUCCESS:
             text = failure_text(
                 {
@@ -94,12 +95,12 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any])
                     "reason": reason,
                     "message": message,
                 },
-                disruption_retries=op.disruption_retries,
+                disruption_retries=tj.disruption_retries,
             )
             if outcome == OUTCOME_TIMEOUT:
                 raise AirflowTaskTimeout(text)
             raise AirflowException(text)
-        if op.do_xcom_push:  # results printed by the pods' XCom sidecars read from their logs first
+        if tj.do_xcom_push:  # results printed by the pods' XCom sidecars read from their logs first
             if event.get(XCOM_RESULT_MASKED) and len(result.xcom_result or ()) < expected_results:
                 raise AirflowException(
                     f"Job {ns}/{name} succeeded, but its return value cannot be read: it holds a secret of "
@@ -107,25 +108,25 @@ def complete(op: KubernetesJobOperator, context: Context, event: dict[str, Any])
                     "printed it are gone. Keep the pods until the task has resumed (on_finish_action, the "
                     "Job's ttlSecondsAfterFinished), or return no secret from the task."
                 )
-            return xcom_value(op, sidecar.with_sidecar_results(op, result, pods))
+            return xcom_value(tj, sidecar.with_sidecar_results(tj, result, pods))
         return None
     finally:
         if unfinished is not None:
-            stop_unfinished_job(op, unfinished, outcome, reason)
-        cleanup_pods(op, pods, context)
+            stop_unfinished_job(tj, unfinished, outcome, reason)
+        tj.finish_pods(pods)
 
 
-def read_job_now(op: KubernetesJobOperator, ns: str, name: str, uid: str | None) -> k8s.V1Job | None:
+def read_job_now(tj: TaskJob, ns: str, name: str, uid: str | None) -> k8s.V1Job | None:
     """The Job as the API server has it now; None when it is gone (or another Job took its name) or
     cannot be read (logged)."""
     try:
-        job = op.job_client.read_namespaced_job(name=name, namespace=ns)
+        job = tj.job_client.read_namespaced_job(name=name, namespace=ns)
     except ApiException as e:
         if e.status != 404:
-            op.log.warning("Could not read Job %s/%s: %s", ns, name, api_error_message(e))
+            tj.log.warning("Could not read Job %s/%s: %s", ns, name, api_error_message(e))
         return None
     except Exception as e:  # the API unreachable (what may have ended the wait): say so, go on
-        op.log.warning("Could not read Job %s/%s: %s", ns, name, e)
+        tj.log.warning("Could not read Job %s/%s: %s", ns, name, e)
         return None
     if uid and job.metadata.uid != uid:
         return None
@@ -133,7 +134,7 @@ def read_job_now(op: KubernetesJobOperator, ns: str, name: str, uid: str | None)
 
 
 def settled_pods(
-    op: KubernetesJobOperator,
+    tj: TaskJob,
     job: k8s.V1Job,
     pods: list[k8s.V1Pod],
     ns: str,
@@ -159,27 +160,24 @@ def settled_pods(
             return pods
         time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 1.0)
-        pods = read_pods(op, ns, uid, event)
+        pods = read_pods(tj, ns, uid, event)
 
 
-def stop_unfinished_job(
-    op: KubernetesJobOperator, job: k8s.V1Job, outcome: str | None, reason: str | None
-) -> None:
+def stop_unfinished_job(tj: TaskJob, job: k8s.V1Job, outcome: str | None, reason: str | None) -> None:
     """The task fails while its Job still runs: delete the Job as ``on_kill`` does (with
     ``on_kill_propagation_policy`` / ``termination_grace_period``; its pods unless
     ``on_kill_action="keep_pod"``). Best effort: a failure here never hides the task's own error."""
-    op.log.warning(
+    tj.log.warning(
         "Job %s/%s has not finished, but the task ends (%s: %s): deleting it as on_kill does",
         job.metadata.namespace,
         job.metadata.name,
         outcome,
         reason,
     )
-    op.job = job
     try:
-        op.on_kill()
+        tj.stop(job)
     except Exception as e:
-        op.log.warning(
+        tj.log.warning(
             "Could not delete Job %s/%s; it may still be running: %s",
             job.metadata.namespace,
             job.metadata.name,
@@ -188,51 +186,33 @@ def stop_unfinished_job(
 
 
 # -- after the wait ----------------------------------------------------------------------------------
-def read_pods(
-    op: KubernetesJobOperator, ns: str | None, uid: str | None, event: dict[str, Any]
-) -> list[k8s.V1Pod]:
+def read_pods(tj: TaskJob, ns: str | None, uid: str | None, event: dict[str, Any]) -> list[k8s.V1Pod]:
     """The Job's pods (oldest first), best effort: a Job deleted with its pods has none left."""
     if not ns:
         return []
     try:
         if uid:
             selector = f"controller-uid={uid}"
-            pods = op.client.list_namespaced_pod(namespace=ns, label_selector=selector).items
+            pods = tj.client.list_namespaced_pod(namespace=ns, label_selector=selector).items
         else:  # an event without the Job (upstream's, when it never read it): its pod names
             pods = []
             for pod_name in event.get("pod_names") or []:
                 try:
-                    pods.append(op.client.read_namespaced_pod(pod_name, event.get("pod_namespace") or ns))
+                    pods.append(tj.client.read_namespaced_pod(pod_name, event.get("pod_namespace") or ns))
                 except ApiException as e:
                     if e.status != 404:
                         raise
     except ApiException as e:
-        op.log.warning("Could not read the Job's pods: %s", api_error_message(e))
+        tj.log.warning("Could not read the Job's pods: %s", api_error_message(e))
         return []
     return sorted(pods, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
 
 
-def cleanup_pods(op: KubernetesJobOperator, pods: list[k8s.V1Pod], context: Context) -> None:
-    """``on_finish_action`` on each of the Job's pods, as upstream's operator does it: pods that are
-    kept (or failed) get the ``already_checked`` label; ``process_pod_deletion`` decides per pod.
-    The Job itself is kept (``ttl_seconds_after_finished`` is what removes it)."""
-    if getattr(op, "_killed", False):
-        return
-    keep = op.on_finish_action in ("keep_pod", "delete_active_pod")
-    for pod in pods:
-        try:
-            if (pod.status and pod.status.phase) != "Succeeded" or keep:
-                op.patch_already_checked(pod, reraise=False)
-            op.process_pod_deletion(pod, reraise=False)
-        except Exception:
-            op.log.warning("Error while cleaning up pod %s", pod.metadata.name, exc_info=True)
-
-
-def xcom_value(op: KubernetesJobOperator, result: JobResult) -> Any:
+def xcom_value(tj: TaskJob, result: JobResult) -> Any:
     """The value the task returns, read by the one reader the trigger uses too
     (:class:`~airflow_jobwatch.kube.result.JobResult`)."""
     try:
-        return result.xcom_value(xcom_path=op.xcom_path, unwrap_single=op.unwrap_single, log=op.log)
+        return result.xcom_value(xcom_path=tj.xcom_path, unwrap_single=tj.unwrap_single, log=tj.log)
     except XComResultError as e:
         raise AirflowException(str(e)) from None
 

@@ -87,6 +87,7 @@ __all__ = [
     "STATUS_SUCCESS",
     "JobTrigger",
     "client_job_dict",
+    "fatal_reasons",
     "informer_config_from_airflow",
 ]
 
@@ -100,6 +101,15 @@ def _conf_float(option: str, fallback: float | None = None) -> float:
     from airflow_jobwatch import config as jobwatch_config
 
     return jobwatch_config.get_float(option)
+
+
+def fatal_reasons(fatal_waiting_reasons: Collection[str] | None) -> Collection[str]:
+    """The container waiting reasons that fail a Job at once, from ``fatal_waiting_reasons`` as given
+    (None: the defaults, but ``CreateContainerConfigError``: a missing Secret/ConfigMap may still come,
+    so the wait goes on, as upstream's does)."""
+    if fatal_waiting_reasons is None:
+        return DEFAULT_FATAL_WAITING_REASONS - {"CreateContainerConfigError"}
+    return frozenset(fatal_waiting_reasons)
 
 
 def _on_kill_timeout() -> float:
@@ -360,9 +370,7 @@ class JobTrigger(JobKilling):
     # -- configuration ---------------------------------------------------------------------------------
     @property
     def _fatal_reasons(self) -> Collection[str]:
-        if self.fatal_waiting_reasons is None:  # a missing Secret/ConfigMap may still come: wait, as upstream
-            return DEFAULT_FATAL_WAITING_REASONS - {"CreateContainerConfigError"}
-        return frozenset(self.fatal_waiting_reasons)
+        return fatal_reasons(self.fatal_waiting_reasons)
 
     def _tolerance(self) -> float:
         if self.api_failure_tolerance is not None:

@@ -59,17 +59,7 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 
 #: Cycles that exist and are still to be taken apart. The test fails on any other cycle, and when one of
 #: these is gone (remove it here): the list only shrinks.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    frozenset(
-        {
-            "airflow_jobwatch.operators.inworker",
-            "airflow_jobwatch.operators.job",
-            "airflow_jobwatch.operators.podlogs",
-            "airflow_jobwatch.operators.request",
-            "airflow_jobwatch.operators.resume",
-        }
-    ),
-]
+KNOWN_CYCLES: list[frozenset[str]] = []
 
 
 def _modules() -> dict[str, Path]:
