@@ -156,7 +156,13 @@ class ExecutorBase(BaseExecutor):
         # takes one API round trip (~10-50 ms on a healthy server); the default 8 in parallel keep up with a
         # scheduler that queues hundreds of tasks per second, without looking like a burst to API priority
         # and fairness. A whole number >= 1, checked here when the scheduler starts.
-        self._create_concurrency = jobwatch_config.get_int("pod_creation_concurrency", source=self.conf)
+        try:
+            self._create_concurrency = jobwatch_config.get_int("pod_creation_concurrency", source=self.conf)
+        except jobwatch_config.JobwatchConfigError as err:
+            from airflow.exceptions import AirflowConfigException
+
+            # the scheduler shows this to a user: Airflow's own exception, not the provider's class name
+            raise AirflowConfigException(f"JobWatchExecutor cannot start: {err}") from None
         self._counters: dict[str, int] = {
             "pods_launched": 0,
             "create_retries": 0,

@@ -99,6 +99,12 @@ def test_jobwatch_options_are_checked_at_start_in_words_a_user_reads(
         "JobWatchExecutor cannot start: [jobwatch] watch_timeout_seconds = '-5' must be a number > 0"
     )
 
+    with pytest.raises(AirflowConfigException) as err:  # read when the executor is made, before start()
+        executor_factory(AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY="many")
+    assert type(err.value) is AirflowConfigException
+    assert str(err.value).startswith("JobWatchExecutor cannot start: [jobwatch] pod_creation_concurrency")
+    monkeypatch.delenv("AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY")
+
     with structlog.testing.capture_logs() as logs:
         executor_factory(
             AIRFLOW__JOBWATCH__WATCH_TIMEOUT_SECONDS="5", AIRFLOW__JOBWATCH__BACKOF_MAX_SECONDS="30"
