@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube.result import JobResult, XComResultError
+from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
 from airflow_jobwatch.kube.states import classify_job, classify_pod
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.podlogs import write_pod_logs
@@ -101,6 +102,18 @@ def complete(tj: TaskJob, context: Context, event: dict[str, Any]) -> Any:
                 raise AirflowTaskTimeout(text)
             raise AirflowException(text)
         if tj.do_xcom_push:  # results printed by the pods' XCom sidecars read from their logs first
+            job_template = ((event.get("job") or {}).get("spec") or {}).get("template") or {}
+            carried = [
+                t for t in event.get("xcom_result") or [] if t and str(t).rstrip() != EMPTY_XCOM_RESULT
+            ]
+            if not pods and not carried and event.get("pod_names") and xcom_sidecar.has_sidecar(job_template):
+                # the value was in the sidecars' logs, which went with the pods (the event carries none, as
+                # it does when read back from the result written onto the Job): never report None for it
+                raise AirflowException(
+                    f"Job {ns}/{name} succeeded, but its return value cannot be read: the pods whose XCom "
+                    "sidecars printed it are gone. Keep the pods until the task has resumed "
+                    "(on_finish_action, the Job's ttlSecondsAfterFinished)."
+                )
             if event.get(XCOM_RESULT_MASKED) and len(result.xcom_result or ()) < expected_results:
                 raise AirflowException(
                     f"Job {ns}/{name} succeeded, but its return value cannot be read: it holds a secret of "

@@ -255,3 +255,24 @@ async def test_a_result_larger_than_the_triggerers_share_is_read_by_a_worker(
     assert event is None  # resumed: the triggerer read no more than its share
     assert pod_logs.budget().free == pod_logs.budget().total  # and gave its share back
     assert op.execute_complete(make_context(FakeTI()), payload) == value
+
+
+async def test_a_resume_whose_sidecar_pods_are_gone_fails_instead_of_returning_none(
+    sandbox, kubeconfig, tmp_path
+) -> None:
+    """The value was only in the sidecars' logs: with the pods deleted before the worker resumed, the task
+    fails saying so (it returned None before, a value lost without a word)."""
+    import time
+
+    path = str(tmp_path / "return.json")
+    value = {"rows": [f"row-{i:05d}" for i in range(500)]}  # more than a termination message holds
+    op, trigger = _deferred_with_xcom(kubeconfig, _writer(value, path), path)
+    payload = await trigger.wait()
+    selector = f"controller-uid={payload['uid']}"
+    op.client.delete_collection_namespaced_pod(NS, label_selector=selector, grace_period_seconds=0)
+    deadline = time.monotonic() + 30
+    while op.client.list_namespaced_pod(NS, label_selector=selector).items:
+        assert time.monotonic() < deadline, "the Job's pods were not deleted"
+        await asyncio.sleep(0.1)
+    with pytest.raises(AirflowException, match="the pods whose XCom sidecars printed it are gone"):
+        op.execute_complete(make_context(FakeTI()), payload)
