@@ -343,6 +343,9 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
             ),
             **kwargs,
         )
+        if not hasattr(self, "xcom_sidecar_container_security_context"):
+            # cncf.kubernetes before 10.25 has no such argument; the sidecar is ours, so it is honoured here
+            self.xcom_sidecar_container_security_context = xcom_sidecar_container_security_context
         self._unhonoured = unhonoured_arguments(given)
         self._warn_unhonoured()  # when the DAG is parsed, where its author looks first
         self.fatal_waiting_reasons = list(fatal_waiting_reasons) if fatal_waiting_reasons else None

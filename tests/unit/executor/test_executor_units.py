@@ -190,12 +190,13 @@ def test_non_numeric_jobwatch_option_is_a_clear_error(monkeypatch: pytest.Monkey
 def test_pod_creation_concurrency_is_checked_when_the_executor_starts(monkeypatch: pytest.MonkeyPatch, value):
     """A value the executor cannot use is refused when the scheduler builds it, naming the option, the
     value and what it accepts (it was silently raised to 1, or failed with a message of another form)."""
-    from airflow_jobwatch.config import JobwatchConfigError
+    from airflow.exceptions import AirflowConfigException
+
     from airflow_jobwatch.executors.jobwatch_executor import JobWatchExecutor
 
     monkeypatch.setenv("AIRFLOW__JOBWATCH__POD_CREATION_CONCURRENCY", value)
     with pytest.raises(
-        JobwatchConfigError, match=r"\[jobwatch\] pod_creation_concurrency .*(>= 1|whole number)"
+        AirflowConfigException, match=r"\[jobwatch\] pod_creation_concurrency .*(>= 1|whole number)"
     ):
         JobWatchExecutor()
 
