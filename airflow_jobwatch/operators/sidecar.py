@@ -80,7 +80,9 @@ def add_sidecar(op: KubernetesJobOperator, job: k8s.V1Job, base: k8s.V1Container
         resources=hook.get_xcom_sidecar_container_resources()
         or {"requests": {"cpu": "1m", "memory": "10Mi"}},
     )
-    context = op.xcom_sidecar_container_security_context or hook.get_xcom_sidecar_container_security_context()
+    # The connection's security context: a hook method from cncf.kubernetes 10.25 (Airflow 3.3's) on.
+    from_connection = getattr(hook, "get_xcom_sidecar_container_security_context", None)
+    context = op.xcom_sidecar_container_security_context or (from_connection() if from_connection else None)
     if context is not None:
         sidecar.security_context = context
     spec.init_containers = [*(spec.init_containers or []), sidecar]
