@@ -35,6 +35,7 @@ Deliberate differences are listed in ``docs/migration.md``.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -74,6 +75,16 @@ XCOM_RETURN_PATH = "/airflow/xcom/return.json"
 
 
 #: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
+@functools.cache
+def _pod_operator_arguments() -> frozenset[str]:
+    """The arguments of the installed provider's ``KubernetesPodOperator``."""
+    import inspect
+
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    return frozenset(inspect.signature(KubernetesPodOperator.__init__).parameters)
+
+
 _OWN_ARGUMENTS = ("fatal_waiting_reasons", "api_failure_tolerance", "xcom_path", "disruption_retries")
 
 
@@ -336,15 +347,17 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         check_argument_types(
             f"{type(self).__name__}(task_id={kwargs.get('task_id')!r})", given, tuple(self.template_fields)
         )
+        upstream = {k: v for k, v in given.items() if k not in _OWN_ARGUMENTS}
+        # The XCom sidecar is ours: its security context is honoured here whatever the installed provider
+        # knows (cncf.kubernetes before 10.25 has no such argument, and would refuse it).
+        if "xcom_sidecar_container_security_context" not in _pod_operator_arguments():
+            upstream.pop("xcom_sidecar_container_security_context")
         super().__init__(
             # The installed provider may predate some of 10.25's arguments (compat.upstream_arguments).
-            **upstream_arguments(
-                KubernetesJobOperator, {k: v for k, v in given.items() if k not in _OWN_ARGUMENTS}
-            ),
+            **upstream_arguments(KubernetesJobOperator, upstream),
             **kwargs,
         )
         if not hasattr(self, "xcom_sidecar_container_security_context"):
-            # cncf.kubernetes before 10.25 has no such argument; the sidecar is ours, so it is honoured here
             self.xcom_sidecar_container_security_context = xcom_sidecar_container_security_context
         self._unhonoured = unhonoured_arguments(given)
         self._warn_unhonoured()  # when the DAG is parsed, where its author looks first
