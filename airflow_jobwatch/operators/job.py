@@ -74,7 +74,6 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
 
 
-#: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
 @functools.cache
 def _pod_operator_arguments() -> frozenset[str]:
     """The arguments of the installed provider's ``KubernetesPodOperator``."""
@@ -85,6 +84,7 @@ def _pod_operator_arguments() -> frozenset[str]:
     return frozenset(inspect.signature(KubernetesPodOperator.__init__).parameters)
 
 
+#: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
 _OWN_ARGUMENTS = ("fatal_waiting_reasons", "api_failure_tolerance", "xcom_path", "disruption_retries")
 
 
