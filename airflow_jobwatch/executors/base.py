@@ -399,23 +399,25 @@ class ExecutorBase(BaseExecutor):
     # Cleanup of finished pods
     # ------------------------------------------------------------------------------------------
 
-    def _clean_up_finished(self, result: PodResult, *, delete: bool = False) -> None:
-        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does).
-        ``delete``: deleted whatever those say (a pod a relaunch leaves behind)."""
+    def _clean_up_finished(self, result: PodResult) -> None:
+        """Delete a finished pod or label it done, per ``delete_worker_pods*`` (as upstream does)."""
+        delete = self._deletes(result)
+        if delete is not None:
+            self._cleanup.append((result.namespace, result.name, delete))
+
+    def _deletes(self, result: PodResult) -> bool | None:
+        """Whether a finished pod is deleted (True) or labelled done (False); None: nothing left of it."""
         if result.gap or result.reason == "Deleted":
-            return  # nothing left to clean up
-        if delete:
-            self._cleanup.append((result.namespace, result.name, True))
-            return
-        failed = result.phase != "succeeded"
-        kc = self.kube_config
-        # A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...) is deleted in
-        # any case: left alone it could still start, and run a try Airflow already gave up on.
-        pending_failure = failed and result.reason in self.fatal_waiting_reasons
-        delete = pending_failure or (
-            kc.delete_worker_pods and (not failed or kc.delete_worker_pods_on_failure)
+            return None
+        return self._may_start(result) or (
+            self.kube_config.delete_worker_pods
+            and (result.phase == "succeeded" or self.kube_config.delete_worker_pods_on_failure)
         )
-        self._cleanup.append((result.namespace, result.name, delete))
+
+    def _may_start(self, result: PodResult) -> bool:
+        """A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...): left alone it could
+        still start, and run a try Airflow already gave up on, so it is deleted in any case."""
+        return result.phase != "succeeded" and result.reason in self.fatal_waiting_reasons
 
     def _retry_cleanup(self, *, submit: bool = True) -> None:
         """Delete (or label done) the pods whose report is out, from the API threads; retry what failed.
@@ -438,6 +440,8 @@ class ExecutorBase(BaseExecutor):
                 continue
             self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
             self._cleanup.append(op)
+        # Pods a relaunch replaced, kept until their record let them go (see TaskRecord.replaced).
+        self._cleanup.extend((namespace, name, True) for namespace, name in self.records.released())
         if not self._cleanup or not submit:
             return
         pool = self._pool()

@@ -78,6 +78,13 @@ class TaskRecord:
     # What the task fails with if a relaunch may not be created (the task instance is no longer QUEUED on its
     # try): the failure the relaunch stood in for, in its own words.
     relaunch_failure: str | None = None
+    # Pods of this launch that ended before their task ran and were replaced, kept (labelled done) where
+    # ``delete_worker_pods*`` would delete them: while one exists, its name is taken, so an adopter that builds
+    # the launch's pod names from index 0 on is answered 409 there and goes on to the next index, instead of
+    # creating a second pod of the launch beside the replacement. Each is (pod, may_start): a pod that failed
+    # while still Pending (it could yet start a try) is released as soon as the launch's next pod exists;
+    # every other one when the key leaves this executor or is queued again.
+    replaced: list[tuple[PodRef, bool]] = field(default_factory=list)
 
     @property
     def priority(self) -> int:
@@ -101,6 +108,8 @@ class TaskRecords:
         self._by_priority: dict[int, dict[Any, None]] = {}
         # (namespace, name) -> (key, launch id) of every pod created or adopted and not yet seen to end.
         self._pods: dict[PodRef, tuple[Any, str]] = {}
+        # Replaced pods whose record let them go (see ``TaskRecord.replaced``): to be deleted by the caller.
+        self._released: list[PodRef] = []
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -143,6 +152,11 @@ class TaskRecords:
     def pod_refs(self) -> set[PodRef]:
         return set(self._pods)
 
+    def released(self) -> list[PodRef]:
+        """The replaced pods no record keeps any longer (each given once): the caller deletes them."""
+        out, self._released = self._released, []
+        return out
+
     def is_current(self, key: Any, ref: PodRef) -> bool:
         """Whether pod ``ref`` is the pod of ``key``'s current launch: the one rule for what counts.
 
@@ -165,6 +179,8 @@ class TaskRecords:
         pod of an earlier launch (cleaned up when it ends, never reported).
         """
         previous = self._records.get(key)
+        if previous is not None:
+            self._release(previous)
         self._records[key] = TaskRecord(
             key=key, launch_id=launch_id, workload=workload, create=PendingCreate()
         )
@@ -192,6 +208,8 @@ class TaskRecords:
         record.create = None
         self._unmark_pending(key)
         record.pod = ref
+        # The launch's next pod exists: a replaced pod that could still start a try is not kept beside it.
+        self._release(record, only_may_start=True)
         self._pods[ref] = (key, record.launch_id)
         return record
 
@@ -211,6 +229,7 @@ class TaskRecords:
         *,
         launch_failure: bool = False,
         failure: str | None = None,
+        keep: bool | None = None,
     ) -> TaskRecord:
         """The current pod ended before the task ran; the same launch gets a new pod after ``not_before``.
 
@@ -218,10 +237,14 @@ class TaskRecords:
         ``launch_failure``, against the budget of pods that failed before their task ran. The launch id is
         kept: it is what the scheduler's database names for this hand-over, and the new pod replaces the
         old one within it; the new pod has the next ``pod_index``, so its name is new and still the same for
-        every scheduler. ``failure`` is what the task fails with if the relaunch may not be created.
+        every scheduler. ``failure`` is what the task fails with if the relaunch may not be created. ``keep``:
+        the ended pod is kept until it is released (see ``TaskRecord.replaced``), with whether it may still
+        start; None when it is not to be deleted at all.
         """
         record = self._require(key)
         self._pods.pop(ref, None)
+        if keep is not None:
+            record.replaced.append((ref, keep))
         (record.launch_failures if launch_failure else record.disruptions).append(disruption)
         record.relaunch_backoff = backoff
         record.pod = None
@@ -255,6 +278,7 @@ class TaskRecords:
         self._unmark_pending(key)
         record = self._records.pop(key, None)
         if record is not None:
+            self._release(record)
             # Revoked while its pod runs or is being created: the caller deletes that pod, and its end is
             # not reported.
             for other in (record.pod, record.create.ref if record.create is not None else None):
@@ -272,7 +296,17 @@ class TaskRecords:
         self._pods[ref] = (key, launch_id)
         if current:
             self._unmark_pending(key)
+            previous = self._records.get(key)
+            if previous is not None:
+                self._release(previous)
             self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
+
+    def _release(self, record: TaskRecord, *, only_may_start: bool = False) -> None:
+        """Let ``record``'s replaced pods go (those that may still start only, with ``only_may_start``)."""
+        self._released.extend(ref for ref, may_start in record.replaced if may_start or not only_may_start)
+        record.replaced = [
+            (ref, may_start) for ref, may_start in record.replaced if only_may_start and not may_start
+        ]
 
     def _mark_pending(self, key: Any) -> None:
         """File ``key`` (its record set) as pending; one already filed keeps its place in line."""

@@ -277,6 +277,12 @@ class Results(ExecutorBase):
         now = time.monotonic()
         delay = backoff.failure(now)
         ref = (result.namespace, result.name)
+        # The ended pod is labelled done at once (no adoption takes it for the launch's current pod), and one
+        # that delete_worker_pods* (or a start it could still make) would delete is kept until the launch's
+        # next pod exists, or until the task leaves this executor: while it exists its name is taken, so an
+        # adopter that finds no live pod of the launch and creates it from the first name on is answered 409
+        # there and moves to the next name, the one this relaunch creates, instead of making a second pod.
+        delete = self._deletes(result)
         self.records.relaunch(
             record.key,
             ref,
@@ -285,6 +291,7 @@ class Results(ExecutorBase):
             now + delay,
             launch_failure=launch_failure,
             failure=_failed_info(result),
+            keep=self._may_start(result) if delete else None,
         )
         count = len(record.launch_failures if launch_failure else record.disruptions)
         message = explain(delay, count)
@@ -293,10 +300,11 @@ class Results(ExecutorBase):
         self._report(
             record.key, pod=f"{result.namespace}/{result.name}", state=state, reason=result.reason, gap=False
         )
-        # As upstream: the failed pod is deleted or kept (labelled done) per delete_worker_pods*, so that
-        # delete_worker_pods_on_failure = False keeps it for inspection; a pod that failed while still
-        # Pending (it could yet start) is deleted in any case.
-        self._clean_up_finished(result)
+        # As upstream in the end: the failed pod is deleted or kept (labelled done) per delete_worker_pods*,
+        # so that delete_worker_pods_on_failure = False keeps it for inspection; a pod that failed while
+        # still Pending (it could yet start) is deleted in any case, once its replacement exists.
+        if delete is not None:
+            self._cleanup.append((result.namespace, result.name, False))
 
     def _stale_pod_ended(self, key: TaskInstanceKey, result: PodResult) -> None:
         """A pod of an earlier launch of ``key`` ended: clean it up as any finished pod, report nothing.

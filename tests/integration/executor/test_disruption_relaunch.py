@@ -8,7 +8,9 @@ containers ``ContainerStatusUnknown`` with exit code 137 and no ``startedAt``).
 
 from __future__ import annotations
 
+import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -141,3 +143,86 @@ def test_a_pod_evicted_while_running_fails_as_before(executor_factory: Any, kube
     assert (task_id, state) == ("evicted_running", "failed")
     assert "Evicted" in info
     assert ex.status()["disruption_relaunches"] == 0 and ex.status()["pods_launched"] == 1
+
+
+def test_an_adopter_meets_the_relaunch_of_a_late_scheduler_under_its_name(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scheduler A's pod is evicted before it starts, with ``delete_worker_pods_on_failure`` (failed pods are
+    deleted), and A relaunches the try. Scheduler B, taking A for dead, adopts the task instance in the moment
+    before A's replacement exists: its list finds no live pod of the launch, so it creates the launch's pod
+    itself, building its names from the first one on. A's create passed A's database check before the
+    adoption and lands just after B's list. Exactly one live pod of the launch may come of it: the evicted
+    pod, labelled done and kept until its replacement exists, answers B's first name with 409, and B meets
+    A's replacement under the next one. The evicted pod is deleted once A no longer holds the task."""
+    from airflow.executors.workloads import ExecuteTask
+
+    from airflow_jobwatch.executors.pods import DONE_LABEL
+
+    sandbox, _ = kube_sandbox
+    task_id = "contested_relaunch"
+    late = executor_factory(job_id="101", AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE="True")
+    w = make_workload(task_id=task_id, command="sleep 60")
+    w.ti.external_executor_id = "launch-relaunched"
+    submit(late, w)
+    late_events: list[tuple[Any, Any]] = []
+    evicted = _evict_next_pending_pod(late, sandbox, task_id, set(), late_events)
+
+    # A's relaunch: its create is sent (A's check passed) and held until B has listed the pods.
+    listed = threading.Event()
+    real_create = late._create_call
+
+    def create_after_the_adopters_list(*args: Any, **kwargs: Any) -> Any:
+        assert listed.wait(60), "the adopter never listed"
+        return real_create(*args, **kwargs)
+
+    monkeypatch.setattr(late, "_create_call", create_after_the_adopters_list)
+
+    def live(pod: dict[str, Any]) -> bool:
+        return pod["metadata"]["labels"].get(DONE_LABEL) != "True" and pod["status"].get("phase") != "Failed"
+
+    deadline = time.monotonic() + 60
+    while not late._inflight or any(
+        p["metadata"]["name"] == evicted and live(p) for p in _pods(sandbox, task_id)
+    ):
+        _heartbeat(late, late_events)
+        assert time.monotonic() < deadline, f"no relaunch sent; events {late_events}"
+        time.sleep(0.05)
+
+    adopter = executor_factory(job_id="102")
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    real_list = adopter._list_everywhere
+
+    def list_then_let_the_late_create_land(*args: Any, **kwargs: Any) -> Any:
+        pods = real_list(*args, **kwargs)
+        if not listed.is_set():
+            listed.set()
+            until = time.monotonic() + 30
+            while not any(live(p) for p in _pods(sandbox, task_id)):
+                assert time.monotonic() < until, "the late scheduler's relaunch never landed"
+                time.sleep(0.05)
+        return pods
+
+    monkeypatch.setattr(adopter, "_list_everywhere", list_then_let_the_late_create_land)
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-relaunched", state="queued"
+    )
+    assert adopter.try_adopt_task_instances([orphan]) == []
+    adopter_events: list[tuple[Any, Any]] = []
+    deadline = time.monotonic() + 60
+    while (record := adopter.records.get(w.ti.key)) is not None and record.pod is None:
+        _heartbeat(adopter, adopter_events)
+        assert time.monotonic() < deadline, f"the adopter's create never ended; events {adopter_events}"
+        time.sleep(0.05)
+    live_pods = [p["metadata"]["name"] for p in _pods(sandbox, task_id) if live(p)]
+    assert len(live_pods) == 1, ("two live pods for one launch", live_pods, evicted)
+    assert record is not None and record.pod == ("default", live_pods[0])
+    assert _terminal(adopter_events) == [], adopter_events
+    # The evicted pod goes once the late scheduler sees its task adopted away.
+    deadline = time.monotonic() + 60
+    while any(p["metadata"]["name"] == evicted for p in _pods(sandbox, task_id)):
+        _heartbeat(late, late_events)
+        _heartbeat(adopter, adopter_events)
+        assert time.monotonic() < deadline, "the evicted pod was never deleted"
+        time.sleep(0.1)
+    assert _terminal(late_events) == [] and _terminal(adopter_events) == [], (late_events, adopter_events)
