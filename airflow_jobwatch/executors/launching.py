@@ -15,7 +15,7 @@ from airflow_jobwatch.executors.pods import (
     launch_id_of,
     launch_pod_name,
 )
-from airflow_jobwatch.executors.record import RAN, PendingCreate, TaskRecord
+from airflow_jobwatch.executors.record import RAN, UNNAMED, PendingCreate, TaskRecord
 from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 # [scheduler] task_queued_timeout (600 s by default) is the final bound: it revokes the task.
 CREATE_BACKOFF_INITIAL_SECONDS = 1.0
 CREATE_BACKOFF_MAX_SECONDS = 60.0
+
+# A launch whose id the database does not name yet (Airflow without pre-assigned ids) reports its id again after
+# this many reads that found it unnamed: the scheduler stores a report in the loop after it is made, so more
+# than one such read means that report was lost (its row was locked when the scheduler wrote it) or
+# overwritten (a late scheduler's report of its own launch, after this scheduler adopted the task).
+UNNAMED_REPORT_AGAIN_AFTER_READS = 3
 
 
 class _Conflict(Exception):
@@ -150,11 +156,26 @@ class LaunchQueue(ExecutorBase):
             verdict = held.get(record.key)
             if verdict is True or (verdict is None and record.key in held):
                 continue  # held; or its row is being adopted right now: decided next heartbeat
+            if verdict == UNNAMED:
+                self._await_launch_id(record)
+                continue
             if verdict == RAN:
                 self._fail_not_queued(record)
             else:
                 self._drop_launch(record)
         return {key for key, ok in held.items() if ok is True}
+
+    def _await_launch_id(self, record: TaskRecord) -> None:
+        """The launch is this scheduler's but Airflow's database does not name it yet (Airflow 3.1, 3.2.0,
+        3.2.1 store the id this executor reports in the scheduler loop after the report): its pod is created
+        once the row names it, so that no adopter can read the row in between and launch the task under
+        another id. A report that has not arrived after a few reads is made again."""
+        launch = record.create
+        if launch is None:
+            return
+        launch.unnamed_reads += 1
+        if launch.unnamed_reads % UNNAMED_REPORT_AGAIN_AFTER_READS == 0:
+            self._unreported_launches.setdefault(record.key, record.launch_id)
 
     def _fail_not_queued(self, record: TaskRecord) -> None:
         """A pod not yet sent (a relaunch, or a first create) for a launch whose task instance is no longer

@@ -55,6 +55,8 @@ class PendingCreate:
     waiting_for_quota: bool = False  # the last create was refused for a ResourceQuota
     accepted_at: float = field(default_factory=time.monotonic)  # for the launch-latency metric
     ref: PodRef | None = None  # the pod a create was sent for (its answer may be lost)
+    # Database reads that found the launch not yet named (Airflow without pre-assigned ids).
+    unnamed_reads: int = 0
     revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
 
 
@@ -339,6 +341,9 @@ class TaskRecords:
 
 SUPERSEDED = "superseded"  # the database names another launch of this try: this one's end is not reported
 RAN = "ran"  # the launch is this scheduler's, but its task instance is no longer QUEUED: no new pod for it
+# The launch is this scheduler's and QUEUED, but the database does not name it yet (Airflow without pre-assigned
+# ids stores the id this executor reports in the scheduler loop after): its first pod waits until it does.
+UNNAMED = "unnamed"
 
 UNRESOLVED = "unresolved"  # adoption: the pods could not all be listed; act on nothing, look again later
 ADOPT = "adopt"  # adoption: a pod of the current launch exists; adopt it
@@ -361,8 +366,13 @@ def launch_held(
     its answer was lost; the retry meets the pod under its name and is answered 409). :data:`RAN`: all of that
     but no longer QUEUED while this pod was never sent (a relaunch, or a first create, for a task that runs,
     deferred or ended): no pod is created for it, and the task is failed saying why. False: the launch is not this scheduler's (adopted elsewhere, queued again
-    under another launch, reset, or a missing row). Without a pre-assigned id the row names an earlier launch
-    until the scheduler has read the event naming this one, so only the job and the try are checked."""
+    under another launch, reset, or a missing row).
+
+    Without a pre-assigned id the row names an earlier launch (or none) until the scheduler has stored the
+    event that names this one, so the job and the try decide whether the launch is held; and a pod never
+    sent waits (:data:`UNNAMED`) until the row names this launch. So an adopter that reads the row either
+    finds this launch named, builds the same pod name and is answered 409 by this pod, or finds it not yet
+    named while no pod of it exists, and this scheduler's next read finds the task adopted."""
     if (
         row is None
         or row.try_number != try_number
@@ -371,7 +381,7 @@ def launch_held(
     ):
         return False
     if row.state == "queued":
-        return True
+        return UNNAMED if not pre_assigned and not sent and row.external_executor_id != launch_id else True
     if sent:
         return bool(row.state == "running")
     return RAN
@@ -418,6 +428,7 @@ __all__ = [
     "TaskRecord",
     "TaskRecords",
     "TransitionError",
+    "UNNAMED",
     "adoption_verdict",
     "launch_held",
     "launch_verdict",

@@ -196,3 +196,47 @@ def test_a_relaunch_after_one_failed_database_read_is_not_created_for_a_running_
     assert reads, "the database read at the pod's end never ran"
     assert str(state) == "failed" and "evicted" in info and "no longer QUEUED" in info, info
     assert len(pods_of(sandbox, "ran")) == 1 and ex.status()["pods_launched"] == 1
+
+
+def test_without_a_pre_assigned_id_no_pod_is_created_before_the_database_names_its_launch(
+    executor_factory: Any, kube_sandbox: Any, task_instance_table: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow 3.1, 3.2.0, 3.2.1: the scheduler stores the launch id this executor reports (a ``queued``
+    event) in its loop after the report. An adopter that read the row in between would find the launch
+    unnamed and launch the task under an id of its own, a pod name no 409 could fence. So the pod waits until
+    the row names its launch; a report the database has not taken after a few reads is made again (same id),
+    and once the row names the launch the pod is created under it."""
+    from airflow_jobwatch.executors.launching import UNNAMED_REPORT_AGAIN_AFTER_READS
+
+    sandbox, _ = kube_sandbox
+    assert REAL_LAUNCHES_HELD is not None
+    reads: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return REAL_LAUNCHES_HELD(*args, **kwargs)
+
+    monkeypatch.setattr(results, "launches_held", counted)
+    ex = executor_factory(job_id="42")
+    w = make_workload(task_id="named_late", command="exit 0")
+    assert w.ti.external_executor_id is None  # as the scheduler of Airflow 3.1 hands it over
+    task_instance_table(w.ti.key, state="queued", queued_by=42, launch=None)
+    events: list[tuple[Any, Any]] = []
+    submit(ex, w)
+    poll(
+        ex,
+        lambda: pods_of(sandbox, "named_late") or len(reads) > 2 * UNNAMED_REPORT_AGAIN_AFTER_READS,
+        timeout=60,
+        what="the executor's reads of the unnamed launch",
+        events=events,
+    )
+    assert pods_of(sandbox, "named_late") == [], "a pod was created before the database named its launch"
+    assert ex.status()["pods_launched"] == 0 and w.ti.key in ex.running
+    reported = [info for key, (state, info) in events if str(state) == "queued" and key == w.ti.key]
+    assert len(reported) >= 2 and len(set(reported)) == 1, reported
+    # The scheduler stores the reported id: the pod is created under it.
+    task_instance_table(w.ti.key, state="queued", queued_by=42, launch=reported[0])
+    poll(ex, lambda: terminal_events(events), timeout=60, what="the task's end", events=events)
+    assert [(k.task_id, s) for k, s, _ in terminal_events(events)] == [("named_late", "success")]
+    (pod,) = pods_of(sandbox, "named_late")
+    assert pod["metadata"]["annotations"][LAUNCH_ANNOTATION] == reported[0]
