@@ -41,10 +41,13 @@ class _Conflict(Exception):
     launch is no longer this scheduler's), ``someone_else`` (not this launch's pod) or ``retry`` (could not
     tell)."""
 
-    def __init__(self, verdict: str, error: str) -> None:
+    def __init__(self, verdict: str, error: str, *, may_start: bool = False) -> None:
         super().__init__(f"{verdict}: {error}")
         self.verdict = verdict
         self.error = error
+        self.may_start = (
+            may_start  # ``finished``: the pod is still Pending (labelled done), it could yet start
+        )
 
 
 class LaunchQueue(ExecutorBase):
@@ -373,8 +376,13 @@ class LaunchQueue(ExecutorBase):
                 + ")",
             )
         labels = meta.get("labels") or {}
-        if labels.get(DONE_LABEL) == "True" or (pod.get("status") or {}).get("phase") == "Failed":
-            return _Conflict("finished", f"{error}; that pod of this launch has already ended")
+        phase = (pod.get("status") or {}).get("phase")
+        if labels.get(DONE_LABEL) == "True" or phase == "Failed":
+            return _Conflict(
+                "finished",
+                f"{error}; that pod of this launch has already ended",
+                may_start=phase not in ("Failed", "Succeeded"),
+            )
         from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
         mine = make_safe_label_value(self.scheduler_job_id)
@@ -423,7 +431,11 @@ class LaunchQueue(ExecutorBase):
         self.supervisor.untrack(namespace, name)
         record = self.records.get(key)
         if conflict.verdict == "finished" and record is not None:
-            self.records.name_taken(key)
+            # That pod is kept as the pods this executor replaces itself are (TaskRecord.replaced), so that it
+            # is deleted by whichever scheduler holds the launch now, even if the one that replaced it is gone.
+            kc = self.kube_config
+            deletes = conflict.may_start or (kc.delete_worker_pods and kc.delete_worker_pods_on_failure)
+            self.records.name_taken(key, keep=conflict.may_start if deletes else None)
             self._counters["create_retries"] += 1
             self.log.warning(
                 "%s: pod %s/%s of its launch %s has already ended (%s); creating the launch's next pod",

@@ -257,16 +257,19 @@ class TaskRecords:
         self._mark_pending(key)
         return record
 
-    def name_taken(self, key: Any) -> None:
+    def name_taken(self, key: Any, *, keep: bool | None = None) -> None:
         """A create found a finished pod of this very launch under its name (a pod of the launch that failed
         before its task ran, which this executor did not replace itself): the next pod of the launch is made,
-        under the next ``pod_index``, with nothing else changed."""
+        under the next ``pod_index``, with nothing else changed. ``keep`` as for :meth:`relaunch`: that pod
+        is kept and deleted as this executor's own replaced pods are."""
         record = self._require(key)
         if record.create is None:
             raise TransitionError(f"{key} has no pod to create")
         ref = record.create.ref
         if ref is not None and self._pods.get(ref) == (key, record.launch_id):
             del self._pods[ref]
+        if ref is not None and keep is not None:
+            record.replaced.append((ref, keep))
         record.create.ref = None
         record.create.body = None
         record.create.not_before = 0.0

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from exec_helpers import submit
+from exec_helpers import submit, worker_pod_of
 from support.workloads import make_workload
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.sandbox_opts(pod_start_delay=4.0)]
@@ -226,3 +226,59 @@ def test_an_adopter_meets_the_relaunch_of_a_late_scheduler_under_its_name(
         assert time.monotonic() < deadline, "the evicted pod was never deleted"
         time.sleep(0.1)
     assert _terminal(late_events) == [] and _terminal(adopter_events) == [], (late_events, adopter_events)
+
+
+def test_an_adopter_deletes_a_replaced_pending_pod_it_meets_under_the_launchs_first_name(
+    executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler that replaced a pod stuck Pending on a fatal waiting reason (``ErrImagePull``) stopped
+    before the replacement existed: that pod is left labelled done, keeping the launch's first name taken.
+    The adopter's create of that name is answered 409 by it; the adopter creates the launch's next pod and,
+    once that pod exists, deletes the Pending one, which could otherwise still start and run the try."""
+    from airflow.executors.workloads import ExecuteTask
+
+    from airflow_jobwatch.executors.pods import DONE_LABEL, launch_pod_name
+
+    sandbox, _ = kube_sandbox
+    task_id = "replaced_pending"
+    w = make_workload(task_id=task_id, command="exit 0")
+    w.ti.external_executor_id = "launch-pending"
+    stuck = worker_pod_of(
+        w.ti.key,
+        name=launch_pod_name(w.ti.key, "launch-pending", 0),
+        launch="launch-pending",
+        job_id="101",
+        command="exit 0",
+    )
+    stuck["metadata"]["labels"][DONE_LABEL] = "True"
+    stuck["spec"]["containers"][0]["image"] = "registry.invalid/never:1"
+    core_v1.create_namespaced_pod("default", stuck)
+    deadline = time.monotonic() + 30
+    while not any(
+        (cs.get("state") or {}).get("waiting", {}).get("reason") in ("ErrImagePull", "ImagePullBackOff")
+        for p in _pods(sandbox, task_id)
+        for cs in p["status"].get("containerStatuses") or []
+    ):
+        assert time.monotonic() < deadline, "the stuck pod never failed to pull its image"
+        time.sleep(0.05)
+
+    adopter = executor_factory(job_id="102")
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-pending", state="queued"
+    )
+    assert adopter.try_adopt_task_instances([orphan]) == []
+    events: list[tuple[Any, Any]] = []
+    deadline = time.monotonic() + 60
+    while not _terminal(events) or any(
+        p["metadata"]["name"] == stuck["metadata"]["name"] for p in _pods(sandbox, task_id)
+    ):
+        _heartbeat(adopter, events)
+        assert time.monotonic() < deadline, (
+            "the task did not end, or the stuck pod was not deleted",
+            events,
+            [p["metadata"]["name"] for p in _pods(sandbox, task_id)],
+        )
+        time.sleep(0.1)
+    assert [t[:2] for t in _terminal(events)] == [(task_id, "success")], events
+    assert adopter.status()["pods_launched"] == 1
