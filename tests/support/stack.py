@@ -116,6 +116,8 @@ class AirflowStack:
         (e.g. ``["--history-window", "1", "--bookmark-interval", "1"]``).
     :param config: extra Airflow options, ``{("section", "key"): "value"}``; they override the defaults.
     :param env: extra environment variables for every process (and so every pod).
+    :param process_env: extra environment variables of one process only, by process name
+        (``{"scheduler#2": {...}}``), on top of ``env``; pods do not get them.
     :param parallelism: ``[core] parallelism``.
     :param base_dir: where to create the temp ``AIRFLOW_HOME`` (default: the system temp dir).
     :param database_url: ``[database] sql_alchemy_conn`` (e.g. :attr:`PostgresServer.url
@@ -137,6 +139,7 @@ class AirflowStack:
         sandbox_args: Iterable[str] = (),
         config: Mapping[tuple[str, str], str] | None = None,
         env: Mapping[str, str] | None = None,
+        process_env: Mapping[str, Mapping[str, str]] | None = None,
         parallelism: int = 16,
         base_dir: str | os.PathLike[str] | None = None,
         keep: bool = False,
@@ -155,6 +158,7 @@ class AirflowStack:
         self.sandbox_args = list(sandbox_args)
         self.extra_config = dict(config or {})
         self.extra_env = dict(env or {})
+        self.process_env = {name: dict(values) for name, values in (process_env or {}).items()}
         self.parallelism = parallelism
         self.base_dir = base_dir
         self.keep = keep
@@ -310,7 +314,7 @@ class AirflowStack:
             [str(VENV_BIN / "airflow"), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=self.env,
+            env={**self.env, **self.process_env.get(name, {})},
             start_new_session=True,  # own process group: kill() takes its children (watchers) too
             cwd=self.home,
         )
