@@ -45,9 +45,8 @@ class _Conflict(Exception):
         super().__init__(f"{verdict}: {error}")
         self.verdict = verdict
         self.error = error
-        self.may_start = (
-            may_start  # ``finished``: the pod is still Pending (labelled done), it could yet start
-        )
+        # ``finished``: the pod is still Pending (labelled done), so it could yet start.
+        self.may_start = may_start
 
 
 class LaunchQueue(ExecutorBase):
