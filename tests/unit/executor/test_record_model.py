@@ -8,7 +8,9 @@ step:
 - no end is reported for a pod that is not its key's current launch (the launch the database names);
 - no key is in ``running`` (the records' keys) without a record, and every key holding a slot has one;
 - a key never has two live pods that both count as current;
-- every slot is freed exactly once.
+- every slot is freed exactly once;
+- a pod a relaunch replaced and kept is let go exactly once, no later than its record (and, if it could
+  still start, once the launch's next pod exists).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class RecordMachine(RuleBasedStateMachine):
         self.freed = 0
         self.reported: list[tuple[str, str]] = []  # (key, launch id) of every reported end
         self.in_line: dict[str, int] = {}  # key -> when its pod to create was put in line (launch order)
+        # Pods a relaunch replaced and the records keep: ref -> (key, whether it could still start).
+        self.kept: dict[tuple[str, str], tuple[str, bool]] = {}
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -83,6 +87,7 @@ class RecordMachine(RuleBasedStateMachine):
     def restart_and_adopt(self) -> None:
         """The scheduler dies; a new one adopts every live pod, by the launch the database names."""
         self.records = TaskRecords()
+        self.kept.clear()  # left in the cluster by the scheduler that died
         for key in list(self.running):
             self.running.discard(key)
             self.freed += 1
@@ -120,8 +125,8 @@ class RecordMachine(RuleBasedStateMachine):
             self.records.seen_running(key, record.pod)
 
     @precondition(lambda self: bool(self.live))
-    @rule(data=st.data(), relaunch=st.booleans())
-    def pod_ends(self, data: st.DataObject, relaunch: bool) -> None:
+    @rule(data=st.data(), relaunch=st.booleans(), keep=st.sampled_from([None, False, True]))
+    def pod_ends(self, data: st.DataObject, relaunch: bool, keep: bool | None) -> None:
         ref = data.draw(st.sampled_from(sorted(self.live)))
         key, launch = self.live.pop(ref)
         if not self.records.is_current(key, ref):
@@ -133,7 +138,9 @@ class RecordMachine(RuleBasedStateMachine):
             self.records.created(key, ref)  # the watch saw the pod before the create's answer
         assert launch == record.launch_id == self.db_launch[key], "an end reported for a launch not current"
         if relaunch and not record.seen_running:
-            self.records.relaunch(key, ref, "evicted", backoff=None, not_before=0.0)  # type: ignore[arg-type]
+            self.records.relaunch(key, ref, "evicted", backoff=None, not_before=0.0, keep=keep)  # type: ignore[arg-type]
+            if keep is not None:
+                self.kept[ref] = (key, keep)
             self.in_line[key] = next(_ids)
             return
         self.records.end(key, ref)
@@ -180,9 +187,39 @@ class RecordMachine(RuleBasedStateMachine):
         assert self.taken - self.freed == len(self.running)
         assert self.freed <= self.taken
 
+    @invariant()
+    def replaced_pods_let_go_once_and_no_later_than_their_record(self) -> None:
+        for ref in self.records.released():
+            assert ref in self.kept, f"{ref} let go twice, or never kept"
+            del self.kept[ref]
+        for ref, (key, may_start) in self.kept.items():
+            record = self.records.get(key)
+            assert record is not None and (ref, may_start) in record.replaced, f"{ref} outlived its record"
+            assert not (may_start and record.pod is not None), f"{ref} could start, kept beside the next pod"
+
 
 TestRecordModel = RecordMachine.TestCase
 TestRecordModel.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+
+
+def test_replaced_pods_are_let_go_when_the_next_pod_exists_or_the_record_ends() -> None:
+    """The two orders the model above reaches only now and then, spelled out: a replaced pod that could still
+    start goes once the launch's next pod exists; one that cannot stays until the record ends."""
+    records = TaskRecords()
+    records.queue("k", workload=SimpleNamespace(ti=SimpleNamespace(priority_weight=0)), launch_id="L")
+    records.create_sent("k", ("default", "p0"))
+    records.created("k", ("default", "p0"))
+    records.relaunch("k", ("default", "p0"), "evicted", backoff=None, not_before=0.0, keep=False)  # type: ignore[arg-type]
+    records.create_sent("k", ("default", "p1"))
+    records.created("k", ("default", "p1"))
+    records.relaunch("k", ("default", "p1"), "ErrImagePull", backoff=None, not_before=0.0, keep=True)  # type: ignore[arg-type]
+    assert records.released() == []  # no next pod yet: both names stay taken
+    records.create_sent("k", ("default", "p2"))
+    records.created("k", ("default", "p2"))
+    assert records.released() == [("default", "p1")]  # the one that could start
+    records.end("k", ("default", "p2"))
+    assert records.released() == [("default", "p0")]  # the rest with the record
+    assert records.released() == []
 
 
 SCHEDULERS = ["A", "B"]
