@@ -156,8 +156,17 @@ class LaunchQueue(ExecutorBase):
             return set()
         for record in records:
             verdict = held.get(record.key)
-            if verdict is True or (verdict is None and record.key in held):
-                continue  # held; or its row is being adopted right now: decided next heartbeat
+            if verdict is True:
+                continue
+            if verdict is None and record.key in held:
+                # Its row is locked by another scheduler's adoption right now: decided next heartbeat.
+                self.log.info(
+                    "%s: its task instance is being adopted by another scheduler right now; launch %s is "
+                    "neither created nor dropped until that adoption ends",
+                    record.key,
+                    record.launch_id,
+                )
+                continue
             if verdict == UNNAMED:
                 self._await_launch_id(record)
                 continue

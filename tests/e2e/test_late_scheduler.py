@@ -210,6 +210,9 @@ def test_a_late_scheduler_and_its_adopter_make_one_pod_per_launch(
     windows = {
         "pods created by the late scheduler": created_by.get(str(late_job), 0),
         "pods created by its peer": created_by.get(str(adopter_job), 0),
+        "late: launches held back while an adoption of them was open": _count(
+            stack, "scheduler#2", r"is being adopted by another scheduler right now"
+        ),
         "late: launches dropped at its database check": _count(
             stack, "scheduler#2", r"is no longer this scheduler's in Airflow's database"
         ),
