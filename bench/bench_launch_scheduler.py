@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -113,6 +114,43 @@ def group_cpu_seconds(pgid: int) -> float:
     return total
 
 
+# One entry of PostgreSQL's log with log_min_duration_statement = 0 and log_line_prefix '%m [%p] '.
+STATEMENT = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+ \w+ \[\d+\] LOG:  duration: ([\d.]+) ms  statement: (.*)$")
+# The executors' reads of a task instance's launch (JobWatchExecutor's fence, before and after).
+FENCE_COLUMNS = "task_instance.queued_by_job_id, task_instance.external_executor_id"
+
+
+def statements(text: str) -> list[tuple[float, str]]:
+    """(duration in ms, SQL) of each statement logged in ``text`` (a statement may span lines)."""
+    out: list[tuple[float, str]] = []
+    for line in text.splitlines():
+        found = STATEMENT.match(line)
+        if found:
+            out.append((float(found.group(1)), found.group(2)))
+        elif out and not re.match(r"^\d{4}-\d\d-\d\d ", line):
+            out[-1] = (out[-1][0], out[-1][1] + "\n" + line)
+    return out
+
+
+def fence_profile(text: str, pods: int) -> dict[str, Any]:
+    """What the database did between a run's trigger and its last pod: every statement, and the launch
+    reads by kind (``FOR SHARE SKIP LOCKED``, plain), with the task instances each named."""
+    logged = statements(text)
+    locked = [(ms, sql) for ms, sql in logged if FENCE_COLUMNS in sql and "FOR SHARE" in sql]
+    plain = [(ms, sql) for ms, sql in logged if FENCE_COLUMNS in sql and "FOR SHARE" not in sql]
+    return {
+        "statements": len(logged),
+        "statements_ms": sum(ms for ms, _ in logged),
+        "locked_reads": len(locked),
+        "locked_ms": sum(ms for ms, _ in locked),
+        "locked_keys": sum(sql.count("'noop_") for _, sql in locked),
+        "plain_reads": len(plain),
+        "plain_ms": sum(ms for ms, _ in plain),
+        "plain_keys": sum(sql.count("'noop_") for _, sql in plain),
+        "pods": pods,
+    }
+
+
 def start_scheduler(stack: Any, executor: str, tree: str | None, previous_job: int) -> int:
     """Start ``airflow scheduler`` with this executor (and this package directory first on its path), and
     wait until its job's loop is running: its SchedulerJob heartbeats a second time."""
@@ -176,9 +214,17 @@ def stop_and_clear(stack: Any, run_id: str, watch: PodWatch) -> None:
 
 
 def measure_one(
-    stack: Any, watch: PodWatch, run_id: str, tasks: int, pgid: int, cpu_start: float, load_start: float
+    stack: Any,
+    watch: PodWatch,
+    run_id: str,
+    tasks: int,
+    pgid: int,
+    cpu_start: float,
+    load_start: float,
+    pg_log: tuple[Path, int] | None = None,
 ) -> dict[str, Any]:
-    """Wait until every task of a triggered run has its pod and every pod has run; the run's figures."""
+    """Wait until every task of a triggered run has its pod and every pod has run; the run's figures.
+    ``pg_log``: PostgreSQL's statement log and its size at the trigger, to profile the database's part."""
     from support.stack import wait_until
 
     def all_launched() -> bool:
@@ -188,6 +234,11 @@ def measure_one(
     wait_until(all_launched, timeout=900, what=f"a pod for each of the {tasks} tasks", interval=0.1)
     cpu = group_cpu_seconds(pgid) - cpu_start
     load_end = os.getloadavg()[0]
+    profile = None
+    if pg_log is not None:
+        with pg_log[0].open("rb") as log:
+            log.seek(pg_log[1])
+            profile = fence_profile(log.read().decode(errors="replace"), len(watch.of_run(run_id)))
     wait_until(
         lambda: all(p["running"] is not None for p in watch.of_run(run_id)),
         timeout=300,
@@ -218,6 +269,7 @@ def measure_one(
         "to_running_p95": pct(to_running, 0.95),
         "cpu_s": cpu,
         "load": (load_start, load_end),
+        "database": profile,
     }
 
 
@@ -275,6 +327,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cleanup.callback(shutil.rmtree, base, True)
         else:
             print(f"AIRFLOW_HOME kept: {stack.home}", flush=True)
+        pg_log = pg.dir / "postgres.log"
+        if args.log_statements:
+            pg.query("ALTER SYSTEM SET log_min_duration_statement = 0")
+            pg.query("ALTER SYSTEM SET log_line_prefix = '%m [%p] '")
+            pg.query("SELECT pg_reload_conf()")
         watch = PodWatch(stack.kubeconfig)
         watch.start()
         watch.ready.wait(30)
@@ -286,9 +343,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 job = start_scheduler(stack, executor, tree, job)
                 pgid = stack.procs["scheduler"].pid  # its own session and process group
                 load_start, cpu_start = os.getloadavg()[0], group_cpu_seconds(pgid)
+                log_at = pg_log.stat().st_size if pg_log.exists() else 0
                 run_id = stack.trigger_dag(DAG_ID)
                 try:
-                    result = measure_one(stack, watch, run_id, args.tasks, pgid, cpu_start, load_start)
+                    result = measure_one(
+                        stack,
+                        watch,
+                        run_id,
+                        args.tasks,
+                        pgid,
+                        cpu_start,
+                        load_start,
+                        (pg_log, log_at) if args.log_statements else None,
+                    )
                 finally:
                     stop_and_clear(stack, run_id, watch)
                 results[name].append(result)
@@ -314,6 +381,41 @@ def _median_spread(values: list[float], fmt: str) -> str:
     if len(values) == 1:
         return format(med, fmt)
     return f"{format(med, fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def render_profile(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The statement log's table (``--log-statements``): the launch reads per run, medians of the rounds."""
+    rows = {name: [r["database"] for r in runs if r.get("database")] for name, runs in results.items()}
+    if not any(rows.values()):
+        return []
+
+    def med(values: list[float]) -> str:
+        return f"{statistics.median(values):.1f}" if values else "-"
+
+    lines = [
+        "",
+        "From PostgreSQL's statement log (`--log-statements`, every statement logged with its duration), "
+        "between the trigger and the last pod, median of the rounds. Launch reads = JobWatchExecutor's reads "
+        "of the task instances' launch columns, `FOR SHARE SKIP LOCKED` and plain:",
+        "",
+        "| executor | statements / pod | locked reads | task instances per locked read | plain reads "
+        "| task instances per plain read | ms in launch reads | ms per launch read |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, profiles in rows.items():
+        if not profiles:
+            continue
+        reads = [p["locked_reads"] + p["plain_reads"] for p in profiles]
+        spent = [p["locked_ms"] + p["plain_ms"] for p in profiles]
+        lines.append(
+            f"| {LABELS[name]} | {med([p['statements'] / p['pods'] for p in profiles])} "
+            f"| {med([p['locked_reads'] for p in profiles])} "
+            f"| {med([p['locked_keys'] / p['locked_reads'] for p in profiles if p['locked_reads']])} "
+            f"| {med([p['plain_reads'] for p in profiles])} "
+            f"| {med([p['plain_keys'] / p['plain_reads'] for p in profiles if p['plain_reads']])} "
+            f"| {med(spent)} | {med([ms / n for ms, n in zip(spent, reads, strict=True) if n])} |"
+        )
+    return lines
 
 
 def render(result: dict[str, Any]) -> str:
@@ -351,6 +453,7 @@ def render(result: dict[str, Any]) -> str:
             f"| {_median_spread([r['to_running_p95'] for r in rows], '.2f')} "
             f"| {_median_spread([r['cpu_s'] for r in rows], '.1f')} | {pods_per_task:g} | {loads} |"
         )
+    lines += render_profile(results)
     after = [r["pods_per_s"] for r in results.get("after", [])]
     before = [r["pods_per_s"] for r in results.get("before", [])]
     if after and before:
@@ -370,6 +473,11 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated variants to run: after,before,upstream")
     parser.add_argument("--batch-size", type=int, default=16, help="worker_pods_creation_batch_size")
     parser.add_argument("--pod-seconds", type=float, default=2.0, help="how long each simulated pod runs")
+    parser.add_argument(
+        "--log-statements",
+        action="store_true",
+        help="log every SQL statement (PostgreSQL) and count the launch reads per run; slows the database",
+    )
     parser.add_argument("--keep", action="store_true", help="keep AIRFLOW_HOME (logs) and print its path")
     parser.add_argument("--no-write", action="store_true", help="print the table, write no fragment")
     parser.add_argument("--json", help="also write the raw figures to this file")
