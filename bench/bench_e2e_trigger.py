@@ -49,7 +49,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,9 @@ class JobWatch(threading.Thread):
         from kubernetes import client, config
 
         self.api = client.BatchV1Api(config.new_client_from_config(str(kubeconfig)))
+        # What is listed and watched: the namespace's Jobs here; a subclass may watch another kind (its
+        # own _note reads the objects).
+        self.list_objects: Callable[..., Any] = self.api.list_namespaced_job
         self.namespace = namespace
         self.dag_id = dag_id
         self.ended: dict[str, dict[str, Any]] = {}  # task_id -> {"seen", "ltt", "type"}
@@ -120,14 +123,14 @@ class JobWatch(threading.Thread):
         while not self.stop.is_set():
             try:
                 if not rv:
-                    listed = self.api.list_namespaced_job(self.namespace)
+                    listed = self.list_objects(self.namespace)
                     for job in listed.items:
                         self._note(job.to_dict(), time.time())
                     rv = listed.metadata.resource_version
                     self.ready.set()
                 w = watch.Watch()
                 for event in w.stream(
-                    self.api.list_namespaced_job,
+                    self.list_objects,
                     self.namespace,
                     resource_version=rv,
                     timeout_seconds=30,
