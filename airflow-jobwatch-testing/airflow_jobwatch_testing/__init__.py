@@ -1,34 +1,34 @@
-"""Helpers for testing your own DAGs against the embedded Kubernetes sandbox, and a pytest plugin.
+"""Test your own DAGs against the embedded Kubernetes sandbox: the testing distribution of airflow-jobwatch
+(``pip install "airflow-jobwatch[testing]"``), a supported API (see docs/testing.md).
 
-This package is a supported API (see docs/testing.md). Installed with the provider, it registers itself
-as a pytest plugin (the ``pytest11`` entry point ``jobwatch``), which gives a test:
-
-* the ``jobwatch_sandbox`` fixture: a running sandbox (a real HTTP Kubernetes API with a Job controller
-  and a kubelet that runs containers' commands as local processes), its kubeconfig, and the Airflow
-  connection ``kubernetes_default`` pointing at it (``AIRFLOW_CONN_KUBERNETES_DEFAULT``, for the test's
-  duration); its fault helpers (:meth:`RunningSandbox.drop_watches`, :meth:`RunningSandbox.answer_410`,
-  :meth:`RunningSandbox.evict_pod`, ...);
 * :func:`run_dag`: runs one DAG with ``dag.test()`` in a fresh Airflow (its own ``AIRFLOW_HOME``, a
   migrated SQLite database, a ``dags_folder`` holding the DAG file) and returns each task's state,
   XComs and log text::
 
-      from airflow_jobwatch.testing import run_dag
+      from airflow_jobwatch_testing import run_dag
 
       def test_hello(jobwatch_sandbox):
           run = run_dag("dags/hello_job.py")
           assert run.state == "success", run.log
 
-Without pytest, :func:`kubernetes_sandbox` is the same sandbox as a context manager.
+* the ``jobwatch_sandbox`` fixture of its pytest plugin (:mod:`airflow_jobwatch_testing.plugin`, which
+  pytest loads through the ``pytest11`` entry point): a running sandbox (a real HTTP Kubernetes API with
+  a Job controller and a kubelet that runs containers' commands as local processes), its kubeconfig,
+  and the Airflow connection ``kubernetes_default`` pointing at it (``AIRFLOW_CONN_KUBERNETES_DEFAULT``,
+  for the test's duration); its fault helpers (:meth:`RunningSandbox.drop_watches`,
+  :meth:`RunningSandbox.answer_410`, :meth:`RunningSandbox.evict_pod`, ...);
+* :func:`kubernetes_sandbox`: the same sandbox as a context manager, without pytest;
+* :mod:`airflow_jobwatch_testing.sandbox`: the sandbox itself (``python -m airflow_jobwatch_testing.sandbox``).
 
-The plugin imports nothing of Airflow when pytest loads it: a test session that does not use its fixture
-pays only for this module.
+This module imports neither pytest nor Airflow nor the sandbox when it is loaded: the sandbox's small
+entry points (``python -m airflow_jobwatch_testing.sandbox.credential``, an exec plugin a client may run
+before every request) import it as their parent package.
 
-Layer 4 (docs/internals.md, "The map"): may import every other part.
+May import the provider (``airflow_jobwatch``); the sandbox imports nothing of either.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobwatch.testing.dagrun import DagRunError, DagRunResult, TaskResult, run_dag
+from airflow_jobwatch_testing.dagrun import DagRunError, DagRunResult, TaskResult, run_dag
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.sandbox import (
+    from airflow_jobwatch_testing.sandbox import (
         AdminClient,
         Sandbox,
         SandboxProcess,
@@ -55,7 +55,7 @@ _SANDBOX_NAMES = ("AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError
 
 def __getattr__(name: str) -> Any:
     if name in _SANDBOX_NAMES:
-        from airflow_jobwatch import sandbox
+        from airflow_jobwatch_testing import sandbox
 
         return getattr(sandbox, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -69,7 +69,7 @@ DEFAULT_CONN_ID = "kubernetes_default"
 class RunningSandbox:
     """A started sandbox and the kubeconfig that reaches it.
 
-    :ivar thread: the :class:`~airflow_jobwatch.sandbox.SandboxThread` (every fault, server-side objects).
+    :ivar thread: the :class:`~airflow_jobwatch_testing.sandbox.SandboxThread` (every fault, server-side objects).
     :ivar kubeconfig: path of the kubeconfig written for it (a random bearer token; keep it private).
     """
 
@@ -169,10 +169,10 @@ def kubernetes_sandbox(kubeconfig: str | os.PathLike[str], **options: Any) -> It
     """Run the sandbox in a background thread for the duration of the ``with`` block.
 
     :param kubeconfig: where to write a kubeconfig for it (its directory must exist).
-    :param options: passed to :class:`~airflow_jobwatch.sandbox.Sandbox` (for example
+    :param options: passed to :class:`~airflow_jobwatch_testing.sandbox.Sandbox` (for example
         ``history_window=1`` to make every resumed watch meet ``410 Gone``).
     """
-    from airflow_jobwatch.sandbox import SandboxThread
+    from airflow_jobwatch_testing.sandbox import SandboxThread
 
     thread = SandboxThread(**options).start()
     try:
@@ -181,104 +181,6 @@ def kubernetes_sandbox(kubeconfig: str | os.PathLike[str], **options: Any) -> It
         yield RunningSandbox(thread=thread, kubeconfig=path)
     finally:
         thread.stop()
-
-
-# -- the pytest plugin -----------------------------------------------------------------------------------
-try:
-    import pytest
-except ImportError:  # pragma: no cover - the API above works without pytest
-    pytest = None  # type: ignore[assignment]
-
-#: The ``jobwatch_sandbox`` marker's own options; every other one is an option of the sandbox.
-_FIXTURE_OPTIONS = ("conn_id", "namespace")
-#: Spellings users reach for, and the option they mean.
-_OTHER_SPELLINGS = {
-    "kubernetes_conn_id": "conn_id",
-    "connection_id": "conn_id",
-    "conn": "conn_id",
-    "ns": "namespace",
-}
-
-
-def _fixture_options(kwargs: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-    """``(conn_id, namespace, sandbox options)`` from the marker's keyword options; an option that is
-    neither the fixture's nor the sandbox's is refused with the spelling that is."""
-    import difflib
-    import inspect
-
-    from airflow_jobwatch.sandbox import Sandbox
-
-    sandbox_options = [n for n in inspect.signature(Sandbox.__init__).parameters if n != "self"]
-    known = [*_FIXTURE_OPTIONS, *sandbox_options]
-    for name in kwargs:
-        if name in known:
-            continue
-        right = _OTHER_SPELLINGS.get(name) or next(iter(difflib.get_close_matches(name, known, 1)), None)
-        hint = f"; did you mean {right}=?" if right else ""
-        raise ValueError(
-            f"@pytest.mark.jobwatch_sandbox: unknown option {name}={kwargs[name]!r}{hint} "
-            f"The options are conn_id= and namespace= (the Airflow connection), and the sandbox's: "
-            f"{', '.join(sandbox_options)}"
-        )
-    options = dict(kwargs)
-    conn_id = options.pop("conn_id", DEFAULT_CONN_ID)
-    namespace = options.pop("namespace", "default")
-    for name, value in (("conn_id", conn_id), ("namespace", namespace)):
-        if not isinstance(value, str) or not value:
-            raise ValueError(
-                f"@pytest.mark.jobwatch_sandbox: {name} must be a non-empty string, got {value!r}"
-            )
-    # The connection's namespace exists in the sandbox, beside any the sandbox option names.
-    namespaces = options.get("namespaces", ("default",))
-    if isinstance(namespaces, str):
-        raise ValueError(
-            f"@pytest.mark.jobwatch_sandbox: namespaces must be a list of names, got the string "
-            f"{namespaces!r}; for the connection's namespace, write namespace={namespaces!r}"
-        )
-    options["namespaces"] = (*dict.fromkeys([*namespaces, namespace]),)
-    return conn_id, namespace, options
-
-
-if pytest is not None:
-
-    def pytest_configure(config: pytest.Config) -> None:
-        config.addinivalue_line(
-            "markers",
-            "jobwatch_sandbox(**options): options of the `jobwatch_sandbox` fixture: conn_id=... and "
-            "namespace=... (the Airflow connection; the namespace is created in the sandbox), and the "
-            "sandbox's own (history_window, bookmark_interval, pod_start_delay, ...)",
-        )
-
-    @pytest.fixture
-    def jobwatch_sandbox(
-        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-    ) -> Iterator[RunningSandbox]:
-        """A running Kubernetes sandbox for one test, and everything that finds a cluster pointed at it
-        for the test's duration (:attr:`RunningSandbox.env`): the Airflow ``kubernetes`` connection
-        ``kubernetes_default`` (namespace ``default``), ``[kubernetes_executor] config_file`` and
-        ``KUBECONFIG``, so that operators, hooks and :func:`run_dag` use it.
-
-        Options: ``@pytest.mark.jobwatch_sandbox(conn_id="my_k8s", namespace="ns", history_window=1)``.
-        """
-        kwargs: dict[str, Any] = {}
-        marker = request.node.get_closest_marker("jobwatch_sandbox")
-        if marker is not None:
-            if marker.args:
-                raise pytest.UsageError(
-                    "@pytest.mark.jobwatch_sandbox takes keyword options only, e.g. namespace='team-a'"
-                )
-            kwargs.update(marker.kwargs)
-        try:
-            conn_id, namespace, options = _fixture_options(kwargs)
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        directory = tmp_path_factory.mktemp("jobwatch-sandbox")
-        with kubernetes_sandbox(directory / "kubeconfig", **options) as sb:
-            sb = dataclasses.replace(sb, conn_id=conn_id, namespace=namespace)
-            with pytest.MonkeyPatch.context() as mp:
-                for name, value in sb.env.items():
-                    mp.setenv(name, value)
-                yield sb
 
 
 __all__ = [

@@ -254,7 +254,7 @@ def _run_child(
     log_path = home / "output.log"
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_jobwatch.testing._child", str(home / "spec.json")],
+            [sys.executable, "-m", "airflow_jobwatch_testing._child", str(home / "spec.json")],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

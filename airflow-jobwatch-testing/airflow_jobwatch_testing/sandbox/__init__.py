@@ -26,11 +26,11 @@ Faults, switched at run time (methods on :class:`Sandbox` and :class:`SandboxThr
 Real-deployment modes (docs/sandbox.md): in-cluster service-account volumes (``enable_in_cluster``),
 signed tokens that expire and rotate (``issue_token``, ``expire_token``,
 ``rotate_service_account_token``), an exec-plugin credential command (``write_exec_kubeconfig``,
-``python -m airflow_jobwatch.sandbox.credential``), RBAC (``grant``, ``load_rbac_manifests``,
+``python -m airflow_jobwatch_testing.sandbox.credential``), RBAC (``grant``, ``load_rbac_manifests``,
 :func:`.rbac.check_manifests`), a stale watch cache (``set_watch_cache_lag``,
 ``freeze_watch_cache``), real 422 validation and kubelet termination-message limits.
 
-To run it in another process, :class:`SandboxProcess` starts ``python -m airflow_jobwatch.sandbox``
+To run it in another process, :class:`SandboxProcess` starts ``python -m airflow_jobwatch_testing.sandbox``
 and waits for its ``ready <url>`` line.
 
 The sandbox never imports the code it is used to test.

@@ -1,4 +1,4 @@
-"""``python -m airflow_jobwatch.sandbox --port PORT --kubeconfig PATH [...]``
+"""``python -m airflow_jobwatch_testing.sandbox --port PORT --kubeconfig PATH [...]``
 
 Runs the sandbox on 127.0.0.1, writes the kubeconfig once it listens, prints exactly one line
 ``ready <url>`` to stdout, and stops cleanly (killing its pod processes) on SIGINT or SIGTERM.
@@ -18,7 +18,7 @@ from .sandbox import Sandbox
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m airflow_jobwatch.sandbox", description=__doc__.split("\n\n")[1]
+        prog="python -m airflow_jobwatch_testing.sandbox", description=__doc__.split("\n\n")[1]
     )
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0 = any free port)")
     p.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig (mode 0600)")
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--exec-kubeconfig",
         default=None,
-        help="also write a kubeconfig whose user is the exec plugin `python -m airflow_jobwatch.sandbox.credential`",
+        help="also write a kubeconfig whose user is the exec plugin `python -m airflow_jobwatch_testing.sandbox.credential`",
     )
     e.add_argument("--exec-user", default="sandbox-exec-user", help="user of the exec plugin's tokens")
     e.add_argument(

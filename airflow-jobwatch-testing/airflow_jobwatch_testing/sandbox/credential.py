@@ -1,4 +1,4 @@
-"""``python -m airflow_jobwatch.sandbox.credential --key-file F --user U --ttl S``: an exec plugin.
+"""``python -m airflow_jobwatch_testing.sandbox.credential --key-file F --user U --ttl S``: an exec plugin.
 
 Prints an ``ExecCredential`` (``client.authentication.k8s.io/v1``) with a token for user ``U`` that
 the sandbox accepts for ``S`` seconds, and its ``expirationTimestamp`` (RFC 3339, UTC), the way
@@ -35,7 +35,9 @@ def exec_credential(key: bytes, user: str, ttl: float, *, now: float | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m airflow_jobwatch.sandbox.credential", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m airflow_jobwatch_testing.sandbox.credential", description=__doc__
+    )
     p.add_argument("--key-file", required=True, help="the sandbox's token-signing key")
     p.add_argument("--user", required=True, help="user name the token is for")
     p.add_argument("--ttl", type=float, default=60.0, help="seconds the token is valid")
