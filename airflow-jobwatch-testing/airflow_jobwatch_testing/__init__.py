@@ -29,6 +29,7 @@ May import the provider (``airflow_jobwatch``); the sandbox imports nothing of e
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -38,9 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobwatch_testing.dagrun import DagRunError, DagRunResult, TaskResult, run_dag
-
 if TYPE_CHECKING:
+    from airflow_jobwatch_testing.dagrun import DagRunError, DagRunResult, TaskResult, run_dag
     from airflow_jobwatch_testing.sandbox import (
         AdminClient,
         Sandbox,
@@ -49,16 +49,24 @@ if TYPE_CHECKING:
         SandboxThread,
     )
 
-# The sandbox (aiohttp) is imported when first used, not when pytest loads this plugin.
-_SANDBOX_NAMES = ("AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError", "SandboxThread")
+# Loaded when first used: the sandbox (aiohttp) and run_dag (subprocess, tempfile, shutil) are not
+# imported when pytest loads the plugin, nor when the sandbox's small entry points load this package as
+# their parent.
+_LAZY = {
+    **dict.fromkeys(("DagRunError", "DagRunResult", "TaskResult", "run_dag"), ".dagrun"),
+    **dict.fromkeys(
+        ("AdminClient", "Sandbox", "SandboxProcess", "SandboxStartError", "SandboxThread"), ".sandbox"
+    ),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SANDBOX_NAMES:
-        from airflow_jobwatch_testing import sandbox
-
-        return getattr(sandbox, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 #: The connection id the ``jobwatch_sandbox`` fixture defines (the provider's default ``kubernetes_conn_id``).
