@@ -14,16 +14,15 @@ STAMP  := $(VENV)/.installed
 
 venv: $(STAMP)
 
-# (Re)install when the pins or the project metadata change. The editable install serves the whole
-# airflow_jobwatch folder, the sandbox and the pytest plugin included (the testing distribution's two
-# subpackages); tests/conftest.py loads the plugin. The testing distribution itself is built only as a
-# wheel: installed editable beside this one it would declare airflow_jobwatch a namespace package and
-# shadow the provider's __init__ under pytest. $(CONSTRAINTS) pins every
-# distribution, so a fresh machine gets exactly what CI tested.
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+# (Re)install when the pins or the project metadata change. Both distributions are installed editable: the
+# provider (airflow_jobwatch) and the testing distribution (airflow_jobwatch_testing: the sandbox and the
+# pytest plugin, which pytest loads through its entry point); each is its own top-level package, so
+# neither hides the other. $(CONSTRAINTS) pins every distribution, so a fresh machine gets exactly what
+# CI tested.
+$(STAMP): pyproject.toml airflow-jobwatch-testing/pyproject.toml $(CONSTRAINTS)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,docs]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,docs]" -e ./airflow-jobwatch-testing
 	@touch $(STAMP)
 
 lint: $(STAMP)

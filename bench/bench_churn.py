@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from airflow_jobwatch.sandbox.process import SandboxProcess
+from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)

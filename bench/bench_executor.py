@@ -50,8 +50,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_jobwatch.sandbox.process import SandboxProcess
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # support.workloads: the synthetic workloads (tests/support/)
@@ -922,7 +922,7 @@ def main() -> None:
     add_child_arguments(parser)
     args = parser.parse_args()
     if args.scale_child:
-        from airflow_jobwatch.sandbox.admin import AdminClient
+        from airflow_jobwatch_testing.sandbox.admin import AdminClient
 
         row = run_throughput(
             args.scale_child,

@@ -49,7 +49,7 @@ def child(args: argparse.Namespace) -> None:
     from bench_executor import run_throughput
     from support.airflow_rows import bind_airflow_sessions
 
-    from airflow_jobwatch.sandbox.admin import AdminClient
+    from airflow_jobwatch_testing.sandbox.admin import AdminClient
 
     engine = bind_airflow_sessions(os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
     row = run_throughput(
@@ -94,7 +94,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     from bench_executor import _setup_env
     from support.postgres import PostgresServer
 
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     runs = [("after", "jobwatch", None), ("upstream", "upstream-16", None)]
     if args.before:

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent  # noqa: E402
-from airflow_jobwatch.sandbox.process import SandboxProcess  # noqa: E402
+from airflow_jobwatch_testing.sandbox.process import SandboxProcess  # noqa: E402
 
 NS = "default"
 # Stall detection is off in effect (the bench holds the stream silent on purpose while it prepares events).

@@ -64,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100, help="size of the Job's log in MB")
     args = parser.parse_args()
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     lines = args.mb * 1000
     workdir = Path(tempfile.mkdtemp(prefix="bench-job-logs-"))

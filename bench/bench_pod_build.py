@@ -223,7 +223,7 @@ def main() -> int:
     threaded_shaped = {t: _threaded_rate(shaped, workloads, t) for t in (1, 2, 4, 8)}
     print("threads", threaded, threaded_shaped, flush=True)
 
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     creates = {}
     with SandboxProcess(home / "kubeconfig", log=home / "sandbox.log", args=["--simulate-pods"]) as sandbox:

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from airflow_jobwatch.sandbox import Sandbox, SandboxThread  # noqa: E402
+from airflow_jobwatch_testing.sandbox import Sandbox, SandboxThread  # noqa: E402
 
 # How many pods are created concurrently over HTTP while populating the store.
 CREATE_CONCURRENCY = 64

@@ -32,8 +32,8 @@ from kubernetes import client, config
 
 from airflow_jobwatch.kube.projection import project_job, project_pod
 from airflow_jobwatch.kube.store import Packer
-from airflow_jobwatch.sandbox.thread import SandboxThread
 from airflow_jobwatch.triggers.tombstones import _slim_job, _Tombstone
+from airflow_jobwatch_testing.sandbox.thread import SandboxThread
 
 N = 1000
 LABELS = {

@@ -6,7 +6,7 @@
 
 Layout (so that CPU and memory are the triggers' own):
 
-* the sandbox runs in its own process (``python -m airflow_jobwatch.sandbox``), Jobs are ``sleep N``;
+* the sandbox runs in its own process (``python -m airflow_jobwatch_testing.sandbox``), Jobs are ``sleep N``;
 * this driver creates the Jobs and keeps one watch on them (its observer) that records, in wall-clock
   time, the moment each Job's terminal condition appears;
 * each variant runs all its triggers' ``run()`` generators in one event loop in a child process (like a
@@ -376,7 +376,7 @@ def foreign_main(args: argparse.Namespace) -> int:
     """
     import uuid
 
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-foreign-"))
     token = secrets.token_urlsafe(24)
@@ -1039,8 +1039,8 @@ def _ended_job(i: int, now: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def live_main(args: argparse.Namespace) -> int:
     """One process: the sandbox (Job controller + kubelet) in a thread, the triggers in this thread's loop."""
-    from airflow_jobwatch.sandbox.store import now_rfc3339
-    from airflow_jobwatch.sandbox.thread import SandboxThread
+    from airflow_jobwatch_testing.sandbox.store import now_rfc3339
+    from airflow_jobwatch_testing.sandbox.thread import SandboxThread
 
     n, ended, rate = args.live_jobs, args.live_ended, args.live_rate
     workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-live-"))
@@ -1268,7 +1268,7 @@ def slow_main(args: argparse.Namespace) -> int:
 
 
 def _slow_run(n: int, rate: float, seconds: int) -> dict[str, Any]:
-    from airflow_jobwatch.sandbox.thread import SandboxThread
+    from airflow_jobwatch_testing.sandbox.thread import SandboxThread
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-trigger-slow-"))
     sandbox = SandboxThread(namespaces=("default", SLOW_NAMESPACE), simulate_pods=True).start()
@@ -1473,7 +1473,7 @@ def main() -> int:
         return slow_main(args)
 
     from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     n, lo, hi = (50, 5, 20) if args.quick else (500, 10, 120)
     n = args.jobs or n

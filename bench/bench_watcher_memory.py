@@ -56,7 +56,7 @@ sys.path.insert(0, str(REPO / "tests"))  # support.workloads (tests/support/)
 from bench_executor import write_section  # noqa: E402
 from bench_informer import deep_size, send_requests  # noqa: E402
 
-from airflow_jobwatch.sandbox.process import SandboxProcess  # noqa: E402
+from airflow_jobwatch_testing.sandbox.process import SandboxProcess  # noqa: E402
 
 NS = "default"  # the worker pods' namespace
 EMPTY_NS = "jobwatch-empty"  # the baseline: the same watcher, no pod to see
@@ -185,7 +185,7 @@ def populate(n: int, kubeconfig: str) -> dict[str, Any]:
     from support.workloads import make_workload
 
     from airflow_jobwatch.executors.pods import build_worker_pod, launch_pod_name, new_launch_id
-    from airflow_jobwatch.sandbox.admin import AdminClient
+    from airflow_jobwatch_testing.sandbox.admin import AdminClient
 
     kube_config = KubeConfig()
     sanitize = ApiClient().sanitize_for_serialization

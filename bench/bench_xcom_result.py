@@ -111,7 +111,7 @@ def main() -> None:
     from kubernetes import client, config
 
     from airflow_jobwatch.kube import xcom_sidecar
-    from airflow_jobwatch.sandbox.process import SandboxProcess
+    from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-xcom-"))
     rows = []

@@ -3,7 +3,7 @@
 Every task creates a Kubernetes Job and defers; one shared watch per namespace in the triggerer ends the
 waits. The tasks show a quick Job, a long one, a parallel one, a failing one, one whose image cannot
 be pulled and one that returns a large XCom result. The commands are plain ``sh``: on a cluster they run in the ``busybox`` image; on the
-embedded sandbox (``airflow_jobwatch.testing``) they run as local processes.
+embedded sandbox (``airflow_jobwatch_testing``) they run as local processes.
 """
 
 from __future__ import annotations

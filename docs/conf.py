@@ -19,7 +19,8 @@ import yaml
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
-sys.path.insert(0, str(ROOT))
+# Both distributions' packages from this checkout: the provider's and the testing distribution's.
+sys.path[:0] = [str(ROOT), str(ROOT / "airflow-jobwatch-testing")]
 
 project = "airflow-jobwatch"
 author = "The airflow-jobwatch contributors"

@@ -26,13 +26,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.sandbox.incluster import InCluster
-from airflow_jobwatch.sandbox.rbac import RbacUsers
+from airflow_jobwatch_testing.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox.incluster import InCluster
+from airflow_jobwatch_testing.sandbox.rbac import RbacUsers
 
-# The provider's pytest plugin (its `jobwatch_sandbox` fixture), also where the package is on the path but
-# not installed; where it is installed, its pytest11 entry point has the same name and this is a no-op.
-pytest_plugins = ["airflow_jobwatch.testing"]
+# The testing distribution's pytest plugin (its `jobwatch_sandbox` fixture), also where its package is on the
+# path but not installed; where it is installed, its pytest11 entry point has the same name and this is a
+# no-op.
+pytest_plugins = ["airflow_jobwatch_testing.plugin"]
 
 # Property tests explore new examples on every run where they are developed; CI (`.ci/run` sets
 # HYPOTHESIS_PROFILE=ci) runs the same examples every time, so that a merge is never refused for an
@@ -162,7 +163,7 @@ def in_cluster(
 
 @pytest.fixture
 def exec_kubeconfig(sandbox: SandboxThread, tmp_path: Path, request: pytest.FixtureRequest) -> Path:
-    """A kubeconfig whose user is the exec plugin ``python -m airflow_jobwatch.sandbox.credential``
+    """A kubeconfig whose user is the exec plugin ``python -m airflow_jobwatch_testing.sandbox.credential``
     (tokens for ``sandbox-exec-user`` valid 60 s by default; the server answers 401 after that).
     Options: ``@pytest.mark.exec_credential(user="...", token_ttl=S)``."""
     path = tmp_path / "exec-kubeconfig"

@@ -8,13 +8,13 @@ import sys
 
 
 def sandbox(args: argparse.Namespace) -> None:
-    """Replace this process with ``python -m airflow_jobwatch.sandbox`` so signals reach the sandbox directly."""
+    """Replace this process with ``python -m airflow_jobwatch_testing.sandbox`` so signals reach the sandbox directly."""
     import importlib.util
 
-    # The sandbox ships in the testing distribution, not in the provider that schedulers and workers run
-    # (where it is missing, the package's import hint raises ModuleNotFoundError).
+    # The sandbox ships in the testing distribution (its own import package), not in the provider that
+    # schedulers and workers run; find_spec raises ModuleNotFoundError where that package is missing.
     try:
-        found = importlib.util.find_spec("airflow_jobwatch.sandbox") is not None
+        found = importlib.util.find_spec("airflow_jobwatch_testing.sandbox") is not None
     except ModuleNotFoundError:
         found = False
     if not found:
@@ -25,7 +25,7 @@ def sandbox(args: argparse.Namespace) -> None:
     argv = [
         sys.executable,
         "-m",
-        "airflow_jobwatch.sandbox",
+        "airflow_jobwatch_testing.sandbox",
         "--port",
         str(args.port),
         "--kubeconfig",

@@ -207,8 +207,8 @@ def test_the_scan_finds_what_it_forbids() -> None:
     assert not [w for w, p in FORBIDDEN if p.search(allowed)], allowed
     public = (
         "`airflow_jobwatch.executors.JobWatchExecutor`, `airflow_jobwatch.operators.job.KubernetesJobOperator`, "
-        "`airflow_jobwatch.triggers.job.JobTrigger`, `python -m airflow_jobwatch.sandbox`, "
-        "`airflow_jobwatch.testing.pod_template`, `airflow_jobwatch.operators.kueue`, `airflow_jobwatch.executors`"
+        "`airflow_jobwatch.triggers.job.JobTrigger`, `python -m airflow_jobwatch_testing.sandbox`, "
+        "`airflow_jobwatch_testing.pod_template`, `airflow_jobwatch.operators.kueue`, `airflow_jobwatch.executors`"
     )
     assert not dict(FORBIDDEN)["a private module"].search(public), public
     for phrase in (

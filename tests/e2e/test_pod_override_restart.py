@@ -27,7 +27,7 @@ import pytest
 import yaml
 from support.stack import AirflowStack, wait_until
 
-from airflow_jobwatch.sandbox.kubeconfig import kubeconfig_text
+from airflow_jobwatch_testing.sandbox.kubeconfig import kubeconfig_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

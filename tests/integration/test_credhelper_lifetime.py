@@ -27,7 +27,7 @@ from support.incluster import cluster_token
 from airflow_jobwatch.kube import direct
 from airflow_jobwatch.kube.client import MIN_RELOAD_INTERVAL_SECONDS, ClusterConfig, ClusterConfigError
 from airflow_jobwatch.kube.direct import DirectApiClient, end_helpers, fetch_credentials
-from airflow_jobwatch.sandbox.tls import self_signed_cert
+from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
 # slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
 pytestmark = [

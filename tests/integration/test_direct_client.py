@@ -26,7 +26,7 @@ from airflow_jobwatch.kube.client import (
 )
 from airflow_jobwatch.kube.direct import DirectApiClient
 from airflow_jobwatch.kube.informer import EventType, Informer
-from airflow_jobwatch.sandbox.tls import self_signed_cert
+from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)
 

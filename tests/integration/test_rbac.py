@@ -134,7 +134,7 @@ def test_helm_values_bind_the_service_accounts_the_roles_name() -> None:
 
 
 def _rbac_sandbox_available() -> bool:
-    from airflow_jobwatch.sandbox import SandboxThread
+    from airflow_jobwatch_testing.sandbox import SandboxThread
 
     return hasattr(SandboxThread, "load_rbac_manifests") and hasattr(SandboxThread, "issue_token")
 

@@ -37,9 +37,9 @@ from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, asyn
 from airflow_jobwatch.kube.direct import DirectApiClient, fetch_credentials
 from airflow_jobwatch.kube.errors import access_denied_from_exception
 from airflow_jobwatch.kube.informer import Informer
-from airflow_jobwatch.sandbox.tls import self_signed_cert
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
+from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
 # slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

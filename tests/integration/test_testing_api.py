@@ -1,11 +1,11 @@
-"""airflow_jobwatch.testing, the public API for users' DAG tests: a sandbox, and an Airflow Kubernetes
+"""airflow_jobwatch_testing, the public API for users' DAG tests: a sandbox, and an Airflow Kubernetes
 connection that upstream's KubernetesHook (what DAG code uses) can reach it with."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_jobwatch.testing import kubernetes_sandbox
+from airflow_jobwatch_testing import kubernetes_sandbox
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""The pytest plugin ``airflow_jobwatch.testing`` as a DAG author uses it: the ``jobwatch_sandbox``
+"""The pytest plugin ``airflow_jobwatch_testing`` as a DAG author uses it: the ``jobwatch_sandbox``
 fixture, ``run_dag`` (real ``dag.test()`` runs in a fresh Airflow) and the fault helpers, with
 KubernetesJobOperator deferred and not; and the example that opens docs/testing.md, run verbatim."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.testing import DagRunError, RunningSandbox, run_dag
+from airflow_jobwatch_testing import DagRunError, RunningSandbox, run_dag
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(600)
@@ -198,10 +198,24 @@ def test_the_example_that_opens_docs_testing_md_passes_as_written(tmp_path: Path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(block)
     assert (tmp_path / "dags" / "hello_job.py").exists()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [str(ROOT), str(ROOT / "airflow-jobwatch-testing"), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
     env.pop("AIRFLOW_CONN_KUBERNETES_DEFAULT", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "airflow_jobwatch.testing", "-p", "no:cacheprovider", "-q"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "airflow_jobwatch_testing.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -238,7 +252,7 @@ def test_the_marker_as_documented_names_the_connection_and_creates_its_namespace
 def test_a_misspelt_marker_option_is_refused_with_the_right_spelling(
     options: dict[str, object], message: str
 ) -> None:
-    from airflow_jobwatch.testing import _fixture_options
+    from airflow_jobwatch_testing.plugin import _fixture_options
 
     with pytest.raises(ValueError, match=message):
         _fixture_options(options)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.testing import RunningSandbox, run_dag
+from airflow_jobwatch_testing import RunningSandbox, run_dag
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,6 +1,7 @@
-"""Where only the provider is installed (scheduler and worker images), importing the testing
-distribution's subpackages, or running the sandbox with ``python -m``, says what to install. The provider
-is laid out as its wheel installs it: the package without ``sandbox/`` and ``testing/``."""
+"""Where only the provider is installed (scheduler and worker images), the deprecated paths of the testing
+distribution's package (``airflow_jobwatch.sandbox``, ``airflow_jobwatch.testing``, imported or run with
+``python -m``) say what to install. The provider is laid out as its wheel installs it, with no
+``airflow_jobwatch_testing`` importable."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ def provider_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(
         ROOT / "airflow_jobwatch",
         site / "airflow_jobwatch",
-        ignore=shutil.ignore_patterns("sandbox", "testing", "__pycache__"),
+        ignore=shutil.ignore_patterns("__pycache__"),
     )
     return site
 
 
 def _python(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # -S: no site-packages, where a development install would provide the testing distribution
+    # -S: no site-packages, where a development install provides the testing distribution
     return subprocess.run(
         [sys.executable, "-S", *args],
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
@@ -44,9 +45,18 @@ def _python(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("-c", "import airflow_jobwatch.sandbox"),
         ("-c", "from airflow_jobwatch.testing import run_dag"),
         ("-c", "import airflow_jobwatch.testing.dagrun"),
+        ("-c", "from airflow_jobwatch.sandbox.rbac import check_manifests"),
         ("-m", "airflow_jobwatch.sandbox", "--kubeconfig", "kc"),
+        ("-m", "airflow_jobwatch.sandbox.credential", "--key-file", "k", "--user", "u"),
     ],
-    ids=["import-sandbox", "from-testing", "testing-submodule", "python-m-sandbox"],
+    ids=[
+        "import-sandbox",
+        "from-testing",
+        "testing-submodule",
+        "sandbox-submodule",
+        "python-m-sandbox",
+        "python-m-credential",
+    ],
 )
 def test_the_missing_testing_distribution_is_named(provider_only: Path, args: tuple[str, ...]) -> None:
     proc = _python(provider_only, *args)

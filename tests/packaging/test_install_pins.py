@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.testing import dagrun
+from airflow_jobwatch_testing import dagrun
 
 ROOT = Path(__file__).resolve().parents[2]
 MINORS = ("3.1", "3.2", "3.3")
@@ -35,7 +35,9 @@ def _named_extras() -> dict[str, str]:
             for name in extra.split(","):
                 found.setdefault(name.strip(), str(path.relative_to(ROOT)))
     for minor in MINORS:
-        found.setdefault(dagrun.testing_extra(minor), "airflow_jobwatch/testing/dagrun.py")
+        found.setdefault(
+            dagrun.testing_extra(minor), "airflow-jobwatch-testing/airflow_jobwatch_testing/dagrun.py"
+        )
     return found
 
 

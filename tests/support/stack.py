@@ -13,9 +13,9 @@ What it does, in order (each step has a deadline and fails with the log tail of 
 
 1. a temp ``AIRFLOW_HOME`` with SQLite, ``airflow db migrate`` (once per test process: later stacks start
    from a copy of the migrated database file);
-2. the sandbox as a subprocess (:class:`~airflow_jobwatch.sandbox.process.SandboxProcess`, which runs
-   ``python -m airflow_jobwatch.sandbox``; options passed through), its kubeconfig and an
-   :class:`~airflow_jobwatch.sandbox.admin.AdminClient` (``stack.admin``) for faults;
+2. the sandbox as a subprocess (:class:`~airflow_jobwatch_testing.sandbox.process.SandboxProcess`, which runs
+   ``python -m airflow_jobwatch_testing.sandbox``; options passed through), its kubeconfig and an
+   :class:`~airflow_jobwatch_testing.sandbox.admin.AdminClient` (``stack.admin``) for faults;
 3. Airflow configuration as ``AIRFLOW__*`` environment variables shared by every process: the
    executor, ``[kubernetes_executor]`` pointing at the sandbox (``config_file``, ``in_cluster =
    False``, namespace ``default``, a pod template whose container runs this venv's python), the
@@ -52,8 +52,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from airflow_jobwatch.sandbox.process import SandboxProcess, SandboxStartError, stop_process_group
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.sandbox.process import SandboxProcess, SandboxStartError, stop_process_group
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DAGS_FOLDER = REPO_ROOT / "dags_example"
@@ -112,7 +112,7 @@ class AirflowStack:
         may pass the upstream ``KubernetesExecutor``).
     :param dags_folder: the DAGs folder; ``dags_example/`` of this repo by default.
     :param dag_ids: DAGs to wait for (parsed and serialized) before ``__enter__`` returns.
-    :param sandbox_args: extra CLI options of ``python -m airflow_jobwatch.sandbox``
+    :param sandbox_args: extra CLI options of ``python -m airflow_jobwatch_testing.sandbox``
         (e.g. ``["--history-window", "1", "--bookmark-interval", "1"]``).
     :param config: extra Airflow options, ``{("section", "key"): "value"}``; they override the defaults.
     :param env: extra environment variables for every process (and so every pod).

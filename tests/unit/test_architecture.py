@@ -1,4 +1,5 @@
-"""The provider's import graph: no cycle among its modules, and no import from a lower layer to a higher one.
+"""The provider's import graph: no cycle among its modules, and no import from a lower layer to a higher one;
+and the testing distribution's place beside it (its sandbox imports nothing of either package).
 
 Every import counts, wherever it stands: at module level, inside a function (a lazy import), or under
 ``TYPE_CHECKING`` (a reader has to follow those too). The layers are written down in docs/internals.md
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,6 @@ PACKAGE_DIR = Path(airflow_jobwatch.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     # What Kubernetes objects mean, the watch engine and how to reach a cluster: knows nothing of Airflow.
     "kube": 0,
-    # The embedded Kubernetes API: imports nothing of the provider at all (see ISOLATED).
-    "sandbox": 0,
     # What every Airflow-facing part shares: configuration, metrics, the Airflow minors' differences,
     # connections, the provider's metadata.
     "config": 1,
@@ -41,13 +41,18 @@ LAYERS: dict[str, int] = {
     # The operator (it defers to the trigger) and the CLI (it reads the executor's pods).
     "operators": 3,
     "cli": 3,
-    # The testing API: the sandbox and run_dag for DAG authors.
+    # The deprecated import paths of the testing distribution's package (airflow_jobwatch_testing): modules
+    # that only forward there (see test_the_provider_only_forwards_to_the_testing_distribution).
+    "sandbox": 4,
     "testing": 4,
 }
 #: Layer-1 parts may import each other (one shared foundation); parts of layers 2 and up may not.
 SHARED_LAYERS = {0, 1}
-#: Parts that import nothing of the provider outside themselves.
-ISOLATED = {"sandbox"}
+#: The provider's parts that hold only the forwarding modules of paths moved to the testing distribution.
+FORWARDING = {"sandbox", "testing"}
+#: The testing distribution's import package (the sandbox, run_dag, the pytest plugin): its own top-level
+#: package, so that it never installs files into the provider's. It may import the provider.
+TESTING_PACKAGE = "airflow_jobwatch_testing"
 
 #: Imports that go up a layer on purpose, each with why. Keep this short.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
@@ -188,14 +193,10 @@ def _against_layers(graph: dict[str, set[str]]) -> list[str]:
             src, dst = _part(source), _part(target)
             if src == dst or (source, target) in UPWARD_ALLOWED:
                 continue
-            if src in ISOLATED:
-                wrong.append(f"{source} -> {target} ({src} imports nothing of the provider)")
-            elif LAYERS[dst] > LAYERS[src]:
+            if LAYERS[dst] > LAYERS[src]:
                 wrong.append(f"{source} -> {target} (layer {LAYERS[src]} imports layer {LAYERS[dst]})")
             elif LAYERS[dst] == LAYERS[src] and LAYERS[src] not in SHARED_LAYERS:
                 wrong.append(f"{source} -> {target} (two parts of layer {LAYERS[src]})")
-            elif dst in ISOLATED and src != "testing":
-                wrong.append(f"{source} -> {target} (only the testing API uses the sandbox)")
     return wrong
 
 
@@ -228,10 +229,108 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
         "airflow_jobwatch.kube.b": {"airflow_jobwatch.kube.a", "airflow_jobwatch.executors.x"},
         "airflow_jobwatch.executors.x": set(),
     }
-    made_up["airflow_jobwatch.triggers.y"] = {"airflow_jobwatch.executors.x", "airflow_jobwatch.sandbox.z"}
+    made_up["airflow_jobwatch.triggers.y"] = {"airflow_jobwatch.executors.x"}
     assert _cycles(made_up) == [frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"})]
     assert _against_layers(made_up) == [
         "airflow_jobwatch.kube.b -> airflow_jobwatch.executors.x (layer 0 imports layer 2)",
         "airflow_jobwatch.triggers.y -> airflow_jobwatch.executors.x (two parts of layer 2)",
-        "airflow_jobwatch.triggers.y -> airflow_jobwatch.sandbox.z (only the testing API uses the sandbox)",
     ]
+
+
+def _absolute_imports(name: str, path: Path) -> set[str]:
+    """Every module name an import statement in ``path`` (the module ``name``) names, relative ones resolved."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = name.split(".")
+            if node.level:
+                if path.name != "__init__.py":
+                    base.pop()
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            found |= {source} if node.module or not node.level else {f"{source}.{a.name}" for a in node.names}
+    return found
+
+
+def _package_modules(package_dir: Path, package: str) -> dict[str, Path]:
+    modules = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = [package, *path.relative_to(package_dir).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _reaches(imported: str, package: str) -> bool:
+    return imported == package or imported.startswith(package + ".")
+
+
+def _sandbox_imports_wrong(imports: dict[str, set[str]]) -> list[str]:
+    """The sandbox stands in for a cluster: it imports nothing of the provider, nor of the testing API
+    around it (which drives the provider), only its own modules."""
+    sandbox = f"{TESTING_PACKAGE}.sandbox"
+    return [
+        f"{source} -> {target} (the sandbox imports nothing outside itself)"
+        for source, targets in sorted(imports.items())
+        if _reaches(source, sandbox)
+        for target in sorted(targets)
+        if (_reaches(target, PACKAGE) or _reaches(target, TESTING_PACKAGE)) and not _reaches(target, sandbox)
+    ]
+
+
+@pytest.fixture(scope="module")
+def testing_package() -> dict[str, set[str]]:
+    spec = importlib.util.find_spec(TESTING_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the testing distribution (airflow-jobwatch-testing) is not installed")
+    modules = _package_modules(Path(next(iter(spec.submodule_search_locations))), TESTING_PACKAGE)
+    return {name: _absolute_imports(name, path) for name, path in modules.items()}
+
+
+def test_the_sandbox_imports_nothing_of_the_provider_or_the_testing_api(testing_package):
+    assert f"{TESTING_PACKAGE}.sandbox.thread" in testing_package, sorted(testing_package)
+    wrong = _sandbox_imports_wrong(testing_package)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_sandbox_check_can_fail():
+    made_up = {
+        f"{TESTING_PACKAGE}.sandbox.a": {
+            f"{TESTING_PACKAGE}.sandbox.b",
+            "aiohttp",
+            "airflow_jobwatch.kube.x",
+        },
+        f"{TESTING_PACKAGE}.sandbox.b": {TESTING_PACKAGE},
+        f"{TESTING_PACKAGE}.plugin": {"airflow_jobwatch.kube.x", f"{TESTING_PACKAGE}.sandbox"},
+    }
+    assert _sandbox_imports_wrong(made_up) == [
+        f"{TESTING_PACKAGE}.sandbox.a -> airflow_jobwatch.kube.x (the sandbox imports nothing outside itself)",
+        f"{TESTING_PACKAGE}.sandbox.b -> {TESTING_PACKAGE} (the sandbox imports nothing outside itself)",
+    ]
+
+
+def test_the_provider_only_forwards_to_the_testing_distribution():
+    """The testing distribution's code is in its own package: the provider's ``sandbox`` and ``testing``
+    folders hold the deprecated paths only (no class or function but a module ``__getattr__``, nothing of
+    the provider imported but its root's forwarding helper), and no other provider module imports it."""
+    wrong = []
+    for name, path in _modules().items():
+        imports = _absolute_imports(name, path)
+        if name == PACKAGE or _part(name) not in FORWARDING:
+            wrong += [f"{name} imports {i}" for i in sorted(imports) if _reaches(i, TESTING_PACKAGE)]
+            continue
+        tree = ast.parse(path.read_text())
+        defined = [
+            n.name
+            for n in tree.body
+            if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.name != "__getattr__"
+        ]
+        wrong += [f"{name} defines {d}" for d in defined]
+        wrong += [f"{name} imports {i}" for i in sorted(imports) if i.startswith(PACKAGE + ".")]
+    assert not wrong, "\n".join(wrong)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_jobwatch.sandbox.decoding import ERR_FORMAT_WRONG, ERR_SUFFIX, quantity_error
+from airflow_jobwatch_testing.sandbox.decoding import ERR_FORMAT_WRONG, ERR_SUFFIX, quantity_error
 
 
 @pytest.mark.parametrize(

@@ -163,7 +163,7 @@ def quota_refusal(request_body: bytes) -> dict[str, Any]:
 
 
 def write_proxy_kubeconfig(path: str, proxy: FaultProxy, token: str) -> str:
-    from airflow_jobwatch.sandbox.kubeconfig import write_kubeconfig_file
+    from airflow_jobwatch_testing.sandbox.kubeconfig import write_kubeconfig_file
 
     return write_kubeconfig_file(path, proxy.url, token)
 

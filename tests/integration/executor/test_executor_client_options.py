@@ -26,8 +26,8 @@ import yaml
 from support.incluster import enter_pod
 from support.workloads import make_workload
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = pytest.mark.timeout(180)
 

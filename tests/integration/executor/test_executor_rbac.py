@@ -20,8 +20,8 @@ import yaml
 from support.deploy_rbac import deploy_rbac
 from support.workloads import make_workload
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = [
     pytest.mark.timeout(180),

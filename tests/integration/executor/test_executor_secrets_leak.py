@@ -16,8 +16,8 @@ import pytest
 import yaml
 from support.workloads import make_workload
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.pod_template import pod_template_yaml
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 # slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -22,7 +22,7 @@ from unittest import mock
 import pytest
 from support.workloads import make_workload
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = pytest.mark.timeout(180)
 

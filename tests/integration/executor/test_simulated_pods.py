@@ -10,7 +10,7 @@ from exec_helpers import heartbeat_until, poll, submit, terminal
 from kubernetes import client, config
 from support.workloads import make_workload
 
-from airflow_jobwatch.sandbox.simulated import SIMULATE_ANNOTATION
+from airflow_jobwatch_testing.sandbox.simulated import SIMULATE_ANNOTATION
 
 # slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -1,9 +1,9 @@
-"""The testing helpers a DAG author uses (``airflow_jobwatch.testing``) with JobWatchExecutor.
+"""The testing helpers a DAG author uses (``airflow_jobwatch_testing``) with JobWatchExecutor.
 
 ``run_dag`` runs tasks as ``dag.test()`` does, not through an executor (docs/testing.md, "With the
 executor"). The sandbox fixture, its fault helpers and the shipped worker pod template are the same for an
 executor test: here the pytest plugin's ``jobwatch_sandbox`` replaces this directory's own sandbox fixture,
-the executor runs with ``airflow_jobwatch.testing.pod_template``, and it is driven as the scheduler's loop
+the executor runs with ``airflow_jobwatch_testing.pod_template``, and it is driven as the scheduler's loop
 drives it. The helpers' faults must reach the executor's watcher as the sandbox's own do: watches cut and
 answered ``410 Gone`` lose no result; an evicted pod fails its task naming the eviction.
 """
@@ -16,7 +16,7 @@ import pytest
 from exec_helpers import heartbeat_until, submit, terminal
 from support.workloads import make_workload
 
-from airflow_jobwatch.testing import RunningSandbox
+from airflow_jobwatch_testing import RunningSandbox
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture
 def kube_sandbox(jobwatch_sandbox: RunningSandbox) -> tuple[Any, str]:
     """The plugin's sandbox in place of this directory's (``executor_factory`` starts the executor on it,
-    with the pod template of ``airflow_jobwatch.testing.pod_template``)."""
+    with the pod template of ``airflow_jobwatch_testing.pod_template``)."""
     return jobwatch_sandbox.thread, str(jobwatch_sandbox.kubeconfig)
 
 

@@ -11,7 +11,7 @@ import pytest
 from informer_helpers import SANDBOX_DEFAULTS, Pods, api_client_for
 from scripted_server import ScriptedServer
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 
 @pytest.fixture

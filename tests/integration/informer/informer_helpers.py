@@ -21,7 +21,7 @@ import kubernetes_asyncio.client as k8s
 import kubernetes_asyncio.config as k8s_config
 
 from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 NS = "default"
 

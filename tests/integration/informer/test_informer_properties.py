@@ -16,7 +16,7 @@ from informer_helpers import FAST, NS, Pods, api_client_for, consistent, eventua
 
 from airflow_jobwatch.kube.backoff import Backoff
 from airflow_jobwatch.kube.informer import InformerConfig
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 # A minute of 410s at the production backoff (0.8 s doubling to 30 s), with time scaled by 1/10 so the test
 # takes 6 s: the analytic bound on the number of LISTs is the same as for the real minute.

@@ -13,7 +13,7 @@ import pytest
 from informer_helpers import FAST, NS, Pods, api_client_for, consistent, eventually, running_informer
 
 from airflow_jobwatch.kube.informer import EventType, InformerConfig
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = [
     pytest.mark.skipif(

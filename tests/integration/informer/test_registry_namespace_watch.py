@@ -8,8 +8,8 @@ import kubernetes_asyncio.config as k8s_config
 from informer_helpers import FAST, NS, eventually
 from kubernetes_asyncio.client import BatchV1Api
 
-from airflow_jobwatch.sandbox import SandboxThread
 from airflow_jobwatch.triggers.registry import InformerRegistry, WatchKey
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 
 def job(name: str, **labels: str) -> dict:

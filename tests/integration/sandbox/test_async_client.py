@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import pod_body
 
@@ -88,7 +88,7 @@ async def test_async_paging(sandbox: SandboxThread, k8s_async_client: Any) -> No
 async def test_sandbox_in_the_callers_event_loop(tmp_path: Any) -> None:
     from kubernetes_asyncio import config
 
-    from airflow_jobwatch.sandbox import Sandbox
+    from airflow_jobwatch_testing.sandbox import Sandbox
 
     async with Sandbox(kubelet=False, job_controller=False, bookmark_interval=None) as sb:
         path = sb.write_kubeconfig(tmp_path / "kubeconfig")

@@ -1,4 +1,4 @@
-"""``python -m airflow_jobwatch.sandbox``: ready line, kubeconfig, admin API, clean stop."""
+"""``python -m airflow_jobwatch_testing.sandbox``: ready line, kubeconfig, admin API, clean stop."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from airflow_jobwatch.sandbox import AdminClient
+from airflow_jobwatch_testing.sandbox import AdminClient
 
 from .helpers import pod_body, wait_for
 
@@ -26,7 +26,7 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "airflow_jobwatch.sandbox",
+            "airflow_jobwatch_testing.sandbox",
             "--port",
             "0",
             "--kubeconfig",

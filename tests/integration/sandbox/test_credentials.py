@@ -17,8 +17,8 @@ import kubernetes
 import kubernetes_asyncio
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxProcess, SandboxThread
-from airflow_jobwatch.sandbox.incluster import InCluster
+from airflow_jobwatch_testing.sandbox import SandboxProcess, SandboxThread
+from airflow_jobwatch_testing.sandbox.incluster import InCluster
 
 from .helpers import pod_body, wait_for
 
@@ -193,7 +193,7 @@ def test_credential_command_names_an_unreadable_key_file(tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "airflow_jobwatch.sandbox.credential",
+            "airflow_jobwatch_testing.sandbox.credential",
             "--key-file",
             str(tmp_path / "no"),
             "--user",
@@ -307,7 +307,7 @@ def test_cli_rejects_a_malformed_service_account(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "airflow_jobwatch.sandbox",
+            "airflow_jobwatch_testing.sandbox",
             "--kubeconfig",
             str(tmp_path / "kc"),
             "--in-cluster-dir",

@@ -14,8 +14,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch.kube.states import classify_pod, pod_disruption
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.sandbox.admin import AdminClient
+from airflow_jobwatch_testing.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox.admin import AdminClient
 
 from .helpers import condition, job_body, pod_body, wait_for
 

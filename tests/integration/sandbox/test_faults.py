@@ -12,7 +12,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import condition, job_body, pod_body, wait_for
 
@@ -243,7 +243,7 @@ def test_force_deleted_job_pod_counts_as_failed_and_is_replaced(
 
 
 def test_admin_endpoints_and_client(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
-    from airflow_jobwatch.sandbox import AdminClient
+    from airflow_jobwatch_testing.sandbox import AdminClient
 
     admin = AdminClient(sandbox.url, sandbox.token)
     core.list_namespaced_pod("default")

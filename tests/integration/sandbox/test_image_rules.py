@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from airflow_jobwatch.sandbox.images import cannot_pull, registry_host
+from airflow_jobwatch_testing.sandbox.images import cannot_pull, registry_host
 
 
 @pytest.mark.parametrize(

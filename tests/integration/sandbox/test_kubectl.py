@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import wait_for
 

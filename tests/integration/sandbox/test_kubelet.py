@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import pod_body, wait_for
 

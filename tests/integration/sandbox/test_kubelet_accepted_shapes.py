@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import wait_for
 
@@ -127,7 +127,7 @@ def test_every_accepted_pod_ends(
         except kubernetes.client.ApiException as exc:
             assume(exc.status not in (400, 422))  # refused: not a shape the kubelet is ever given
             raise
-        with caplog.at_level(logging.ERROR, logger="airflow_jobwatch.sandbox"):
+        with caplog.at_level(logging.ERROR, logger="airflow_jobwatch_testing.sandbox"):
 
             def ended() -> str | None:
                 crashed = [r.getMessage() for r in caplog.records if "crashed" in r.getMessage()]

@@ -12,8 +12,8 @@ import json
 import pytest
 from kubernetes import client
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.sandbox.store import WATCHER_MAX_BUFFER
+from airflow_jobwatch_testing.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox.store import WATCHER_MAX_BUFFER
 
 from . import helpers
 

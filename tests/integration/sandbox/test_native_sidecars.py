@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import condition, job_body, pod_body, wait_for
 

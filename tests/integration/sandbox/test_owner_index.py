@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.sandbox.store import Store
+from airflow_jobwatch_testing.sandbox.store import Store
 
 NAMES = st.sampled_from(["p1", "p2", "p3", "p4"])
 NAMESPACES = st.sampled_from(["default", "other"])

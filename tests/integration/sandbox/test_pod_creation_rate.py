@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from airflow_jobwatch.sandbox import Sandbox, SandboxThread
-from airflow_jobwatch.sandbox.__main__ import _parser
+from airflow_jobwatch_testing.sandbox import Sandbox, SandboxThread
+from airflow_jobwatch_testing.sandbox.__main__ import _parser
 
 from .helpers import job_body, wait_for
 

@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from airflow_jobwatch.sandbox import AdminClient, SandboxThread
-from airflow_jobwatch.sandbox.simulated import DURATION_ANNOTATION, EXIT_CODE_ANNOTATION, SIMULATE_ANNOTATION
+from airflow_jobwatch_testing.sandbox import AdminClient, SandboxThread
+from airflow_jobwatch_testing.sandbox.simulated import (
+    DURATION_ANNOTATION,
+    EXIT_CODE_ANNOTATION,
+    SIMULATE_ANNOTATION,
+)
 
 from .helpers import pod_body, wait_for
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from airflow_jobwatch.sandbox import AdminClient, SandboxProcess, SandboxStartError
+from airflow_jobwatch_testing.sandbox import AdminClient, SandboxProcess, SandboxStartError
 
 from .helpers import pod_body, wait_for
 
@@ -102,7 +102,7 @@ def test_admin_client_refuses_https_without_a_certificate_to_trust() -> None:
 def test_tls_certificate_names_the_host_and_is_a_short_lived_ca() -> None:
     from cryptography import x509
 
-    from airflow_jobwatch.sandbox.tls import self_signed_cert
+    from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
     cert = x509.load_pem_x509_certificate(self_signed_cert("127.0.0.1")[0])
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -10,9 +10,9 @@ import kubernetes
 import kubernetes_asyncio
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxProcess, SandboxThread
-from airflow_jobwatch.sandbox.incluster import InCluster
-from airflow_jobwatch.sandbox.rbac import ManifestError, RbacUsers, check_manifests
+from airflow_jobwatch_testing.sandbox import SandboxProcess, SandboxThread
+from airflow_jobwatch_testing.sandbox.incluster import InCluster
+from airflow_jobwatch_testing.sandbox.rbac import ManifestError, RbacUsers, check_manifests
 
 from .helpers import job_body, pod_body
 

@@ -20,7 +20,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = pytest.mark.sandbox(kubelet=False, job_controller=False)
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.sandbox.errors import ApiError
-from airflow_jobwatch.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from airflow_jobwatch.sandbox.selectors import parse_field_selector, parse_label_selector
+from airflow_jobwatch_testing.sandbox.errors import ApiError
+from airflow_jobwatch_testing.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from airflow_jobwatch_testing.sandbox.selectors import parse_field_selector, parse_label_selector
 
 LABELS = {"app": "web", "tier": "front", "env": "prod"}
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.sandbox.simulated import (
+from airflow_jobwatch_testing.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox.simulated import (
     DURATION_ANNOTATION,
     EXIT_CODE_ANNOTATION,
     LOG_LINE,

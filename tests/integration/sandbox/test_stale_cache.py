@@ -11,7 +11,7 @@ import kubernetes
 import kubernetes_asyncio
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxProcess, SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxProcess, SandboxThread
 
 from .helpers import pod_body
 

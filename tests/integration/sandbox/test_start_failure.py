@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from airflow_jobwatch.sandbox import SandboxThread
-from airflow_jobwatch.sandbox.kubelet import START_FAILURE_ANNOTATION
-from airflow_jobwatch.sandbox.simulated import SIMULATE_ANNOTATION
+from airflow_jobwatch_testing.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox.kubelet import START_FAILURE_ANNOTATION
+from airflow_jobwatch_testing.sandbox.simulated import SIMULATE_ANNOTATION
 
 from .helpers import pod_body, wait_for
 

@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.sandbox.selectors import parse_field_selector, parse_label_selector
-from airflow_jobwatch.sandbox.store import Store, Watcher
+from airflow_jobwatch_testing.sandbox.selectors import parse_field_selector, parse_label_selector
+from airflow_jobwatch_testing.sandbox.store import Store, Watcher
 
 NAMES = st.sampled_from(["a", "b", "c", "d"])
 OPS = st.lists(st.tuples(st.sampled_from(["put", "delete"]), NAMES, st.sampled_from(["x", "y"])), max_size=30)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import pod_body, wait_for
 

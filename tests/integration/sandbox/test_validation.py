@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from airflow_jobwatch.sandbox import SandboxThread
+from airflow_jobwatch_testing.sandbox import SandboxThread
 
 from .helpers import job_body, pod_body
 

@@ -1,7 +1,7 @@
 """A task ended from the triggerer uses the client of the shared watch its trigger waited on, so an
 exec-plugin credential (EKS, GKE) runs its plugin once per credential, not twice more per task end.
 
-The sandbox's own exec plugin (``python -m airflow_jobwatch.sandbox.credential``) mints a new token on
+The sandbox's own exec plugin (``python -m airflow_jobwatch_testing.sandbox.credential``) mints a new token on
 each run; the server counts the distinct tokens it accepted for the user, which is how many plugin runs
 made requests."""
 

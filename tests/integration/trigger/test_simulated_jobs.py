@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.sandbox.simulated import SIMULATE_ANNOTATION
+from airflow_jobwatch_testing.sandbox.simulated import SIMULATE_ANNOTATION
 
 from .conftest import collect, create_job, job_manifest, make_trigger
 

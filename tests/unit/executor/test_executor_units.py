@@ -204,7 +204,7 @@ def test_pod_creation_concurrency_is_checked_when_the_executor_starts(monkeypatc
 def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
     """worker_pod_labels = jobwatch: none of upstream's selectors (watcher, completed-pod cleanup) match."""
     from airflow_jobwatch.executors.pods import JOBWATCH_LABELS, label_scheme
-    from airflow_jobwatch.sandbox.selectors import parse_label_selector
+    from airflow_jobwatch_testing.sandbox.selectors import parse_label_selector
 
     pod = build_worker_pod(
         make_workload(task_id="t"),

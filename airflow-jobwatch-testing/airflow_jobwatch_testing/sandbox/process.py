@@ -1,4 +1,4 @@
-"""Run ``python -m airflow_jobwatch.sandbox`` as a subprocess and wait until it serves.
+"""Run ``python -m airflow_jobwatch_testing.sandbox`` as a subprocess and wait until it serves.
 
     with SandboxProcess(tmp / "kubeconfig", args=["--history-window", "50"]) as sb:
         sb.admin.fault("drop_watches")
@@ -108,7 +108,7 @@ class SandboxProcess:
         cmd = [
             sys.executable,
             "-m",
-            "airflow_jobwatch.sandbox",
+            "airflow_jobwatch_testing.sandbox",
             "--port",
             "0",
             "--kubeconfig",
@@ -188,7 +188,7 @@ class SandboxProcess:
 
     def _start_error(self, what: str) -> SandboxStartError:
         return SandboxStartError(
-            f"the sandbox (`python -m airflow_jobwatch.sandbox --kubeconfig {self.kubeconfig} "
+            f"the sandbox (`python -m airflow_jobwatch_testing.sandbox --kubeconfig {self.kubeconfig} "
             f"{' '.join(self.args)}`) did not start: {what}\n{self.log_tail()}"
         )
 

@@ -266,7 +266,7 @@ class Sandbox:
         key_file: str | os.PathLike[str] | None = None,
         namespace: str = "default",
     ) -> str:
-        """Write a kubeconfig whose user is an exec plugin (``python -m airflow_jobwatch.sandbox.credential``)
+        """Write a kubeconfig whose user is an exec plugin (``python -m airflow_jobwatch_testing.sandbox.credential``)
         handing out tokens for ``user`` that expire after ``token_ttl`` seconds, like EKS or GKE.
 
         The plugin needs the token-signing key: it is written to ``key_file`` (default: ``path`` +

@@ -45,14 +45,14 @@ def exec_kubeconfig_text(
     ca_pem: bytes | None = None,
     namespace: str = "default",
 ) -> str:
-    """A kubeconfig whose user runs ``python -m airflow_jobwatch.sandbox.credential`` (an exec plugin,
+    """A kubeconfig whose user runs ``python -m airflow_jobwatch_testing.sandbox.credential`` (an exec plugin,
     like ``aws eks get-token`` or ``gke-gcloud-auth-plugin``) for a token valid ``token_ttl`` seconds."""
     exec_config = {
         "apiVersion": EXEC_API_VERSION,
         "command": sys.executable,
         "args": [
             "-m",
-            "airflow_jobwatch.sandbox.credential",
+            "airflow_jobwatch_testing.sandbox.credential",
             "--key-file",
             key_file,
             "--user",

@@ -1,4 +1,4 @@
-"""The child process of :func:`airflow_jobwatch.testing.run_dag` (``python -m``): migrate the database of
+"""The child process of :func:`airflow_jobwatch_testing.run_dag` (``python -m``): migrate the database of
 its fresh ``AIRFLOW_HOME``, parse the DAG file, run ``dag.test()``, write what each task did as JSON."""
 
 from __future__ import annotations
