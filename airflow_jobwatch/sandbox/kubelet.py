@@ -26,8 +26,8 @@ What it reproduces, because watch-based clients depend on it:
   (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions, pkg/kubelet/kubelet_pods.go
   getPhase). Its status is in ``initContainerStatuses``: running, ``started`` and ``ready`` while it runs.
 
-Images are recorded, never pulled. One asyncio task runs per pod and one per running container; no
-task polls.
+Images are recorded, never pulled. One asyncio task runs per pod, and two per running container (its
+run and the reader of its output); no task polls.
 """
 
 from __future__ import annotations
