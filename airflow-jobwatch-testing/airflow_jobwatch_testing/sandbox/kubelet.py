@@ -13,6 +13,9 @@ What it reproduces, because watch-based clients depend on it:
   cannot be executed (StartError, exit code 128), a container that fails to start on demand
   (:data:`START_FAILURE_ANNOTATION`: StartError or ContainerCannotRun), image pull failures
   (ErrImagePull / ImagePullBackOff, as a fault), eviction and node loss (as faults);
+* a container that ends when its process exits, whatever that process left running in its process
+  group (killed then, as the kernel kills the rest of a container's PID namespace), even a child that
+  holds its output open;
 * container logs (stdout and stderr interleaved, as a container runtime captures them) for the
   ``pods/log`` subresource, including ``follow``;
 * native sidecars (Kubernetes 1.29+, KEP-753): an init container with ``restartPolicy: Always`` is
@@ -23,8 +26,8 @@ What it reproduces, because watch-based clients depend on it:
   (pkg/kubelet/kuberuntime/kuberuntime_manager.go computePodActions, pkg/kubelet/kubelet_pods.go
   getPhase). Its status is in ``initContainerStatuses``: running, ``started`` and ``ready`` while it runs.
 
-Images are recorded, never pulled. One asyncio task runs per pod and one per running container; no
-task polls.
+Images are recorded, never pulled. One asyncio task runs per pod, and two per running container (its
+run and the reader of its output); no task polls.
 """
 
 from __future__ import annotations
@@ -118,8 +121,11 @@ START_FAILURE_MESSAGES = {
     "ContainerCannotRun": "OCI runtime create failed: container_linux.go:380: starting container process "
     f"caused: {_REQUESTED}: unknown",
 }
-# How long to wait for a SIGKILLed container process to be reaped (it is immediate in practice).
+# How long to wait for a SIGKILLed container process to be reaped, and for the rest of a container's output
+# once its process has exited (both are immediate in practice).
 REAP_TIMEOUT_SECONDS = 5.0
+# Bytes read from a container's output at once (asyncio's stream buffer size).
+OUTPUT_READ_BYTES = 65536
 # Kubelet.stop(): rounds of kill + cancel, each followed by a wait of at most this long.
 STOP_ROUNDS = 3
 STOP_ROUND_SECONDS = 6.0
@@ -659,7 +665,7 @@ class Kubelet:
                 self._event(rt, "Killing", f"Stopping container {c.name}", container=c.name)
                 simulated.signal_group(c.proc, signal.SIGTERM)
             _done, pending = await asyncio.wait({runner}, timeout=max(0.0, deadline - time.monotonic()))
-            if pending and c.proc is not None and c.proc.returncode is None:
+            if pending and c.proc is not None:  # the grace period is over: whatever still runs is killed
                 simulated.signal_group(c.proc, signal.SIGKILL)
                 await asyncio.wait({runner}, timeout=REAP_TIMEOUT_SECONDS)
 
@@ -842,8 +848,8 @@ class Kubelet:
             )
         try:
             # A simulated container (no host process) or the container's process: same status path.
-            proc = simulated.start(self.sb, pod, argv) or await asyncio.create_subprocess_exec(
-                *argv,
+            proc = simulated.start(self.sb, pod, argv) or await _spawn(
+                argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -869,22 +875,30 @@ class Kubelet:
         self._event(rt, "Started", f"Started container {c.name}", container=c.name)
         self._launched(rt, c)
         assert proc.stdout is not None
+        output = asyncio.create_task(_read_output(proc.stdout, c.logs), name=f"output {rt.name}/{c.name}")
         try:
-            while True:
-                chunk = await proc.stdout.read(65536)
-                if not chunk:
-                    break
-                c.logs.feed(chunk)
-            exit_code = await proc.wait()
+            exit_code = await proc.exited()
+            # The container ends when its process does, as in Kubernetes: the kernel kills every other
+            # process of the container's PID namespace once its first process exits (and the runtime
+            # the rest of its cgroup). Here its process group stands for both. A child left behind
+            # (a background job started after its parent's SIGTERM was sent) would otherwise hold the
+            # output pipe open and keep the container, and its pod, running for ever. The group is
+            # signalled only while the pipe is still open (a member may still hold it); Linux hands out
+            # process ids in turn, so its id names no other group this soon after its leader exited.
+            if not output.done():
+                simulated.signal_group(proc, signal.SIGKILL)
+            await asyncio.wait({output}, timeout=REAP_TIMEOUT_SECONDS)  # what it wrote before it ended
         except asyncio.CancelledError:
             # Pod gone from the API (force delete, node loss) or sandbox stopping: kill and reap the
             # process so that no child outlives the sandbox and its transport is closed in this loop.
             simulated.signal_group(proc, signal.SIGKILL)
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), REAP_TIMEOUT_SECONDS)
+                await asyncio.wait_for(asyncio.shield(proc.exited()), REAP_TIMEOUT_SECONDS)
             c.proc = None
             c.logs.close()  # ends `follow` readers
             raise
+        finally:
+            output.cancel()
         c.logs.close()
         c.proc = None
         c.started = False
@@ -1171,6 +1185,60 @@ _IMAGE_REFERENCE = re.compile(
     r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@[a-z0-9]+:[a-fA-F0-9]{32,})?$"
 )
+
+
+class _ContainerProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's stream protocol for a subprocess, which also sets :attr:`exited` when the process has
+    exited, whether or not its pipes are still open."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class ContainerProcess(asyncio.subprocess.Process):
+    """A container's process: asyncio's :class:`~asyncio.subprocess.Process`, with :meth:`exited`.
+
+    ``Process.wait()`` returns once the process has exited *and* each of its pipes is closed (asyncio
+    wakes its waiters when the transport's connection is lost), so a child that inherited the output
+    pipe keeps it waiting after the process itself has ended; :meth:`exited` does not wait for pipes.
+    """
+
+    def __init__(
+        self,
+        transport: asyncio.SubprocessTransport,
+        protocol: _ContainerProtocol,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(transport, protocol, loop)
+        self._exited = protocol.exited
+
+    async def exited(self) -> int:
+        """The exit status once the process has exited (minus the signal number if a signal ended it)."""
+        await self._exited.wait()
+        code = self.returncode
+        assert code is not None
+        return code
+
+
+async def _spawn(argv: list[str], **options: Any) -> ContainerProcess:
+    """Start ``argv`` as ``asyncio.create_subprocess_exec`` does (same options), as a
+    :class:`ContainerProcess`."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ContainerProtocol(limit=OUTPUT_READ_BYTES, loop=loop), *argv, **options
+    )
+    return ContainerProcess(transport, protocol, loop)
+
+
+async def _read_output(stdout: asyncio.StreamReader, logs: LogBuffer) -> None:
+    """Feed a container's output into its log until the end of the pipe."""
+    while chunk := await stdout.read(OUTPUT_READ_BYTES):
+        logs.feed(chunk)
 
 
 def _missing_reference(container: dict[str, Any]) -> str | None:

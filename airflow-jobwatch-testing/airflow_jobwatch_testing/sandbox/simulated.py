@@ -199,6 +199,10 @@ class SimulatedProcess:
         assert self.returncode is not None
         return self.returncode
 
+    async def exited(self) -> int:
+        """As :meth:`wait` (a simulated container has no pipe that could outlive it)."""
+        return await self.wait()
+
 
 def signal_group(proc: Any, sig: int) -> None:
     """Send ``sig`` to a container: to a simulated one directly, to a process's whole group otherwise."""

@@ -41,6 +41,21 @@ def test_pod_succeeds_with_realistic_status(sandbox: SandboxThread, core: client
     assert core.read_namespaced_pod_log("ok", "default", _preload_content=False).data == b"hello\noops\n"
 
 
+def test_a_container_ends_with_its_process_though_a_child_holds_its_output(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    # In Kubernetes a container ends when its first process exits: the kernel kills the rest of its PID
+    # namespace. A child left running in the background (here one that ignores SIGTERM) must neither keep
+    # the container running nor outlive it, though it holds the container's output open.
+    script = "(trap '' TERM; exec sleep 600) & echo started"
+    core.create_namespaced_pod("default", pod_body("orphan", script))
+    pod = wait_for(lambda: terminal(sandbox, "orphan"), what="the pod to end with its shell")
+    assert pod["status"]["phase"] == "Succeeded"
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    log = core.read_namespaced_pod_log("orphan", "default", _preload_content=False)
+    assert log.data == b"started\n"
+
+
 def test_pod_fails_with_exit_code(sandbox: SandboxThread, core: client.CoreV1Api) -> None:
     core.create_namespaced_pod("default", pod_body("bad", "exit 3"))
     pod = wait_for(lambda: terminal(sandbox, "bad"), what="pod bad to finish")

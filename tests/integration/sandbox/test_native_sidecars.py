@@ -74,6 +74,27 @@ def test_a_sidecar_starts_first_runs_beside_the_main_container_and_is_stopped_af
     assert seen[-1] == ("Succeeded", "terminated", "terminated"), seen
 
 
+def test_a_sidecar_whose_child_outlives_its_stop_ends_with_its_shell(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    # A sidecar stopped while it starts a background child (the SIGTERM sent just before the child was
+    # forked, so the child never got it) exits on its trap and leaves the child holding its output. In
+    # Kubernetes the sidecar container ends with its shell, and the pod with it, long before the grace
+    # period; the sandbox used to keep both running.
+    side = _sidecar(
+        "helper", "trap 'echo bye; exit 0' TERM; (trap '' TERM; exec sleep 600) & echo hello; wait"
+    )
+    core.create_namespaced_pod("default", pod_body("left", "sleep 0.3", initContainers=[side], grace=60))
+    pod = wait_for(lambda: _terminal(sandbox, "left"), what="the pod to end well within its 60 s grace")
+
+    assert pod["status"]["phase"] == "Succeeded"
+    (helper,) = pod["status"]["initContainerStatuses"]
+    assert helper["state"]["terminated"]["exitCode"] == 0, helper
+    log = core.read_namespaced_pod_log("left", "default", container="helper", _preload_content=False)
+    lines = log.data.decode().splitlines()
+    assert (lines[0], lines[-1]) == ("hello", "bye"), lines
+
+
 def test_a_sidecar_that_exits_is_restarted_and_decides_nothing(
     sandbox: SandboxThread, core: client.CoreV1Api, tmp_path: Path
 ) -> None:

@@ -19,10 +19,7 @@ from airflow_jobwatch.triggers.ending import end_from_triggerer, may_fail_here
 from .conftest import NS
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator
 
-# Marked slow: on Airflow 3.2 a test of this module intermittently waits past its timeout for a Job that
-# should have ended (a defect under investigation, not seen on 3.3, where `make test` runs this module in
-# full); the 3.2 compat run deselects slow tests until it is fixed.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(120)
 
 
 def _deferred(op: KubernetesJobOperator, context: dict[str, Any]) -> Any:

@@ -26,10 +26,7 @@ from airflow_jobwatch.triggers.job import JobTrigger
 
 from .test_job_operator import FakeTI, make_context, make_operator
 
-# Marked slow: on Airflow 3.2 a test of this module intermittently waits past its timeout for a Job that
-# should have ended (a defect under investigation, not seen on 3.3, where `make test` runs this module in
-# full); the 3.2 compat run deselects slow tests until it is fixed.
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(120)
 
 PASSWORD = "conn-pass-7Qx!z9"  # what `{{ conn.db.password }}` renders
 TOKEN = "var-token-Kp4#w2"  # what `{{ var.value.api_token }}` renders (a sensitive Variable name)
