@@ -35,7 +35,7 @@ kubernetes_asyncio
 The kubernetes client's major version comes with the provider (10.13 and 10.17 require ``kubernetes<36``):
 ``kubernetes_models_use_client_configuration()`` says whether models built by ``ApiClient.deserialize`` honour
 that client's ``Configuration`` (36+), or validate required fields whatever it says (35). kubernetes 35
-also ignores ``Configuration.socket_options`` (TCP keepalive): ``kube/client.py`` hands them to urllib3
+also ignores ``Configuration.socket_options`` (TCP keepalive): ``kube/cluster/client.py`` hands them to urllib3
 itself, next to the code that needs it (``kube/`` knows nothing of Airflow, so it does not import this).
 
 Nothing here changes behaviour on Airflow 3.3: each function does what the code did before it moved here.

@@ -18,7 +18,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.kube.informer import InformerConfig
+    from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 SECTION = "jobwatch"
 
@@ -259,7 +259,7 @@ def informer_config(*, resync_interval_seconds: float | None = None, source: Any
     def seconds(option: str, *, minimum: float | None = None) -> float:
         return get_float(option, minimum=minimum, source=source)
 
-    from airflow_jobwatch.kube.informer import InformerConfig
+    from airflow_jobwatch.kube.engine.informer import InformerConfig
 
     resync = (
         resync_interval_seconds

@@ -16,7 +16,7 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
 * XCom without exec. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the sidecar is a native one (``restartPolicy: Always``), which
   the kubelet stops once the base container has exited and which then prints the file to its own log;
-  the result is read from that log (``operators/sidecar.py``, ``kube/xcom_sidecar.py``). A cluster
+  the result is read from that log (``operators/sidecar.py``, ``kube/meaning/xcom_sidecar.py``). A cluster
   without native sidecars gets the Job without it, and the result is the base container's termination
   message (4 KiB).
 * Killing. ``on_kill`` (worker) and the trigger's ``on_kill`` (deferred: only on a user's kill or
@@ -51,7 +51,7 @@ from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
+from airflow_jobwatch.kube.meaning.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments

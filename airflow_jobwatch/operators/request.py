@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube import xcom_sidecar
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES
+from airflow_jobwatch.kube.meaning import xcom_sidecar
+from airflow_jobwatch.kube.meaning.result import TERMINATION_MESSAGE_LIMIT_BYTES
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 

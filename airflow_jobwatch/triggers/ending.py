@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from airflow_jobwatch.kube.result import (
+from airflow_jobwatch.kube.meaning.result import (
     EMPTY_XCOM_RESULT,
     RESULT_ANNOTATION,
     RESULT_ANNOTATION_LIMIT_BYTES,
@@ -468,7 +468,7 @@ async def persist_result(api: Any, namespace: str, name: str, payload: dict[str,
             _content_type="application/merge-patch+json",  # type: ignore[call-arg]
         )
     except ApiException as e:
-        from airflow_jobwatch.kube.errors import access_denied_from_exception
+        from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
 
         denied = access_denied_from_exception(
             e, verb="patch", resource="jobs", group="batch", namespace=namespace

@@ -11,7 +11,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
   subscribed: a triggerer restart).
 * **Latency.** The trigger is called back from the watch event that makes its Job terminal.
-* **Meaning.** Only ``kube/states.py`` decides what a Job is: a condition whose status is "False" is not
+* **Meaning.** Only ``kube/meaning/states.py`` decides what a Job is: a condition whose status is "False" is not
   final, a Failed Job with no reason is a failure, a suspended Job keeps waiting, a pod stuck on an
   unpullable image fails the Job at once instead of at the timeout.
 * **Endings upstream never reaches.** A Job deleted while waiting ends as ``deleted`` (a Job that
@@ -48,9 +48,9 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_jobwatch.kube import client as kube_client
-from airflow_jobwatch.kube.informer import InformerConfig
-from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+from airflow_jobwatch.kube.cluster import client as kube_client
+from airflow_jobwatch.kube.engine.informer import InformerConfig
+from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
 from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
 from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
 from airflow_jobwatch.triggers.killing import JobKilling
@@ -202,7 +202,7 @@ class JobTrigger(JobKilling):
     :param poll_interval: safety-net period in seconds: how often the trigger re-reads the shared cache
         and, when its Job is missing from it, asks the API server directly. Defaults to 30.
     :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
-        ``kube.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
+        ``kube.meaning.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
         ImagePullBackOff, ...).
     :param api_failure_tolerance: seconds the Kubernetes API may stay unreachable before the trigger
         ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).

@@ -24,8 +24,8 @@ there, and hands each trigger a :class:`Subscription` that
   ``job_gets`` and in the ``jobwatch.triggerer.job_gets.<reason>`` counter.
 
 The informers start with the first subscriber and stop after the last one leaves. Nothing here knows
-what a Job's state *means* (that is ``kube/states.py``) or opens a watch itself (that is
-``kube/informer.py``).
+what a Job's state *means* (that is ``kube/meaning/states.py``) or opens a watch itself (that is
+``kube/engine/informer.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.informer import (
+from airflow_jobwatch.kube.engine.informer import (
     EventType,
     Informer,
     InformerConfig,
@@ -245,7 +245,7 @@ class NamespaceWatch:
     async def _start(self) -> None:
         self._api_client = await self._client_factory()
         ns = self.key.namespace
-        # Both stores keep each object packed (compact JSON, deflated; kube/store.py), decoded on every
+        # Both stores keep each object packed (compact JSON, deflated; kube/engine/store.py), decoded on every
         # read: the triggerer's memory then follows the objects' count at a few hundred bytes each,
         # instead of several KiB of dicts each, in a namespace that keeps thousands of finished Jobs.
         # A read costs a decode (tens of microseconds), and a trigger reads only its own Job and pods.

@@ -3,7 +3,7 @@
 A task ended from the triggerer writes its Job's result onto the Job (the ``jobwatch.io/result``
 annotation) before it deletes the pods the result was read from, so that a second run of the same
 trigger reports the same result. Anyone allowed to ``patch`` a Job can write that annotation too, so a
-reader uses it only when it is signed (``kube/result.py``) with a key that:
+reader uses it only when it is signed (``kube/meaning/result.py``) with a key that:
 
 * **every component that writes or reads it holds.** The triggerer writes it and reads it; a worker
   reads it when the operator waits in the worker (``deferrable=False``). Airflow's ``[core] fernet_key``

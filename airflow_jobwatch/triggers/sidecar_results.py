@@ -2,8 +2,8 @@
 
 A Job that ends in the triggerer returns its value from there (``ending.end_from_triggerer``): the
 succeeded pods are listed, and each one that ran the sidecar has its result read from the sidecar's
-log, streaming and at most :data:`~airflow_jobwatch.kube.xcom_sidecar.READ_CONCURRENCY` at once in the
-process (:func:`~airflow_jobwatch.kube.xcom_sidecar.read_result`), so that the triggerer holds few
+log, streaming and at most :data:`~airflow_jobwatch.kube.meaning.xcom_sidecar.READ_CONCURRENCY` at once in the
+process (:func:`~airflow_jobwatch.kube.meaning.xcom_sidecar.read_result`), so that the triggerer holds few
 results at a time however many Jobs end together.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_jobwatch.kube import xcom_sidecar
-from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
+from airflow_jobwatch.kube.meaning import xcom_sidecar
+from airflow_jobwatch.kube.meaning.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
 
 __all__ = ["TRIGGERER_RESULT_BYTES", "ResultTooLargeHere", "payload_with", "with_sidecar_results"]
 

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.states import TERMINAL_PHASES
+from airflow_jobwatch.kube.meaning.states import TERMINAL_PHASES
 from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
 from airflow_jobwatch.triggers.outcomes import (
     OUTCOME_ERROR,

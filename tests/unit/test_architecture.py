@@ -44,6 +44,17 @@ LAYERS: dict[str, int] = {
     # The testing API: the sandbox and run_dag for DAG authors.
     "testing": 4,
 }
+#: The layers inside ``kube/`` (its ``__init__`` docstring): what objects mean and how to reach a cluster at
+#: the bottom, neither importing the other; the watch engine above both. A kube module lives in one of these.
+KUBE_LAYERS: dict[str, int] = {"meaning": 0, "cluster": 0, "engine": 1}
+
+#: Modules left at an old path after a move (a deprecation shim): each imports the module it moved to and
+#: nothing else of the provider.
+DEPRECATED_PATHS: dict[str, str] = {
+    "airflow_jobwatch.kube.client": "airflow_jobwatch.kube.cluster.client",
+    "airflow_jobwatch.kube.credhelper": "airflow_jobwatch.kube.cluster.credhelper",
+}
+
 #: Layer-1 parts may import each other (one shared foundation); parts of layers 2 and up may not.
 SHARED_LAYERS = {0, 1}
 #: Parts that import nothing of the provider outside themselves.
@@ -179,13 +190,45 @@ def test_the_known_cycles_are_still_there_or_removed_from_the_list(graph):
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
+def _kube_subpart(module: str) -> str | None:
+    """The folder of ``kube/`` a module lives in (a module directly in ``kube/`` counts as its own folder);
+    None for ``kube/__init__`` and the deprecated paths."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "kube" and module not in DEPRECATED_PATHS else None
+
+
+def _against_kube_layers(source: str, target: str) -> str | None:
+    src, dst = _kube_subpart(source), _kube_subpart(target)
+    if src == dst or src not in KUBE_LAYERS or dst not in KUBE_LAYERS:
+        return (
+            None  # a module outside the folders fails test_every_kube_module_lives_in_a_folder_with_a_layer
+        )
+    if KUBE_LAYERS[dst] > KUBE_LAYERS[src]:
+        return f"{source} -> {target} (kube/{src}/ is below kube/{dst}/)"
+    if KUBE_LAYERS[dst] == KUBE_LAYERS[src]:
+        return f"{source} -> {target} (kube/{src}/ and kube/{dst}/ are beside each other)"
+    return None
+
+
 def _against_layers(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
     for source, targets in sorted(graph.items()):
         if source == PACKAGE:
             continue
+        if source in DEPRECATED_PATHS:
+            if targets != {DEPRECATED_PATHS[source]}:
+                wrong.append(f"{source} -> {sorted(targets)} (a deprecated path imports only its new module)")
+            continue
         for target in sorted(targets):
             src, dst = _part(source), _part(target)
+            if target in DEPRECATED_PATHS:
+                wrong.append(f"{source} -> {target} (deprecated: import {DEPRECATED_PATHS[target]})")
+                continue
+            if src == dst == "kube":
+                found = _against_kube_layers(source, target)
+                if found:
+                    wrong.append(found)
+                continue
             if src == dst or (source, target) in UPWARD_ALLOWED:
                 continue
             if src in ISOLATED:
@@ -202,6 +245,16 @@ def _against_layers(graph: dict[str, set[str]]) -> list[str]:
 def test_no_import_goes_up_a_layer_or_across_one(graph):
     wrong = _against_layers(graph)
     assert not wrong, "imports against the layers in docs/internals.md:\n" + "\n".join(wrong)
+
+
+def test_every_kube_module_lives_in_a_folder_with_a_layer():
+    loose = [
+        name
+        for name in _modules()
+        if name.startswith(f"{PACKAGE}.kube.") and name not in DEPRECATED_PATHS
+        if _kube_subpart(name) not in KUBE_LAYERS
+    ]
+    assert not loose, f"put these in a folder of kube/ listed in KUBE_LAYERS: {loose}"
 
 
 def test_the_watch_engine_knows_nothing_of_airflow():
@@ -229,9 +282,22 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
         "airflow_jobwatch.executors.x": set(),
     }
     made_up["airflow_jobwatch.triggers.y"] = {"airflow_jobwatch.executors.x", "airflow_jobwatch.sandbox.z"}
-    assert _cycles(made_up) == [frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"})]
+    # Inside kube/: what objects mean must not import the engine, nor how to reach a cluster.
+    made_up["airflow_jobwatch.kube.meaning.m"] = {
+        "airflow_jobwatch.kube.engine.e",
+        "airflow_jobwatch.kube.cluster.c",
+    }
+    made_up["airflow_jobwatch.kube.engine.e"] = {"airflow_jobwatch.kube.meaning.m"}
+    made_up["airflow_jobwatch.kube.cluster.c"] = set()
+    assert _cycles(made_up) == [
+        frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"}),
+        frozenset({"airflow_jobwatch.kube.meaning.m", "airflow_jobwatch.kube.engine.e"}),
+    ]
     assert _against_layers(made_up) == [
         "airflow_jobwatch.kube.b -> airflow_jobwatch.executors.x (layer 0 imports layer 2)",
+        "airflow_jobwatch.kube.meaning.m -> airflow_jobwatch.kube.cluster.c "
+        "(kube/meaning/ and kube/cluster/ are beside each other)",
+        "airflow_jobwatch.kube.meaning.m -> airflow_jobwatch.kube.engine.e (kube/meaning/ is below kube/engine/)",
         "airflow_jobwatch.triggers.y -> airflow_jobwatch.executors.x (two parts of layer 2)",
         "airflow_jobwatch.triggers.y -> airflow_jobwatch.sandbox.z (only the testing API uses the sandbox)",
     ]

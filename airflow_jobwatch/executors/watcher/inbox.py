@@ -213,7 +213,7 @@ class ChildMessages:
     def _on_gone(self, msg: PodGone, results: list[PodResult]) -> None:
         """A pod handed to a new child as expected (or launched while it started) was absent from its first
         list, and a GET said 404."""
-        from airflow_jobwatch.kube.states import classify_pod
+        from airflow_jobwatch.kube.meaning.states import classify_pod
 
         ref = (msg.namespace, msg.name)
         tracked = self._tracked.get(ref)

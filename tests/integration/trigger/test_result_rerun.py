@@ -14,7 +14,7 @@ import structlog.testing
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
-from airflow_jobwatch.kube.result import RESULT_ANNOTATION, stored_result
+from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION, stored_result
 from airflow_jobwatch.triggers.ending import end_from_triggerer
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.result_keys import result_keys

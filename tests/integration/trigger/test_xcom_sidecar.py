@@ -15,8 +15,8 @@ from airflow.models import Connection
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TaskSuccessEvent
 
-from airflow_jobwatch.kube import result as kube_result
-from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.kube.meaning import result as kube_result
+from airflow_jobwatch.kube.meaning import xcom_sidecar
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 from airflow_jobwatch.triggers.ending import end_from_triggerer
 

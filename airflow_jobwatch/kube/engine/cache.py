@@ -1,7 +1,7 @@
 """The informer's cache and the two small parts it is built from, the seams between the watch engine's pieces.
 
-client-go divides an informer the same way: the Reflector (here :class:`~airflow_jobwatch.kube.relist.Relister`
-and :class:`~airflow_jobwatch.kube.watch.Watcher`) is handed a store to ``Add``/``Update``/``Delete`` and a
+client-go divides an informer the same way: the Reflector (here :class:`~airflow_jobwatch.kube.engine.relist.Relister`
+and :class:`~airflow_jobwatch.kube.engine.watch.Watcher`) is handed a store to ``Add``/``Update``/``Delete`` and a
 source that lists and watches, and never sees the informer that owns them; the fan-out to subscribers is a
 third part that knows neither. Here:
 
@@ -23,13 +23,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airflow_jobwatch.kube.informer_types import _RESOURCES, EventType, InformerEvent, Kind, Subscriber
-from airflow_jobwatch.kube.observer import InformerObserver
-from airflow_jobwatch.kube.projection import projector
-from airflow_jobwatch.kube.store import _CompactStore
+from airflow_jobwatch.kube.engine.informer_types import _RESOURCES, EventType, InformerEvent, Kind, Subscriber
+from airflow_jobwatch.kube.engine.observer import InformerObserver
+from airflow_jobwatch.kube.engine.projection import projector
+from airflow_jobwatch.kube.engine.store import _CompactStore
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
-log = logging.getLogger("airflow_jobwatch.kube.informer")
+log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
 
 
 class Preparer:

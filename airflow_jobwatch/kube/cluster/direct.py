@@ -5,7 +5,7 @@ The executor's KubernetesJobWatcher child needs nothing of ``kubernetes_asyncio`
 its credentials: the informer reads raw JSON and never builds a model. Importing the library costs about
 38 MiB of private memory in a process that lives as long as the scheduler. So the child
 uses this client: credentials are resolved by ``kubernetes_asyncio`` in a short-lived helper process
-(:mod:`airflow_jobwatch.kube.credhelper`, run as kubectl runs an exec credential plugin) and the requests
+(:mod:`airflow_jobwatch.kube.cluster.credhelper`, run as kubectl runs an exec credential plugin) and the requests
 go through an ``aiohttp.ClientSession`` built the way ``kubernetes_asyncio``'s REST client builds it
 (same TLS context, ``trust_env``, read buffer, proxy and TLS server name), plus the keepalive options.
 
@@ -13,7 +13,7 @@ Credentials are fetched again (one helper run, shared by concurrent requests, at
 
 * before a request, once an exec plugin's token is within :data:`EXPIRY_MARGIN_SECONDS` of its
   ``expirationTimestamp``;
-* after a 401, and the request is sent once more (as :class:`~airflow_jobwatch.kube.client.
+* after a 401, and the request is sent once more (as :class:`~airflow_jobwatch.kube.cluster.client.
   JobwatchAsyncApiClient` does); a 401 that persists is returned to the caller, which reports it.
 
 In-cluster, the service-account token file is re-read whenever it changes (the kubelet rotates it).
@@ -40,7 +40,7 @@ from typing import Any
 
 import aiohttp
 
-from airflow_jobwatch.kube.client import (
+from airflow_jobwatch.kube.cluster.client import (
     DEFAULT_REQUEST_TIMEOUT_SECONDS,
     MIN_RELOAD_INTERVAL_SECONDS,
     ClusterConfig,
@@ -381,7 +381,7 @@ async def fetch_credentials(cfg: ClusterConfig, *, helper_timeout: float | None 
         otherwise (its exit code; its stderr is not repeated: it could hold a plugin's output), or
         did not answer within the timeout.
     """
-    from airflow_jobwatch.kube.credhelper import CONFIG_ERROR_EXIT_CODE, PRIVATE_TMPDIR_ENV
+    from airflow_jobwatch.kube.cluster.credhelper import CONFIG_ERROR_EXIT_CODE, PRIVATE_TMPDIR_ENV
 
     limit = HELPER_TIMEOUT_SECONDS if helper_timeout is None else helper_timeout
     directory = tempfile.mkdtemp(prefix="jobwatch-credhelper-")  # mode 0700
@@ -393,7 +393,7 @@ async def fetch_credentials(cfg: ClusterConfig, *, helper_timeout: float | None 
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "airflow_jobwatch.kube.credhelper",
+            "airflow_jobwatch.kube.cluster.credhelper",
             str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

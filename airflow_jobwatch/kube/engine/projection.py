@@ -2,7 +2,7 @@
 
 A triggerer in a namespace with 20,000 foreign Jobs and 50,000 foreign pods, or an executor watcher with
 thousands of worker pods, holds every one of them in its informer's store. A full pod is 4-8 KiB of JSON and
-several times that as Python objects; what :mod:`airflow_jobwatch.kube.states`, the pod summary, the
+several times that as Python objects; what :mod:`airflow_jobwatch.kube.meaning.states`, the pod summary, the
 trigger's pod index and the executor's watcher read of it is a few hundred bytes. The informer therefore
 stores the projection below, declared next to ``states.py`` so that a new field read there is added here
 in one edit (and ``tests/unit/test_projection.py`` fails until it is: it records every field
@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-from airflow_jobwatch.kube.result import RESULT_ANNOTATION
+from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION
 
 __all__ = [
     "DROPPED_JOB_ANNOTATIONS",

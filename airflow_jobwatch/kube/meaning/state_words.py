@@ -1,6 +1,6 @@
 """How a state's message is worded, and tolerant access to the fields it quotes.
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules). Any field of the wrong type counts as missing here, so the classifiers never raise on a
 half-written object; a quoted server or container message is trimmed to :data:`MAX_QUOTED_CHARS`; a
 reason whose cause is not obvious from the word alone gets one sentence on what to do next.

@@ -2,8 +2,8 @@
 a possibly stale list from inventing deletions or rolling objects back (client-go's ``Reflector.list``).
 
 :class:`Relister` is handed what it works with, as client-go's Reflector is: the source it lists
-(:class:`~airflow_jobwatch.kube.listwatch.ListWatch`) and the cache it fills and delivers through
-(:class:`~airflow_jobwatch.kube.cache.ObjectCache`); it never sees the informer that owns them. The informer
+(:class:`~airflow_jobwatch.kube.engine.listwatch.ListWatch`) and the cache it fills and delivers through
+(:class:`~airflow_jobwatch.kube.engine.cache.ObjectCache`); it never sees the informer that owns them. The informer
 decides when to list (every list reads resourceVersion=0; see ``listing.py``), and records the sync
 (resourceVersion, health) from what :meth:`Relister.relist` returns.
 """
@@ -16,16 +16,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from airflow_jobwatch.kube import listing as list_pages
-from airflow_jobwatch.kube.apierrors import KubeApiError, compare_resource_versions
-from airflow_jobwatch.kube.cache import ObjectCache
-from airflow_jobwatch.kube.informer_types import EventType, InformerConfig
-from airflow_jobwatch.kube.listing import _Listing
-from airflow_jobwatch.kube.listwatch import ListWatch
-from airflow_jobwatch.kube.store import _gc_paused
+from airflow_jobwatch.kube.engine import listing as list_pages
+from airflow_jobwatch.kube.engine.apierrors import KubeApiError, compare_resource_versions
+from airflow_jobwatch.kube.engine.cache import ObjectCache
+from airflow_jobwatch.kube.engine.informer_types import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.listing import _Listing
+from airflow_jobwatch.kube.engine.listwatch import ListWatch
+from airflow_jobwatch.kube.engine.store import _gc_paused
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
-log = logging.getLogger("airflow_jobwatch.kube.informer")
+log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
 
 
 class Relister:

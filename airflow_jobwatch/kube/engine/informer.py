@@ -17,12 +17,12 @@ each:
 
 * :meth:`Informer._run` (here) - forever: list when needed, watch, classify what went wrong, back off, repeat;
   the store, its subscribers and the fan-out of events and health.
-* :class:`~airflow_jobwatch.kube.relist.Relister` (``relist.py``) - a paged LIST and the reconcile against the
+* :class:`~airflow_jobwatch.kube.engine.relist.Relister` (``relist.py``) - a paged LIST and the reconcile against the
   store, page by page, with the confirming GETs a possibly stale list needs; pages are decoded by
   ``listing.py`` (msgspec or the stdlib), under the GC pause of ``store.py``.
-* :class:`~airflow_jobwatch.kube.watch.Watcher` (``watch.py``) - one watch request, applying its events to
+* :class:`~airflow_jobwatch.kube.engine.watch.Watcher` (``watch.py``) - one watch request, applying its events to
   the store.
-* :func:`~airflow_jobwatch.kube.watchstream._read_lines` (``watchstream.py``) - bytes from the socket split
+* :func:`~airflow_jobwatch.kube.engine.watchstream._read_lines` (``watchstream.py``) - bytes from the socket split
   into lines, with the stall detector around every read.
 * ``listwatch.py`` - the one HTTP GET under all of them; ``apierrors.py`` - what the server said went wrong,
   and how two resourceVersions compare; ``health.py`` - failures, backoff and the unhealthy verdict;
@@ -49,39 +49,39 @@ from typing import Any
 
 import aiohttp
 
-from airflow_jobwatch.kube.apierrors import KubeApiError as KubeApiError
-from airflow_jobwatch.kube.apierrors import _Expired as _Expired
-from airflow_jobwatch.kube.apierrors import _ShortWatch as _ShortWatch
-from airflow_jobwatch.kube.apierrors import _Stalled as _Stalled
-from airflow_jobwatch.kube.apierrors import compare_resource_versions as compare_resource_versions
-from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.cache import Fanout, ObjectCache, Preparer
-from airflow_jobwatch.kube.health import HealthTracker
-from airflow_jobwatch.kube.informer_types import _RESOURCES as _RESOURCES
-from airflow_jobwatch.kube.informer_types import EventType as EventType
-from airflow_jobwatch.kube.informer_types import InformerConfig as InformerConfig
-from airflow_jobwatch.kube.informer_types import InformerEvent as InformerEvent
-from airflow_jobwatch.kube.informer_types import InformerHealth as InformerHealth
-from airflow_jobwatch.kube.informer_types import Kind as Kind
-from airflow_jobwatch.kube.informer_types import Subscriber
-from airflow_jobwatch.kube.label_selector import _selector_matcher as _selector_matcher
-from airflow_jobwatch.kube.listing import _decode_page as _decode_page
-from airflow_jobwatch.kube.listing import _decode_page_stdlib as _decode_page_stdlib
-from airflow_jobwatch.kube.listing import _Listing as _Listing
-from airflow_jobwatch.kube.listwatch import ListWatch
-from airflow_jobwatch.kube.observer import InformerObserver as InformerObserver
-from airflow_jobwatch.kube.observer import _NoObserver as _NoObserver
-from airflow_jobwatch.kube.relist import Relister
-from airflow_jobwatch.kube.store import _CompactStore as _CompactStore
-from airflow_jobwatch.kube.store import _gc_paused as _gc_paused
-from airflow_jobwatch.kube.watch import _WATCH_TIMEOUT_JITTER as _WATCH_TIMEOUT_JITTER
-from airflow_jobwatch.kube.watch import MIN_HEALTHY_WATCH_SECONDS as MIN_HEALTHY_WATCH_SECONDS
-from airflow_jobwatch.kube.watch import Watcher
-from airflow_jobwatch.kube.watchstream import _read_lines as _read_lines
-from airflow_jobwatch.kube.watchstream import _split_lines as _split_lines
+from airflow_jobwatch.kube.engine.apierrors import KubeApiError as KubeApiError
+from airflow_jobwatch.kube.engine.apierrors import _Expired as _Expired
+from airflow_jobwatch.kube.engine.apierrors import _ShortWatch as _ShortWatch
+from airflow_jobwatch.kube.engine.apierrors import _Stalled as _Stalled
+from airflow_jobwatch.kube.engine.apierrors import compare_resource_versions as compare_resource_versions
+from airflow_jobwatch.kube.engine.backoff import Backoff
+from airflow_jobwatch.kube.engine.cache import Fanout, ObjectCache, Preparer
+from airflow_jobwatch.kube.engine.health import HealthTracker
+from airflow_jobwatch.kube.engine.informer_types import _RESOURCES as _RESOURCES
+from airflow_jobwatch.kube.engine.informer_types import EventType as EventType
+from airflow_jobwatch.kube.engine.informer_types import InformerConfig as InformerConfig
+from airflow_jobwatch.kube.engine.informer_types import InformerEvent as InformerEvent
+from airflow_jobwatch.kube.engine.informer_types import InformerHealth as InformerHealth
+from airflow_jobwatch.kube.engine.informer_types import Kind as Kind
+from airflow_jobwatch.kube.engine.informer_types import Subscriber
+from airflow_jobwatch.kube.engine.label_selector import _selector_matcher as _selector_matcher
+from airflow_jobwatch.kube.engine.listing import _decode_page as _decode_page
+from airflow_jobwatch.kube.engine.listing import _decode_page_stdlib as _decode_page_stdlib
+from airflow_jobwatch.kube.engine.listing import _Listing as _Listing
+from airflow_jobwatch.kube.engine.listwatch import ListWatch
+from airflow_jobwatch.kube.engine.observer import InformerObserver as InformerObserver
+from airflow_jobwatch.kube.engine.observer import _NoObserver as _NoObserver
+from airflow_jobwatch.kube.engine.relist import Relister
+from airflow_jobwatch.kube.engine.store import _CompactStore as _CompactStore
+from airflow_jobwatch.kube.engine.store import _gc_paused as _gc_paused
+from airflow_jobwatch.kube.engine.watch import _WATCH_TIMEOUT_JITTER as _WATCH_TIMEOUT_JITTER
+from airflow_jobwatch.kube.engine.watch import MIN_HEALTHY_WATCH_SECONDS as MIN_HEALTHY_WATCH_SECONDS
+from airflow_jobwatch.kube.engine.watch import Watcher
+from airflow_jobwatch.kube.engine.watchstream import _read_lines as _read_lines
+from airflow_jobwatch.kube.engine.watchstream import _split_lines as _split_lines
 
 with contextlib.suppress(ImportError):  # msgspec installed (Airflow requires it; the engine does not)
-    from airflow_jobwatch.kube.listing import _decode_page_msgspec as _decode_page_msgspec
+    from airflow_jobwatch.kube.engine.listing import _decode_page_msgspec as _decode_page_msgspec
 
 log = logging.getLogger(__name__)
 
@@ -437,7 +437,7 @@ class Informer:
     # ------------------------------------------------------------------------------------------ lists
 
     async def _relist(self) -> None:
-        """LIST and reconcile the store (:meth:`Relister.relist <airflow_jobwatch.kube.relist.Relister.relist>`
+        """LIST and reconcile the store (:meth:`Relister.relist <airflow_jobwatch.kube.engine.relist.Relister.relist>`
         has the rules), then record the sync: the resourceVersion to watch from, health, the first sync."""
         started = time.monotonic()
         first = not self._health.synced

@@ -1,7 +1,7 @@
 """Disruptions: a pod stopped by the cluster rather than by its own code (scheduler preemption,
 eviction, node shutdown, node loss, garbage collection), said in the user's words.
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules). The shapes read here are recorded with their Kubernetes source files in
 ``tests/fixtures/real-apiserver/README.md``.
 """
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobwatch.kube.containers import containers_started
-from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.state_words import _map, _quote, _str, _true_condition
+from airflow_jobwatch.kube.meaning.containers import containers_started
+from airflow_jobwatch.kube.meaning.objects import to_dict
+from airflow_jobwatch.kube.meaning.state_words import _map, _quote, _str, _true_condition
 
 #: writes them is recorded in tests/fixtures/real-apiserver/README.md).
 DISRUPTION_REASONS: Mapping[str, str] = {

@@ -1,7 +1,7 @@
 """Exponential backoff with jitter, a floor, and a reset after a quiet period.
 
 Pure logic (no I/O, no sleeping): the caller passes the clock in, so the rules can be tested without
-waiting. Used by :mod:`airflow_jobwatch.kube.informer` for every retry path (list, watch, 429, 410), and by the
+waiting. Used by :mod:`airflow_jobwatch.kube.engine.informer` for every retry path (list, watch, 429, 410), and by the
 executor for pod creation and watcher restarts. :func:`parse_retry_after` reads the ``Retry-After`` header.
 """
 

@@ -1,8 +1,8 @@
 """An informer's health: failures counted, backoff chosen, unhealthy after a while, told when it changes.
 
-:class:`HealthTracker` keeps the bookkeeping behind :class:`~airflow_jobwatch.kube.informer_types.InformerHealth`
-for one :class:`~airflow_jobwatch.kube.informer.Informer`. The informer's loop, its
-:class:`~airflow_jobwatch.kube.relist.Relister` and its :class:`~airflow_jobwatch.kube.watch.Watcher` report
+:class:`HealthTracker` keeps the bookkeeping behind :class:`~airflow_jobwatch.kube.engine.informer_types.InformerHealth`
+for one :class:`~airflow_jobwatch.kube.engine.informer.Informer`. The informer's loop, its
+:class:`~airflow_jobwatch.kube.engine.relist.Relister` and its :class:`~airflow_jobwatch.kube.engine.watch.Watcher` report
 what happened (a failure, a success, connected or not, a list completed); the tracker decides what the
 observer and the ``on_health`` subscribers are told, and when.
 """
@@ -14,16 +14,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.informer_types import InformerConfig, InformerHealth, Subscriber
+from airflow_jobwatch.kube.engine.backoff import Backoff
+from airflow_jobwatch.kube.engine.informer_types import InformerConfig, InformerHealth, Subscriber
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.kube.observer import InformerObserver
+    from airflow_jobwatch.kube.engine.observer import InformerObserver
 
 _Subscriber = Subscriber  # the name this module gave it first
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
-log = logging.getLogger("airflow_jobwatch.kube.informer")
+log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
 
 
 class HealthTracker:

@@ -5,7 +5,7 @@ when it is not handed one. We never use it: every client gets a fresh ``Configur
 so an Airflow process that talks to two clusters (two executors' namespaces, a trigger with its own
 ``config_file``) never sees one connection's credentials leak into another's.
 
-Kubeconfig problems are found before the libraries see the file (``kube/kubeconfig.py``), so that each
+Kubeconfig problems are found before the libraries see the file (``kube/cluster/kubeconfig.py``), so that each
 error names the file(s), the context and what was expected, and never quotes the file: a kubeconfig
 holds bearer tokens and private keys, and the libraries' YAML errors print the offending line.
 """
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_jobwatch.kube.kubeconfig import (
+from airflow_jobwatch.kube.cluster.kubeconfig import (
     DEFAULT_KUBECONFIG,
     KUBECONFIG_PATH_SEPARATOR,
     LOAD_ERRORS,
@@ -51,8 +51,8 @@ __all__ = [
 
 # Neither client library is imported here at module level: each package imports every model class (about
 # 40 MiB of private memory each). The functions that build a client import the one they build; the executor's
-# watcher child, which talks HTTP through ``kube/direct.py``, loads neither. Reading a kubeconfig to name it
-# (``identity()``) needs only ``yaml``, through ``kube/kubeconfig.py``.
+# watcher child, which talks HTTP through ``kube/cluster/direct.py``, loads neither. Reading a kubeconfig to name it
+# (``identity()``) needs only ``yaml``, through ``kube/cluster/kubeconfig.py``.
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +498,7 @@ def _jobwatch_async_api_client_class() -> type[Any]:
         and retry on 401 (expired exec-plugin token, rotated service-account token, rotated static token).
 
         A 401 that persists after the reload is returned/raised as it is: the caller reports it as a
-        permission error (see :mod:`airflow_jobwatch.kube.errors`).
+        permission error (see :mod:`airflow_jobwatch.kube.cluster.errors`).
         """
 
         def __init__(self, configuration: Any, *, credentials: _Credentials) -> None:
@@ -572,7 +572,7 @@ def _jobwatch_api_client_class() -> type[Any]:
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: ``from airflow_jobwatch.kube.client import JobwatchApiClient`` still works (lazily).
+    # PEP 562: ``from airflow_jobwatch.kube.cluster.client import JobwatchApiClient`` still works (lazily).
     if name == "JobwatchApiClient":
         return _jobwatch_api_client_class()
     if name == "JobwatchAsyncApiClient":

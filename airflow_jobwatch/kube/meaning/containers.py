@@ -1,7 +1,7 @@
 """What a pod's containers say: which one failed or cannot start, why a pod is still waiting, and
 whether any container ever started.
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules).
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobwatch.kube.objectstate import TRANSIENT_WAITING_MESSAGES
-from airflow_jobwatch.kube.state_words import _int, _map, _maps, _quote, _str
+from airflow_jobwatch.kube.meaning.objectstate import TRANSIENT_WAITING_MESSAGES
+from airflow_jobwatch.kube.meaning.state_words import _int, _map, _maps, _quote, _str
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +147,7 @@ def _waiting_note(pod: Mapping[str, Any], *, scheduling: bool = True) -> tuple[s
 def containers_started(pod: Mapping[str, Any]) -> bool:
     """Whether any container (init containers included) of the pod ever started, from its status alone.
 
-    The one predicate for it: the executor's watcher and the disruption rules (``kube/disruptions.py``)
+    The one predicate for it: the executor's watcher and the disruption rules (``kube/meaning/disruptions.py``)
     both call it. What the pod's status cannot show (it was seen running earlier, then its last updates
     were lost) is the caller's to add: the executor never treats a pod it saw running as never started.
 

@@ -1,6 +1,6 @@
 """What a Pod's state means (:func:`classify_pod`), and the pod summary of trigger payloads.
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules).
 """
 
@@ -10,16 +10,16 @@ import datetime
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from airflow_jobwatch.kube.containers import (
+from airflow_jobwatch.kube.meaning.containers import (
     _ContainerProblem,
     _fatal_waiting_container,
     _first_failed_container,
     _waiting_note,
 )
-from airflow_jobwatch.kube.disruptions import pod_disruption
-from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.objectstate import DEFAULT_FATAL_WAITING_REASONS, ObjectState
-from airflow_jobwatch.kube.state_words import (
+from airflow_jobwatch.kube.meaning.disruptions import pod_disruption
+from airflow_jobwatch.kube.meaning.objects import to_dict
+from airflow_jobwatch.kube.meaning.objectstate import DEFAULT_FATAL_WAITING_REASONS, ObjectState
+from airflow_jobwatch.kube.meaning.state_words import (
     _check_reasons,
     _display_name,
     _map,

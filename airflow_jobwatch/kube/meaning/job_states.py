@@ -1,7 +1,7 @@
 """What a Job's state means (:func:`classify_job`), and what a Job means that vanished while the
 watch was away (:func:`vanished_job_state`).
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules). Job conditions decide, never pod counters; the Job's pods only add detail.
 """
 
@@ -11,20 +11,20 @@ import datetime
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from airflow_jobwatch.kube.containers import (
+from airflow_jobwatch.kube.meaning.containers import (
     _ContainerProblem,
     _fatal_waiting_container,
     _first_failed_container,
 )
-from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.objectstate import (
+from airflow_jobwatch.kube.meaning.objects import to_dict
+from airflow_jobwatch.kube.meaning.objectstate import (
     DEFAULT_FATAL_WAITING_REASONS,
     FINAL_STATE_UNKNOWN,
     ObjectState,
     Phase,
 )
-from airflow_jobwatch.kube.pod_states import _classify_live_pod, _deleted_state, classify_pod
-from airflow_jobwatch.kube.state_words import (
+from airflow_jobwatch.kube.meaning.pod_states import _classify_live_pod, _deleted_state, classify_pod
+from airflow_jobwatch.kube.meaning.state_words import (
     _check_reasons,
     _display_name,
     _int,

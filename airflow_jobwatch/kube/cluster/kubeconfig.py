@@ -17,7 +17,7 @@ import yaml
 
 
 class KubeconfigSource(Protocol):
-    """What this module reads of a cluster configuration (:class:`airflow_jobwatch.kube.client.ClusterConfig`
+    """What this module reads of a cluster configuration (:class:`airflow_jobwatch.kube.cluster.client.ClusterConfig`
     has it): the kubeconfig it names, the context, the inline kubeconfig, the in-cluster files and the CA
     bundle, and where it came from for messages. A protocol, so that reading a kubeconfig does not depend on
     the module that builds clients from it."""

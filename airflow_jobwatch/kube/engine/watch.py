@@ -1,7 +1,7 @@
 """The watch: one watch request from the last resourceVersion, its events applied to the cache.
 
-:class:`Watcher` is handed the source it watches (:class:`~airflow_jobwatch.kube.listwatch.ListWatch`), the
-cache it applies events to and delivers through (:class:`~airflow_jobwatch.kube.cache.ObjectCache`) and the
+:class:`Watcher` is handed the source it watches (:class:`~airflow_jobwatch.kube.engine.listwatch.ListWatch`), the
+cache it applies events to and delivers through (:class:`~airflow_jobwatch.kube.engine.cache.ObjectCache`) and the
 health tracker it reports to, as client-go's Reflector's ``watchHandler`` is handed its store; it never sees
 the informer that owns them. It keeps the resourceVersion to resume from. Every way a watch ends is an exception or a return that the informer's loop
 (``Informer._run``) answers: resume at once, back off, or relist.
@@ -19,15 +19,20 @@ from typing import Any
 
 import aiohttp
 
-from airflow_jobwatch.kube.apierrors import KubeApiError, _Expired, _ShortWatch, compare_resource_versions
-from airflow_jobwatch.kube.cache import ObjectCache
-from airflow_jobwatch.kube.health import HealthTracker
-from airflow_jobwatch.kube.informer_types import EventType, InformerConfig
-from airflow_jobwatch.kube.listwatch import ListWatch
-from airflow_jobwatch.kube.watchstream import _read_lines
+from airflow_jobwatch.kube.engine.apierrors import (
+    KubeApiError,
+    _Expired,
+    _ShortWatch,
+    compare_resource_versions,
+)
+from airflow_jobwatch.kube.engine.cache import ObjectCache
+from airflow_jobwatch.kube.engine.health import HealthTracker
+from airflow_jobwatch.kube.engine.informer_types import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.listwatch import ListWatch
+from airflow_jobwatch.kube.engine.watchstream import _read_lines
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
-log = logging.getLogger("airflow_jobwatch.kube.informer")
+log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
 
 # A watch the server closes this soon after opening, without sending a single event, is counted as a
 # failure and backed off (client-go's reflector does the same: "very short watch" - an apiserver or a proxy

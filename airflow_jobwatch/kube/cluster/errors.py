@@ -1,7 +1,7 @@
 """Permission and credential errors: recognised, made permanent, and explained.
 
 A 403 Forbidden (RBAC) or a 401 Unauthorized that persists after the client reloaded its credentials
-(see :mod:`airflow_jobwatch.kube.client`) will not go away by retrying: someone has to grant a
+(see :mod:`airflow_jobwatch.kube.cluster.client`) will not go away by retrying: someone has to grant a
 permission or fix a credential. So they are not "the API is unreachable": the trigger ends at once, the
 executor fails the task (create) or reports its watcher unhealthy (list/watch), and the message says
 which verb on which resource in which namespace was refused, for whom, what the server said, and the

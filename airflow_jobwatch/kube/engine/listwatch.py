@@ -4,7 +4,7 @@ object.
 
 kubernetes_asyncio is used only for what it is good at (kubeconfig, auth and token refresh, TLS, the HTTP
 session) through :meth:`ApiClient.call_api` with ``_preload_content=False``; the response is read by the
-caller (:mod:`airflow_jobwatch.kube.relist`, :mod:`airflow_jobwatch.kube.watch`), and an error status becomes
+caller (:mod:`airflow_jobwatch.kube.engine.relist`, :mod:`airflow_jobwatch.kube.engine.watch`), and an error status becomes
 the server's own error here.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 import aiohttp
 
-from airflow_jobwatch.kube.apierrors import KubeApiError, _Expired
-from airflow_jobwatch.kube.backoff import parse_retry_after
-from airflow_jobwatch.kube.errors import describe_access_denied
-from airflow_jobwatch.kube.informer_types import _RESOURCES, Kind
-from airflow_jobwatch.kube.label_selector import _selector_matcher
+from airflow_jobwatch.kube.cluster.errors import describe_access_denied
+from airflow_jobwatch.kube.engine.apierrors import KubeApiError, _Expired
+from airflow_jobwatch.kube.engine.backoff import parse_retry_after
+from airflow_jobwatch.kube.engine.informer_types import _RESOURCES, Kind
+from airflow_jobwatch.kube.engine.label_selector import _selector_matcher
 
 
 class ListWatch:

@@ -37,29 +37,29 @@ Rules, each answering a way real monitoring code has gone wrong (see ``docs/arch
 The rules live in one module per concept; this module is their facade, and every name is importable
 from here as before:
 
-* ``kube/objectstate.py``: :class:`ObjectState`, the phases, and the fatal and transient waiting reasons.
-* ``kube/state_words.py``: tolerant field access, quoting, and the hint after a reason.
-* ``kube/containers.py``: which container failed or cannot start, and whether any ever started.
-* ``kube/disruptions.py``: :class:`Disruption` and :func:`pod_disruption`.
-* ``kube/pod_states.py``: :func:`classify_pod` and :func:`pod_summary`.
-* ``kube/job_states.py``: :func:`classify_job` and :func:`vanished_job_state`.
+* ``kube/meaning/objectstate.py``: :class:`ObjectState`, the phases, and the fatal and transient waiting reasons.
+* ``kube/meaning/state_words.py``: tolerant field access, quoting, and the hint after a reason.
+* ``kube/meaning/containers.py``: which container failed or cannot start, and whether any ever started.
+* ``kube/meaning/disruptions.py``: :class:`Disruption` and :func:`pod_disruption`.
+* ``kube/meaning/pod_states.py``: :func:`classify_pod` and :func:`pod_summary`.
+* ``kube/meaning/job_states.py``: :func:`classify_job` and :func:`vanished_job_state`.
 """
 
 from __future__ import annotations
 
-from airflow_jobwatch.kube.containers import containers_started as containers_started
-from airflow_jobwatch.kube.disruptions import DISRUPTION_REASONS, Disruption, pod_disruption
-from airflow_jobwatch.kube.job_states import classify_job, vanished_job_state
-from airflow_jobwatch.kube.objectstate import (
+from airflow_jobwatch.kube.meaning.containers import containers_started as containers_started
+from airflow_jobwatch.kube.meaning.disruptions import DISRUPTION_REASONS, Disruption, pod_disruption
+from airflow_jobwatch.kube.meaning.job_states import classify_job, vanished_job_state
+from airflow_jobwatch.kube.meaning.objectstate import (
     DEFAULT_FATAL_WAITING_REASONS,
     TERMINAL_PHASES,
     TRANSIENT_WAITING_MESSAGES,
     ObjectState,
     Phase,
 )
-from airflow_jobwatch.kube.objectstate import FINAL_STATE_UNKNOWN as FINAL_STATE_UNKNOWN
-from airflow_jobwatch.kube.pod_states import classify_pod, pod_summary
-from airflow_jobwatch.kube.state_words import MAX_QUOTED_CHARS as MAX_QUOTED_CHARS
+from airflow_jobwatch.kube.meaning.objectstate import FINAL_STATE_UNKNOWN as FINAL_STATE_UNKNOWN
+from airflow_jobwatch.kube.meaning.pod_states import classify_pod, pod_summary
+from airflow_jobwatch.kube.meaning.state_words import MAX_QUOTED_CHARS as MAX_QUOTED_CHARS
 
 __all__ = [
     "DEFAULT_FATAL_WAITING_REASONS",

@@ -1,5 +1,5 @@
-"""``python -m airflow_jobwatch.kube.credhelper``: resolve a :class:`ClusterConfig` into what a client needs
-to talk to the API server, for :class:`~airflow_jobwatch.kube.direct.DirectApiClient`.
+"""``python -m airflow_jobwatch.kube.cluster.credhelper``: resolve a :class:`ClusterConfig` into what a client needs
+to talk to the API server, for :class:`~airflow_jobwatch.kube.cluster.direct.DirectApiClient`.
 
 Why a process of its own: resolving credentials is ``kubernetes_asyncio``'s job (kubeconfig merging, exec
 plugins, OIDC and other auth providers, in-cluster files), and importing it costs about 38 MiB of private
@@ -9,7 +9,7 @@ after a 401): it runs this helper then, as kubectl runs an exec credential plugi
 library itself.
 
 Lifetime: the caller starts it in a session of its own, with a private temporary folder as ``TMPDIR``,
-and ends the whole process group when it is done (see :func:`~airflow_jobwatch.kube.direct.
+and ends the whole process group when it is done (see :func:`~airflow_jobwatch.kube.cluster.direct.
 fetch_credentials`). The helper ends its group (itself and every exec plugin it started) on SIGTERM, and,
 on Linux, when the process that started it dies (its argument: that process's pid).
 
@@ -51,7 +51,7 @@ async def export(cfg: Any) -> dict[str, Any]:
     """
     import kubernetes_asyncio.client
 
-    from airflow_jobwatch.kube.client import _load_async
+    from airflow_jobwatch.kube.cluster.client import _load_async
 
     configuration = kubernetes_asyncio.client.Configuration()
     loader = await _load_async(cfg, configuration)
@@ -143,7 +143,7 @@ def main() -> int:
 
     parent_path, cfg = pickle.load(sys.stdin.buffer)
     sys.path[:] = [p for p in parent_path if p not in sys.path] + sys.path
-    from airflow_jobwatch.kube.client import ClusterConfigError
+    from airflow_jobwatch.kube.cluster.client import ClusterConfigError
 
     try:
         bundle = asyncio.run(export(cfg))

@@ -71,7 +71,7 @@ class InformerConfig:
     connect_timeout_seconds: float = 10
     # Backoff between failed attempts: 0.8 s doubling to 30 s (client-go's reflector values, which its
     # authors measured to cut API traffic from clients of an unhealthy server by ~98%), reset after 2 min
-    # without failure. See airflow_jobwatch.kube.backoff for the jitter.
+    # without failure. See airflow_jobwatch.kube.engine.backoff for the jitter.
     backoff_initial_seconds: float = 0.8
     backoff_max_seconds: float = 30
     backoff_reset_after_seconds: float = 120
@@ -90,7 +90,7 @@ class InformerConfig:
     # half of an object's JSON and nothing that consumes this engine reads it (client-go offers the same
     # as TransformStripManagedFields); with 10,000 pods it is tens of MB of resident memory.
     strip_managed_fields: bool = True
-    # Store only the fields consumers read (airflow_jobwatch/kube/projection.py): a few hundred bytes per
+    # Store only the fields consumers read (airflow_jobwatch/kube/engine/projection.py): a few hundred bytes per
     # pod instead of several KiB, which is what makes a namespace full of other people's pods affordable.
     # Off only for benchmarks (to measure the difference) and tests that look at whole objects.
     projection: bool = True

@@ -1,7 +1,7 @@
 """The vocabulary of a classified state: :class:`ObjectState`, its phases, and the waiting reasons
 that fail a pod at once.
 
-Part of the state classification (:mod:`airflow_jobwatch.kube.states` is its facade and states its
+Part of the state classification (:mod:`airflow_jobwatch.kube.meaning.states` is its facade and states its
 rules).
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from airflow_jobwatch.kube.state_words import _int, _str
+from airflow_jobwatch.kube.meaning.state_words import _int, _str
 
 #: The reason of a Job that vanished while nobody watched, whose end was not seen and cannot be derived
 #: (client-go's name for the same tombstone is ``DeletedFinalStateUnknown``).

@@ -1,7 +1,7 @@
 """What the API server said went wrong, and how two resourceVersions compare.
 
 :class:`KubeApiError` keeps the server's status code, reason and message. The three private exceptions are
-signals inside the watch engine (:mod:`airflow_jobwatch.kube.informer`): each one names a Kubernetes
+signals inside the watch engine (:mod:`airflow_jobwatch.kube.engine.informer`): each one names a Kubernetes
 behaviour that the engine's loop answers in its own way (relist, back off, reopen the watch).
 """
 

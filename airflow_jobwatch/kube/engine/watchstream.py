@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 
 import aiohttp
 
-from airflow_jobwatch.kube.apierrors import _Stalled
+from airflow_jobwatch.kube.engine.apierrors import _Stalled
 
 # Chunk size for reading watch streams. Events are single JSON lines; a few KiB each for pods. 64 KiB reads
 # amortise the per-read overhead (a timeout context per read) over many events when the stream is busy.

@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_jobwatch.kube import listing
+from airflow_jobwatch.kube.engine import listing
 
 try:
     import msgspec

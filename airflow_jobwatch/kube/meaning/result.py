@@ -43,10 +43,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from airflow_jobwatch.kube.job_states import JOB_FAILED_CONDITIONS, JOB_SUCCEEDED_CONDITIONS
-from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.state_words import _true_condition
-from airflow_jobwatch.kube.states import classify_pod
+from airflow_jobwatch.kube.meaning.job_states import JOB_FAILED_CONDITIONS, JOB_SUCCEEDED_CONDITIONS
+from airflow_jobwatch.kube.meaning.objects import to_dict
+from airflow_jobwatch.kube.meaning.state_words import _true_condition
+from airflow_jobwatch.kube.meaning.states import classify_pod
 
 __all__ = [
     "EMPTY_XCOM_RESULT",

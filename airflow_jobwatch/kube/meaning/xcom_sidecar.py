@@ -38,9 +38,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from airflow_jobwatch.kube.objects import to_dict
-from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult
-from airflow_jobwatch.kube.states import classify_pod
+from airflow_jobwatch.kube.meaning.objects import to_dict
+from airflow_jobwatch.kube.meaning.result import EMPTY_XCOM_RESULT, JobResult
+from airflow_jobwatch.kube.meaning.states import classify_pod
 
 __all__ = [
     "DEFAULT_IMAGE",
