@@ -105,7 +105,7 @@ RANGES: dict[str, Bounds] = {
     "disruption_relaunches": Bounds(0, True),
     # 1 KiB to 16 MiB: a tail is held in the triggerer's memory and paced through its log socket, which
     # its supervisor reads at a few hundred KiB/s. The trigger reads these bounds too, but warns and uses
-    # the default for a value outside them (triggers/pod_logs.py), so that a task is never failed for
+    # the default for a value outside them (ending/pod_logs.py), so that a task is never failed for
     # its log's size limit.
     "trigger_log_max_bytes": Bounds(1024, True, 16 * 1024 * 1024),
 }

@@ -51,13 +51,13 @@ from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch import config as jobwatch_config
 from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
+from airflow_jobwatch.ending import masking
 from airflow_jobwatch.kube.meaning.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.operators.taskjob import TaskJob
 from airflow_jobwatch.pod_template import pod_template_problem
-from airflow_jobwatch.triggers import masking
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -450,7 +450,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ``multiple_outputs`` or a mapped task downstream that maps over the result. A failure ends from
         the triggerer only where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or
         when this try is the last one (decided in the triggerer:
-        :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
+        :func:`~airflow_jobwatch.ending.end.may_fail_here`).
         """
         if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
             return None

@@ -211,7 +211,7 @@ def end_plan(tj: TaskJob, *, on_finish_action: str, last_try: bool) -> dict[str,
     """What the trigger needs to end the task itself: the ``job`` and return-value XComs, the log lines
     and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
     ``on_finish_action`` and the failure message. Whether a failure may end there is decided in the
-    triggerer, by its own Airflow version (:func:`~airflow_jobwatch.triggers.ending.may_fail_here`),
+    triggerer, by its own Airflow version (:func:`~airflow_jobwatch.ending.end.may_fail_here`),
     from ``last_try``."""
     return {
         "on_finish_action": on_finish_action,

@@ -14,18 +14,18 @@ from collections.abc import Collection
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.meaning.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
-from airflow_jobwatch.kube.meaning.result import JobResult, without_result_annotation
-from airflow_jobwatch.kube.meaning.states import FINAL_STATE_UNKNOWN, classify_job, vanished_job_state
-from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes
-from airflow_jobwatch.triggers.outcomes import (
+from airflow_jobwatch.ending.outcomes import (
     OUTCOME_DELETED,
     OUTCOME_FAILED,
     OUTCOME_SUCCESS,
     OUTCOME_UNKNOWN,
 )
+from airflow_jobwatch.ending.result_keys import result_keys
+from airflow_jobwatch.kube.meaning.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
+from airflow_jobwatch.kube.meaning.result import JobResult, without_result_annotation
+from airflow_jobwatch.kube.meaning.states import FINAL_STATE_UNKNOWN, classify_job, vanished_job_state
+from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes
 from airflow_jobwatch.triggers.registry import GET_PROJECTED, NamespaceWatch
-from airflow_jobwatch.triggers.result_keys import result_keys
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:

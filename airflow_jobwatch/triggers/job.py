@@ -33,7 +33,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
 This module holds what Airflow calls (``JobTrigger``'s arguments, ``serialize``, ``run``, ``on_kill``);
 each path behind it has a module of its own: the decision and the payload (``triggers/deciding.py``),
 the wait loop (``triggers/waiting.py``), the kill path (``triggers/killing.py``) and the event's words
-(``triggers/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
+(``ending/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
 :meth:`JobTrigger._wait`): the wait never sees the trigger. Every name imported from here before still is.
 """
 
@@ -48,16 +48,10 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_jobwatch.kube.cluster import client as kube_client
-from airflow_jobwatch.kube.engine.informer import InformerConfig
-from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
-from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
-from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
-from airflow_jobwatch.triggers.killing import JobKilling
-from airflow_jobwatch.triggers.masking import KWARG as MASK_SECRETS_KWARG
-from airflow_jobwatch.triggers.masking import TaskSecrets, logged_event
-from airflow_jobwatch.triggers.notes import WaitNotes
-from airflow_jobwatch.triggers.outcomes import (
+from airflow_jobwatch.ending.end import end_from_triggerer, hold_resume
+from airflow_jobwatch.ending.masking import KWARG as MASK_SECRETS_KWARG
+from airflow_jobwatch.ending.masking import TaskSecrets, logged_event
+from airflow_jobwatch.ending.outcomes import (
     OUTCOME_DELETED,
     OUTCOME_ERROR,
     OUTCOME_FAILED,
@@ -67,6 +61,12 @@ from airflow_jobwatch.triggers.outcomes import (
     STATUS_ERROR,
     STATUS_SUCCESS,
 )
+from airflow_jobwatch.kube.cluster import client as kube_client
+from airflow_jobwatch.kube.engine.informer import InformerConfig
+from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
+from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
+from airflow_jobwatch.triggers.killing import JobKilling
+from airflow_jobwatch.triggers.notes import WaitNotes
 from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 from airflow_jobwatch.triggers.waiting import (
     DEFAULT_POLL_INTERVAL_SECONDS,

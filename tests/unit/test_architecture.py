@@ -22,7 +22,7 @@ PACKAGE_DIR = Path(airflow_jobwatch.__file__).resolve().parent
 
 #: Each part of the package and its layer. A module may import modules of its own part and of parts of a lower
 #: layer, never of a higher one, and never of another part of its own layer.
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     # What Kubernetes objects mean, the watch engine and how to reach a cluster: knows nothing of Airflow.
     "kube": 0,
     # The embedded Kubernetes API: imports nothing of the provider at all (see ISOLATED).
@@ -35,6 +35,8 @@ LAYERS: dict[str, int] = {
     "connections": 1,
     "get_provider_info": 1,
     "pod_template": 1,
+    # The end of a deferred task, which the trigger and the operator's resume both do.
+    "ending": 1.5,
     # The executor and the trigger: two consumers of the watch engine, neither using the other.
     "executors": 2,
     "triggers": 2,
@@ -46,13 +48,12 @@ LAYERS: dict[str, int] = {
 }
 #: The layers inside ``kube/`` (its ``__init__`` docstring): what objects mean and how to reach a cluster at
 #: the bottom, neither importing the other; the watch engine above both. A kube module lives in one of these.
-KUBE_LAYERS: dict[str, int] = {"meaning": 0, "cluster": 0, "engine": 1}
+KUBE_LAYERS: dict[str, float] = {"meaning": 0, "cluster": 0, "engine": 1}
 
 #: Modules left at an old path after a move (a deprecation shim): each imports the module it moved to and
 #: nothing else of the provider.
 DEPRECATED_PATHS: dict[str, str] = {
-    "airflow_jobwatch.kube.client": "airflow_jobwatch.kube.cluster.client",
-    "airflow_jobwatch.kube.credhelper": "airflow_jobwatch.kube.cluster.credhelper",
+    f"{PACKAGE}.kube.{name}": f"{PACKAGE}.kube.cluster.{name}" for name in ("client", "credhelper")
 }
 
 #: Layer-1 parts may import each other (one shared foundation); parts of layers 2 and up may not.

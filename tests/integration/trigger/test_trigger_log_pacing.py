@@ -15,8 +15,8 @@ from airflow.triggers.base import TaskSuccessEvent
 from support.log_socket import LoopLag, Supervisor, logging_to
 from support.stack import wait_until
 
+from airflow_jobwatch.ending.end import end_from_triggerer
 from airflow_jobwatch.sandbox import SandboxProcess
-from airflow_jobwatch.triggers.ending import end_from_triggerer
 
 from .test_job_operator import FakeTI, make_context, make_operator
 

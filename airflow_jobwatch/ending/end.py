@@ -9,7 +9,7 @@ state, and the scheduler ignores the stale event for it.
 
 The operator decides at defer time whether everything it does after the wait can run in the triggerer
 (see :func:`end_plan_allowed`); the trigger then does exactly that here: the ``job`` and return-value
-XComs, the same log lines, the pods' logs (``get_logs``, see :mod:`~airflow_jobwatch.triggers.pod_logs`),
+XComs, the same log lines, the pods' logs (``get_logs``, see :mod:`~airflow_jobwatch.ending.pod_logs`),
 ``on_finish_action`` on the pods, and the same failure message. Anything else resumes on a worker, held
 for at most ``[jobwatch] resume_hold_seconds`` after the deferral; a task ended here is never held.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from airflow_jobwatch.ending import pod_logs, sidecar_results
 from airflow_jobwatch.kube.meaning.result import (
     EMPTY_XCOM_RESULT,
     RESULT_ANNOTATION,
@@ -29,7 +30,6 @@ from airflow_jobwatch.kube.meaning.result import (
     log_xcom_results,
     parse_xcom_results,
 )
-from airflow_jobwatch.triggers import pod_logs, sidecar_results
 
 __all__ = [
     "EMPTY_XCOM_RESULT",
@@ -439,7 +439,7 @@ async def persist_result(api: Any, namespace: str, name: str, payload: dict[str,
     from kubernetes_asyncio.client import BatchV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_jobwatch.triggers.result_keys import result_keys
+    from airflow_jobwatch.ending.result_keys import result_keys
 
     keys = result_keys()
     if not keys:
