@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from airflow_jobwatch.ending import pod_logs, sidecar_results
+from airflow_jobwatch.ending.interface import EndingTrigger
 from airflow_jobwatch.kube.meaning.result import (
     EMPTY_XCOM_RESULT,
     RESULT_ANNOTATION,
@@ -149,7 +150,7 @@ def job_finished(job: dict[str, Any] | None) -> bool:
     return False
 
 
-async def hold_resume(trigger: Any, hold_seconds: float | None = None) -> None:
+async def hold_resume(trigger: EndingTrigger, hold_seconds: float | None = None) -> None:
     """Hold a resume that fires within ``hold_seconds`` (``[jobwatch] resume_hold_seconds``) of the
     deferral until that much time has passed since it; a resume that comes later is not held at all."""
     if trigger.deferred_at is None:
@@ -171,7 +172,7 @@ async def hold_resume(trigger: Any, hold_seconds: float | None = None) -> None:
         await asyncio.sleep(wait)
 
 
-async def end_from_triggerer(trigger: Any, payload: dict[str, Any]) -> Any:
+async def end_from_triggerer(trigger: EndingTrigger, payload: dict[str, Any]) -> Any:
     """End the task here with what ``execute_complete`` would do on a worker, or return None to resume.
 
     Ends it for a Job that succeeded, and for one whose own conditions say it failed when the operator
@@ -281,7 +282,7 @@ def requested_containers(
     return chosen
 
 
-async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, Any]) -> None:
+async def write_pod_logs(trigger: EndingTrigger, payload: dict[str, Any], logs: dict[str, Any]) -> None:
     """Every requested container's log of every pod of the Job into the task log, as the operator
     writes it on resume: decoded, line by line, prefixed ``[pod] [container]``, pods oldest first. At most
     ``[jobwatch] trigger_log_max_bytes`` of lines, the tail, with a note where lines were left out. A log
@@ -303,7 +304,11 @@ async def write_pod_logs(trigger: Any, payload: dict[str, Any], logs: dict[str, 
 
 
 async def _read_pod_logs(
-    trigger: Any, payload: dict[str, Any], logs: dict[str, Any], tail: pod_logs.Tail, on_finish_action: str
+    trigger: EndingTrigger,
+    payload: dict[str, Any],
+    logs: dict[str, Any],
+    tail: pod_logs.Tail,
+    on_finish_action: str,
 ) -> bool:
     """Every requested container's log of every pod of the Job into ``tail``; False when the pods could
     not be listed (said in the task log)."""
@@ -311,7 +316,7 @@ async def _read_pod_logs(
 
     log = trigger.log
     try:
-        api, release = await trigger._end_client()
+        api, release = await trigger.end_client()
     except Exception as e:
         log.warning("Could not read the logs of Job %s/%s: %s", trigger.namespace, trigger.job_name, e)
         return False
@@ -357,7 +362,7 @@ def _base_succeeded(pod: Any, base: str) -> bool:
     return False
 
 
-async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: str) -> None:
+async def cleanup_pods(trigger: EndingTrigger, payload: dict[str, Any], on_finish_action: str) -> None:
     """``on_finish_action`` on the Job's pods, as the operator does it after a resume: a pod kept or not
     succeeded gets upstream's ``already_checked`` label, then it is deleted or not by upstream's rule.
     Best effort: a failure here is logged and never changes the task's outcome.
@@ -374,7 +379,7 @@ async def cleanup_pods(trigger: Any, payload: dict[str, Any], on_finish_action: 
 
     base = trigger.base_container_name
     try:
-        api, release = await trigger._end_client()
+        api, release = await trigger.end_client()
     except Exception as e:
         trigger.log.warning(
             "Could not clean up the pods of Job %s/%s: %s", trigger.namespace, trigger.job_name, e

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_jobwatch.ending.interface import EndingTrigger
 from airflow_jobwatch.kube.meaning import xcom_sidecar
 from airflow_jobwatch.kube.meaning.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
 
@@ -29,7 +30,11 @@ class ResultTooLargeHere(Exception):
 
 
 async def with_sidecar_results(
-    trigger: Any, payload: dict[str, Any], result: JobResult, *, limit: int = xcom_sidecar.MAX_RESULT_BYTES
+    trigger: EndingTrigger,
+    payload: dict[str, Any],
+    result: JobResult,
+    *,
+    limit: int = xcom_sidecar.MAX_RESULT_BYTES,
 ) -> JobResult:
     """``result`` with each sidecar pod's result read from its log; unchanged when no pod of the Job
     ran the sidecar (a cluster without native sidecars, or pods already cleaned up after the result
@@ -48,7 +53,7 @@ async def with_sidecar_results(
     try:
         # the shared watch's client where the trigger holds one, as the end's other reads: an
         # exec-plugin credential (EKS, GKE) then runs no plugin for this read
-        api, release = await trigger._end_client()
+        api, release = await trigger.end_client()
     except Exception as e:
         raise XComResultError(
             f"Could not read the XCom results of Job {ns}/{trigger.job_name}: {e}"

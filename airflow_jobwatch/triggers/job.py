@@ -310,7 +310,7 @@ class JobTrigger(JobKilling):
         self.mask_secrets = list(mask_secrets) if mask_secrets is not None else None
         self.secrets = TaskSecrets.from_kwargs(self.mask_secrets)
         self._notes: WaitNotes | None = None
-        #: While the task's end runs in ``run()``: the shared watch's client it uses (see _end_client).
+        #: While the task's end runs in ``run()``: the shared watch's client it uses (see end_client).
         self._end_api_client: Any = None
 
     @property
@@ -506,7 +506,7 @@ class JobTrigger(JobKilling):
             job_uid=self.job_uid,
         )
 
-    async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    async def end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
         """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared
         watch's own client while this trigger's run holds the watch (its credential is this trigger's,
         since the watch is keyed by the credential's digest), so an exec-plugin credential (EKS, GKE)

@@ -153,7 +153,7 @@ class ChildMessages:
             self._on_update(msg, results)
         elif isinstance(msg, Metric):
             # The child's informer metrics, sent here through Airflow's Stats (the child never imports it).
-            metrics._send(msg.kind, msg.name, msg.value, msg.tags)
+            metrics.forward(msg.kind, msg.name, msg.value, msg.tags)
         elif isinstance(msg, Synced):
             # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True

@@ -102,7 +102,7 @@ class DirectApiClient:
             context, never a credential), or its TLS material is not valid.
         """
         client = cls(cfg)
-        client._apply(await fetch_credentials(cfg))
+        client._apply(await fetch_credentials(cfg))  # this class's own factory: not another object's insides
         return client
 
     # ------------------------------------------------------------------------------------ credentials

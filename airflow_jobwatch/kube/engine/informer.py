@@ -71,6 +71,7 @@ from airflow_jobwatch.kube.engine.listing import _Listing as _Listing
 from airflow_jobwatch.kube.engine.listwatch import ListWatch
 from airflow_jobwatch.kube.engine.observer import InformerObserver as InformerObserver
 from airflow_jobwatch.kube.engine.observer import _NoObserver as _NoObserver
+from airflow_jobwatch.kube.engine.reflector import ReflectorParts
 from airflow_jobwatch.kube.engine.relist import Relister
 from airflow_jobwatch.kube.engine.store import _CompactStore as _CompactStore
 from airflow_jobwatch.kube.engine.store import _gc_paused as _gc_paused
@@ -191,7 +192,7 @@ class Informer:
             observer=self._observer,
             subscribers=self._subscribers,
         )
-        self._relister = Relister(
+        parts = ReflectorParts(
             name=self.name,
             source=self._source,
             cache=self._cache,
@@ -199,15 +200,8 @@ class Informer:
             config=config,
             stats=self.stats,
         )
-        self._watcher = Watcher(
-            name=self.name,
-            source=self._source,
-            cache=self._cache,
-            prepare=self._prepare,
-            health=self._health,
-            config=config,
-            stats=self.stats,
-        )
+        self._relister = Relister(parts)
+        self._watcher = Watcher(parts, health=self._health)
 
     def __repr__(self) -> str:
         return f"<Informer {self.name} objects={len(self._cache)} connected={self._health.connected}>"

@@ -95,6 +95,32 @@ else:
     _decode_page = _decode_page_msgspec
 
 
+# The decoder in use is the module's ``_decode_page``, read at each call below, so that switching it here
+# (the tests run the relist rules with each decoder) reaches the relist and the compact store alike.
+
+
+def decode_page(body: bytes) -> _Page:
+    """One LIST page: its resourceVersion, continue token, raw items, and how to read an item's head
+    (uid, resourceVersion) and the whole item; msgspec when it is installed, the stdlib's json otherwise."""
+    return _decode_page(body)
+
+
+def encode_item(obj: dict[str, Any]) -> bytes:
+    """An object as compact JSON text, by the library the page decoder in use reads (:func:`decode_item`)."""
+    if _decode_page is _decode_page_stdlib:  # pragma: no cover - Airflow requires msgspec
+        return json.dumps(obj, separators=(",", ":")).encode()
+    return msgspec.json.encode(obj)
+
+
+def decode_item(raw: bytes) -> dict[str, Any]:
+    """An object from :func:`encode_item`'s JSON text."""
+    if _decode_page is _decode_page_stdlib:  # pragma: no cover - Airflow requires msgspec
+        obj: dict[str, Any] = json.loads(raw)
+        return obj
+    whole: dict[str, Any] = _item_whole.decode(raw)
+    return whole
+
+
 @dataclass(slots=True)
 class _Listing:
     """What one LIST (all its pages) has told so far: its resourceVersion, the uids it listed, objects whose

@@ -13,48 +13,28 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from airflow_jobwatch.kube.engine import listing as list_pages
 from airflow_jobwatch.kube.engine.apierrors import KubeApiError, compare_resource_versions
-from airflow_jobwatch.kube.engine.cache import ObjectCache
-from airflow_jobwatch.kube.engine.informer_types import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.informer_types import EventType
 from airflow_jobwatch.kube.engine.listing import _Listing
-from airflow_jobwatch.kube.engine.listwatch import ListWatch
+from airflow_jobwatch.kube.engine.reflector import ReflectorHalf, ReflectorParts
 from airflow_jobwatch.kube.engine.store import _gc_paused
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
 
 
-class Relister:
+class Relister(ReflectorHalf):
     """LIST + reconcile for one collection (see the module docstring).
 
-    :param source: the collection to list.
-    :param cache: the store the list is reconciled against; every change is delivered through it.
-    :param prepare: what a listed or fetched object goes through before it is stored.
-    :param config: the engine's tuning (page size, timeouts, the confirming GETs' bounds).
-    :param stats: counters for tests and benchmarks (confirmations and stale copies), updated in place.
-    :param name: the informer's name, for log lines.
+    :param parts: the collection to list, the cache it is reconciled against (every change is delivered
+        through it), how a listed or fetched object is prepared, the tuning and the counters.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        source: ListWatch,
-        cache: ObjectCache,
-        prepare: Callable[[dict[str, Any]], dict[str, Any]],
-        config: InformerConfig,
-        stats: dict[str, int],
-    ) -> None:
-        self._name = name
-        self._source = source
-        self._cache = cache
-        self._prepare = prepare
-        self._config = config
-        self.stats = stats
+    def __init__(self, parts: ReflectorParts) -> None:
+        super().__init__(parts)
         #: Whether the server was seen to ignore ``limit`` (a watch cache answering resourceVersion=0 returns
         #: everything in one response): pages are not asked for any more.
         self.limit_ignored = False
@@ -140,12 +120,12 @@ class Relister:
         """Parse one LIST page and apply its items to the store (see :meth:`relist` for the rules); returns
         the continue token of the next page, or None after the last.
 
-        Items are decoded whole (with msgspec; see ``_decode_page``) and prepared (stripped, projected) only
+        Items are decoded whole (with msgspec; see ``listing.decode_page``) and prepared (stripped, projected) only
         when stored: an unchanged object, the bulk of a relist, costs reading its uid and resourceVersion, a
         dict lookup and a string comparison. Everything parsed here that is not stored is freed when this
         returns (the caller holds the collector off until then, :func:`_gc_paused`).
         """
-        list_rv, continue_token, items, head, load = list_pages._decode_page(body)
+        list_rv, continue_token, items, head, load = list_pages.decode_page(body)
         if not list_rv and not listing.rv:
             raise ValueError(f"LIST {self._source.path} returned no metadata.resourceVersion")
         listing.rv = listing.rv or list_rv

@@ -5,34 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
 
 from airflow_jobwatch.kube.engine import listing
-
-try:
-    import msgspec
-except ImportError:  # pragma: no cover - Airflow requires msgspec; the engine does not
-    pass
-
-# The stored form follows the LIST page decoder in use (listing._decode_page, read at each call): JSON text
-# by msgspec when it is installed, by the stdlib's json otherwise.
-
-
-def _encode_stored(obj: dict[str, Any]) -> bytes:
-    if listing._decode_page is listing._decode_page_stdlib:  # pragma: no cover - Airflow requires msgspec
-        return json.dumps(obj, separators=(",", ":")).encode()
-    return msgspec.json.encode(obj)
-
-
-def _decode_stored(raw: bytes) -> dict[str, Any]:
-    if listing._decode_page is listing._decode_page_stdlib:  # pragma: no cover - Airflow requires msgspec
-        obj: dict[str, Any] = json.loads(raw)
-        return obj
-    return listing._item_whole.decode(raw)
-
 
 #: Deflate's window (2**15): the most of a preset dictionary it can refer to.
 _WINDOW = 32 * 1024
@@ -55,7 +32,7 @@ class Packer:
         self._zdict: bytes | None = None
 
     def pack(self, obj: dict[str, Any]) -> bytes:
-        raw = _encode_stored(obj)
+        raw = listing.encode_item(obj)  # the form the LIST page decoder in use reads
         if self._zdict is None:
             self._zdict = raw[-_WINDOW:]  # deflate reads at most its window's worth of a dictionary
         packer = zlib.compressobj(6, zlib.DEFLATED, -15, zdict=self._zdict)
@@ -64,7 +41,7 @@ class Packer:
     def unpack(self, packed: bytes) -> dict[str, Any]:
         assert self._zdict is not None  # set by the first pack
         unpacker = zlib.decompressobj(-15, zdict=self._zdict)
-        return _decode_stored(unpacker.decompress(packed) + unpacker.flush())
+        return listing.decode_item(unpacker.decompress(packed) + unpacker.flush())
 
 
 class _CompactStore:

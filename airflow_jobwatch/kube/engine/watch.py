@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -25,10 +24,9 @@ from airflow_jobwatch.kube.engine.apierrors import (
     _ShortWatch,
     compare_resource_versions,
 )
-from airflow_jobwatch.kube.engine.cache import ObjectCache
 from airflow_jobwatch.kube.engine.health import HealthTracker
-from airflow_jobwatch.kube.engine.informer_types import EventType, InformerConfig
-from airflow_jobwatch.kube.engine.listwatch import ListWatch
+from airflow_jobwatch.kube.engine.informer_types import EventType
+from airflow_jobwatch.kube.engine.reflector import ReflectorHalf, ReflectorParts
 from airflow_jobwatch.kube.engine.watchstream import _read_lines
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
@@ -45,36 +43,17 @@ MIN_HEALTHY_WATCH_SECONDS = 1.0
 _WATCH_TIMEOUT_JITTER = (1.0, 2.0)
 
 
-class Watcher:
+class Watcher(ReflectorHalf):
     """Watch requests for one collection (see the module docstring).
 
-    :param source: the collection to watch.
-    :param cache: the store the events update; every change is delivered through it.
-    :param prepare: what a watched object goes through before it is stored.
+    :param parts: the collection to watch, the cache the events update (every change is delivered
+        through it), how a watched object is prepared, the tuning (timeouts) and the counters.
     :param health: told when a watch opens, proves itself and closes.
-    :param config: the engine's tuning (timeouts).
-    :param stats: counters for tests and benchmarks (stale copies skipped), updated in place.
-    :param name: the informer's name, for log lines.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        source: ListWatch,
-        cache: ObjectCache,
-        prepare: Callable[[dict[str, Any]], dict[str, Any]],
-        health: HealthTracker,
-        config: InformerConfig,
-        stats: dict[str, int],
-    ) -> None:
-        self._name = name
-        self._source = source
-        self._cache = cache
-        self._prepare = prepare
+    def __init__(self, parts: ReflectorParts, *, health: HealthTracker) -> None:
+        super().__init__(parts)
         self._health = health
-        self._config = config
-        self.stats = stats
         #: The resourceVersion the next watch resumes from: set from each LIST by the informer, moved forward
         #: by every event and bookmark.
         self.resource_version: str | None = None
