@@ -9,7 +9,8 @@
   triggerer writes into the task's log;
 * ``pod_logs`` - the pods' logs written into the task's log without stalling the triggerer's loop;
 * ``sidecar_results`` - the XCom sidecars' results read in the triggerer;
-* ``result_keys`` - the keys that sign and check a finished Job's stored result.
+* ``result_keys`` - the keys that sign and check a finished Job's stored result;
+* ``interface`` - ``EndingTrigger``, what the end reads of the trigger that ends the task.
 
 Layer 1.5 (docs/internals.md, "The map"): imports ``kube/`` and the shared layer (``config``,
 ``metrics``, ``compat``, ``connections``); never ``triggers/``, ``operators/``, ``executors/`` or
