@@ -13,11 +13,7 @@ from typing import Any
 
 from airflow_jobwatch.kube.cluster import client as _new
 
-warnings.warn(
-    f"{__name__} is deprecated: import {_new.__name__} instead",
-    DeprecationWarning,
-    stacklevel=2,
-)
+warnings.warn(f"{__name__} is deprecated: import {_new.__name__} instead", DeprecationWarning, stacklevel=2)
 
 
 def __getattr__(name: str) -> Any:

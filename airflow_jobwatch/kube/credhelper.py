@@ -14,17 +14,11 @@ from typing import Any
 
 from airflow_jobwatch.kube.cluster import credhelper as _new
 
-if __name__ != "__main__":
-    warnings.warn(
-        f"{__name__} is deprecated: import {_new.__name__} instead",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-
 
 def __getattr__(name: str) -> Any:
     return getattr(_new, name)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # no warning: the parent reads the helper's stderr as its error message
     sys.exit(_new.main())
+warnings.warn(f"{__name__} is deprecated: import {_new.__name__} instead", DeprecationWarning, stacklevel=2)
