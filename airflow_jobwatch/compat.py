@@ -35,7 +35,7 @@ kubernetes_asyncio
 The kubernetes client's major version comes with the provider (10.13 and 10.17 require ``kubernetes<36``):
 ``kubernetes_models_use_client_configuration()`` says whether models built by ``ApiClient.deserialize`` honour
 that client's ``Configuration`` (36+), or validate required fields whatever it says (35). kubernetes 35
-also ignores ``Configuration.socket_options`` (TCP keepalive): ``kube/client.py`` hands them to urllib3
+also ignores ``Configuration.socket_options`` (TCP keepalive): ``kube/cluster/client.py`` hands them to urllib3
 itself, next to the code that needs it (``kube/`` knows nothing of Airflow, so it does not import this).
 
 Nothing here changes behaviour on Airflow 3.3: each function does what the code did before it moved here.
@@ -44,6 +44,7 @@ Nothing here changes behaviour on Airflow 3.3: each function does what the code 
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -270,6 +271,22 @@ def cncf_kubernetes_version() -> tuple[int, int]:
 PARITY_PROVIDER_VERSION = (10, 25)
 
 
+def _signature_arguments(*classes: Any) -> frozenset[str]:
+    """The arguments each of ``classes``' ``__init__`` names (read from the installed provider: they
+    differ by release)."""
+    import inspect
+
+    return frozenset(name for cls in classes for name in inspect.signature(cls.__init__).parameters)
+
+
+@functools.cache
+def pod_operator_arguments() -> frozenset[str]:
+    """The arguments of the installed provider's ``KubernetesPodOperator``."""
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    return _signature_arguments(KubernetesPodOperator)
+
+
 def upstream_arguments(owner: type, arguments: dict[str, Any]) -> dict[str, Any]:
     """``arguments`` (every argument of provider 10.25's ``KubernetesJobOperator``, as ``owner``'s
     ``__init__`` names them) less those the installed provider does not know.
@@ -285,11 +302,7 @@ def upstream_arguments(owner: type, arguments: dict[str, Any]) -> dict[str, Any]
     from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    known = {
-        name
-        for cls in (KubernetesJobOperator, KubernetesPodOperator)
-        for name in inspect.signature(cls.__init__).parameters
-    }
+    known = _signature_arguments(KubernetesJobOperator, KubernetesPodOperator)
     defaults = inspect.signature(owner).parameters
 
     def at_default(name: str) -> bool:

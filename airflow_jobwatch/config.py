@@ -18,7 +18,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.kube.informer import InformerConfig
+    from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 SECTION = "jobwatch"
 
@@ -105,7 +105,7 @@ RANGES: dict[str, Bounds] = {
     "disruption_relaunches": Bounds(0, True),
     # 1 KiB to 16 MiB: a tail is held in the triggerer's memory and paced through its log socket, which
     # its supervisor reads at a few hundred KiB/s. The trigger reads these bounds too, but warns and uses
-    # the default for a value outside them (triggers/pod_logs.py), so that a task is never failed for
+    # the default for a value outside them (ending/pod_logs.py), so that a task is never failed for
     # its log's size limit.
     "trigger_log_max_bytes": Bounds(1024, True, 16 * 1024 * 1024),
 }
@@ -259,7 +259,7 @@ def informer_config(*, resync_interval_seconds: float | None = None, source: Any
     def seconds(option: str, *, minimum: float | None = None) -> float:
         return get_float(option, minimum=minimum, source=source)
 
-    from airflow_jobwatch.kube.informer import InformerConfig
+    from airflow_jobwatch.kube.engine.informer import InformerConfig
 
     resync = (
         resync_interval_seconds

@@ -1,4 +1,4 @@
-"""Airflow configuration -> :class:`~airflow_jobwatch.kube.client.ClusterConfig`.
+"""Airflow configuration -> :class:`~airflow_jobwatch.kube.cluster.client.ClusterConfig`.
 
 Two sources, each read the way upstream (apache-airflow-providers-cncf-kubernetes) reads it, so that
 an existing deployment means the same thing here:
@@ -20,7 +20,7 @@ an existing deployment means the same thing here:
 We build the ``ClusterConfig`` ourselves instead of asking the hook for a client because the hook's
 loading is private (``_load_config``) or process-global (``get_conn()`` and ``get_kube_client()`` set
 the library's *default* Configuration when SSL verification is off), and because our clients must
-refresh credentials (:mod:`airflow_jobwatch.kube.client`).
+refresh credentials (:mod:`airflow_jobwatch.kube.cluster.client`).
 
 Nothing here reads a kubeconfig: that happens when a client is built, and only for the file(s) the
 configuration names.
@@ -32,7 +32,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, TcpKeepalive
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, ClusterConfigError, TcpKeepalive
 
 __all__ = [
     "cluster_config_from_connection",

@@ -153,6 +153,12 @@ def _send(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None =
         dropped += 1
 
 
+def forward(kind: str, name: str, value: Any = None, tags: dict[str, Any] | None = None) -> None:
+    """Send a metric another process measured, as it sent it (``kind`` ``incr``, ``gauge`` or ``timing``;
+    ``name`` whole, prefix included): the executor's watcher child hands its metrics over the pipe."""
+    _send(kind, name, value, tags)
+
+
 def flush(timeout: float = 10.0) -> bool:
     """Wait until every metric sent so far has been handed to Airflow's stats backend (tests use it)."""
     marker = threading.Event()

@@ -149,7 +149,7 @@ def _noise_pod(kubeconfig: Path) -> Any:
     resourceVersion past the history window while the watches are cut, so every resumed watch gets 410."""
     from kubernetes.client import CoreV1Api
 
-    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 
     core = CoreV1Api(sync_api_client(ClusterConfig(config_file=str(kubeconfig))))
     body = {

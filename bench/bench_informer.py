@@ -1,4 +1,4 @@
-"""Benchmark: the watch engine (airflow_jobwatch.kube.informer) against the sandbox in its own process.
+"""Benchmark: the watch engine (airflow_jobwatch.kube.engine.informer) against the sandbox in its own process.
 
     python bench/bench_informer.py           # 10,000 pods, 20,000 watch events
     python bench/bench_informer.py --quick   # 2,000 pods, 4,000 watch events
@@ -39,7 +39,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent  # noqa: E402
+from airflow_jobwatch.kube.engine.informer import EventType, Informer, InformerConfig, InformerEvent  # noqa: E402
 from airflow_jobwatch_testing.sandbox.process import SandboxProcess  # noqa: E402
 
 NS = "default"
@@ -337,7 +337,7 @@ async def bench_ours(sb: SandboxProcess, n_pods: int, n_events: int, upstream: U
         # Last, so that its memory does not inflate the figures above: the cached pods' heap, projected and
         # whole.
         out["heap_projected_mib"] = deep_size(informer.items()) / 2**20
-        # The same pods stored whole (only managedFields stripped), as before kube/projection.py.
+        # The same pods stored whole (only managedFields stripped), as before kube/engine/projection.py.
         full = Informer(
             client, kind="pods", namespace=NS, config=replace(BENCH_CONFIG, projection=False), name="full"
         )
@@ -431,7 +431,7 @@ class Upstream:
 def write_report(n_pods: int, n_events: int, ours: dict[str, Any], up: dict[str, Any], quick: bool) -> str:
     ratio_events = ours["events_per_s"] / up["events_per_s"] if up.get("events_per_s") else float("nan")
     lines = [
-        "## Watch engine (kube/informer.py)",
+        "## Watch engine (kube/engine/informer.py)",
         "",
         f"`python bench/bench_informer.py{' --quick' if quick else ''}`: {n_pods:,} pods "
         f"({ours['pod_json_bytes'] / 1024:.1f} KiB of JSON each on average), "
@@ -464,7 +464,7 @@ def write_report(n_pods: int, n_events: int, ours: dict[str, Any], up: dict[str,
             else " (could not reset the peak: includes creating the pods from this process)"
         )
         + " | | |",
-        f"| Python heap of the {n_pods:,} cached pods, projected (kube/projection.py) | "
+        f"| Python heap of the {n_pods:,} cached pods, projected (kube/engine/projection.py) | "
         f"{ours['heap_projected_mib']:.1f} MiB ({ours['heap_projected_mib'] * 2**20 / n_pods:,.0f} B/pod, "
         f"{ours['pod_json_bytes']:,.0f} B of JSON) | whole objects: {ours['heap_full_mib']:.1f} MiB "
         f"({ours['heap_full_mib'] * 2**20 / n_pods:,.0f} B/pod, {ours['full_pod_json_bytes']:,.0f} B of JSON) "

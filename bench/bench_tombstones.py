@@ -30,8 +30,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from airflow_jobwatch.kube.projection import project_job, project_pod
-from airflow_jobwatch.kube.store import Packer
+from airflow_jobwatch.kube.engine.projection import project_job, project_pod
+from airflow_jobwatch.kube.engine.store import Packer
 from airflow_jobwatch.triggers.tombstones import _slim_job, _Tombstone
 from airflow_jobwatch_testing.sandbox.thread import SandboxThread
 

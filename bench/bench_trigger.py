@@ -186,7 +186,7 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
 
     from bench_informer import deep_size  # this script's folder is on sys.path
 
-    import airflow_jobwatch.kube.informer as informer_module
+    import airflow_jobwatch.kube.engine.informer as informer_module
     from airflow_jobwatch.triggers.job import JobTrigger
     from airflow_jobwatch.triggers.registry import get_registry
 
@@ -195,7 +195,7 @@ async def _foreign_child_main(variant: str, kubeconfig: str, pairs: list[list[st
         informer_module.projector = lambda kind: None  # type: ignore[assignment,return-value]
     if variant == "annotations-kept":
         # Measurement only: the projection as before it dropped the stored result and last-applied.
-        from airflow_jobwatch.kube import projection
+        from airflow_jobwatch.kube.engine import projection
 
         projection.JOB_FIELDS["metadata"] = projection.METADATA_FIELDS
     triggers = [JobTrigger(name, namespace, config_file=kubeconfig) for namespace, name in pairs]
@@ -303,7 +303,7 @@ def _annotate_as_finished(job: dict[str, Any], i: int) -> dict[str, Any]:
     manifest ``kubectl apply`` keeps."""
     import uuid
 
-    from airflow_jobwatch.kube.result import RESULT_ANNOTATION, JobResult, PodOutcome
+    from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION, JobResult, PodOutcome
 
     uid = str(uuid.UUID(int=random.Random(i).getrandbits(128)))
     xcom = json.dumps({"rows": i, "digest": secrets.token_hex(1024)})
@@ -1472,7 +1472,7 @@ def main() -> int:
     if args.slow_controller:
         return slow_main(args)
 
-    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
     from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     n, lo, hi = (50, 5, 20) if args.quick else (500, 10, 120)

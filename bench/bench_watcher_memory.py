@@ -466,13 +466,13 @@ def run_ours(names: list[str], admin: Any) -> dict[str, Any]:
 # --- where our watcher's memory goes -------------------------------------------------------------------
 
 # What our watcher child imports, step by step: a fresh interpreter imports each set and reports its RSS.
-# The child's HTTP goes through kube/direct.py, so kubernetes_asyncio is not among them; the
+# The child's HTTP goes through kube/cluster/direct.py, so kubernetes_asyncio is not among them; the
 # last row shows what importing it would add (what the child paid before).
 _CHILD_MODULES = [
     "aiohttp",
-    "airflow_jobwatch.kube.direct",
-    "airflow_jobwatch.kube.informer",
-    "airflow_jobwatch.kube.states",
+    "airflow_jobwatch.kube.cluster.direct",
+    "airflow_jobwatch.kube.engine.informer",
+    "airflow_jobwatch.kube.meaning.states",
     "airflow_jobwatch.executors.watcher.child",
 ]
 IMPORT_STEPS = [
@@ -497,7 +497,7 @@ def credential_helper_peak_kib() -> int:
 
     runner = (
         "import os, subprocess, sys\n"
-        "proc = subprocess.Popen([sys.executable, '-m', 'airflow_jobwatch.kube.credhelper'],\n"
+        "proc = subprocess.Popen([sys.executable, '-m', 'airflow_jobwatch.kube.cluster.credhelper'],\n"
         "                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)\n"
         "proc.stdin.write(sys.stdin.buffer.read()); proc.stdin.close()\n"
         "_, status, usage = os.wait4(proc.pid, 0)\n"
@@ -544,8 +544,8 @@ def cache_in_process(n: int, *, projection: bool | None = None) -> dict[str, Any
         informer_config_from_conf,
     )
     from airflow_jobwatch.executors.pods import worker_label_selector
-    from airflow_jobwatch.kube.client import async_api_client
-    from airflow_jobwatch.kube.informer import Informer
+    from airflow_jobwatch.kube.cluster.client import async_api_client
+    from airflow_jobwatch.kube.engine.informer import Informer
 
     use_namespace(NS)
 
@@ -731,8 +731,8 @@ def render(
             "",
             f"* Its {mib(base['ours']['rss_kib'])} MiB with no pod is those imports: aiohttp and our modules. "
             "It imports no Kubernetes client library: its requests go through aiohttp "
-            "(`kube/direct.py`) and its credentials come from a helper process that `kubernetes_asyncio` "
-            "resolves them in (`python -m airflow_jobwatch.kube.credhelper`, run at the start, when an exec "
+            "(`kube/cluster/direct.py`) and its credentials come from a helper process that `kubernetes_asyncio` "
+            "resolves them in (`python -m airflow_jobwatch.kube.cluster.credhelper`, run at the start, when an exec "
             f"plugin's token nears its expiry and after a 401; it exits at once: peak RSS {mib(helper_kib)} "
             "MiB, measured here with the bench's kubeconfig). Nor Airflow: it is started as `python -m "
             "airflow_jobwatch.executors.watcher` (multiprocessing's spawn re-ran the scheduler's `airflow` "

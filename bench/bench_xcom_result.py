@@ -31,7 +31,7 @@ from pathlib import Path
 READER = r"""
 import asyncio, json, resource, sys, time
 variant, kubeconfig, pod, resultfile = sys.argv[1:5]
-from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.kube.meaning import xcom_sidecar
 
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -71,7 +71,7 @@ VARIANTS = ("worker (streamed)", "triggerer (streamed)", "whole log, then decode
 
 
 def _pod(name: str, mib: int) -> dict:
-    from airflow_jobwatch.kube import xcom_sidecar
+    from airflow_jobwatch.kube.meaning import xcom_sidecar
 
     rows = mib * 1024 * 1024 // 60 + 1  # each record is ~60 bytes of JSON
     writer = (
@@ -110,7 +110,7 @@ def main() -> None:
         args.sizes = [1]
     from kubernetes import client, config
 
-    from airflow_jobwatch.kube import xcom_sidecar
+    from airflow_jobwatch.kube.meaning import xcom_sidecar
     from airflow_jobwatch_testing.sandbox.process import SandboxProcess
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-xcom-"))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airflow_jobwatch.kube.pod_states import completion_time, parse_time
+from airflow_jobwatch.kube.meaning.pod_states import completion_time, parse_time
 
 #: Worker pods: the labels JobWatchExecutor (like KubernetesExecutor) puts on every pod it creates, with
 #: ``[jobwatch] worker_pod_labels = upstream`` (the default); ``jobwatch_executor`` replaces

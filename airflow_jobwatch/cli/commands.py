@@ -50,7 +50,7 @@ def cleanup_pods(args: argparse.Namespace) -> None:
     from airflow_jobwatch.cli.cleanup import cleanup_pods as run
     from airflow_jobwatch.executors.jobwatch_executor import cluster_config_from_conf
     from airflow_jobwatch.executors.pods import label_scheme
-    from airflow_jobwatch.kube.client import sync_api_client
+    from airflow_jobwatch.kube.cluster.client import sync_api_client
 
     if args.verbose:
         print(

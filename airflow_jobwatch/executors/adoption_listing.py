@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobwatch.executors.completed_pods import CompletedPodCleanup
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.engine.backoff import Backoff
 
 
 class _Where:

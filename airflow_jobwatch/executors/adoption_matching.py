@@ -38,7 +38,7 @@ class AdoptionMatching(AdoptionListing):
         caller must act on none of them)."""
         from airflow.providers.cncf.kubernetes.pod_generator import make_safe_label_value
 
-        from airflow_jobwatch.kube.states import classify_pod
+        from airflow_jobwatch.kube.meaning.states import classify_pod
 
         assert self.supervisor is not None and self.scheduler_job_id is not None
         my_label = make_safe_label_value(self.scheduler_job_id)
@@ -158,7 +158,7 @@ class AdoptionMatching(AdoptionListing):
         recorded), the newest pod is current. If this executor holds the key's current launch itself,
         every adopted pod is an earlier one. A pod that has already ended is handed to :meth:`_on_result`.
         """
-        from airflow_jobwatch.kube.states import classify_pod
+        from airflow_jobwatch.kube.meaning.states import classify_pod
 
         assert self.supervisor is not None
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_jobwatch.executors.adoption_listing import _Unresolved
 from airflow_jobwatch.executors.adoption_matching import AdoptionMatching
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.engine.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey

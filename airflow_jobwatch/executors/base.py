@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
 
     from airflow_jobwatch.executors.podbuild import WorkerPodBuilder
-    from airflow_jobwatch.kube.client import ClusterConfig
-    from airflow_jobwatch.kube.informer import InformerConfig
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig
+    from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 SECTION = "jobwatch"
 
@@ -79,7 +79,7 @@ def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
 def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
     """An API error for a log line or a task's failure: the explained 401/403 (what to grant), else
     status, reason and the server's message. Never the response headers the exception would print."""
-    from airflow_jobwatch.kube.errors import access_denied_from_exception
+    from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
 
     denied = access_denied_from_exception(err, verb=verb, resource=resource, namespace=namespace)
     if denied is not None:
@@ -227,7 +227,7 @@ class ExecutorBase(BaseExecutor):
                 return self._core_v1
             from kubernetes.client import CoreV1Api
 
-            from airflow_jobwatch.kube.client import sync_api_client
+            from airflow_jobwatch.kube.cluster.client import sync_api_client
 
             self._core_v1 = CoreV1Api(sync_api_client(cluster_config_from_conf(self.conf)))
         return self._core_v1

@@ -102,7 +102,7 @@ class CompletedPodCleanup(Results):
         """
         from datetime import UTC, datetime
 
-        from airflow_jobwatch.kube.pod_states import completion_time
+        from airflow_jobwatch.kube.meaning.pod_states import completion_time
 
         finished = completion_time(pod)
         if finished is None:

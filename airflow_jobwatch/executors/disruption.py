@@ -53,7 +53,7 @@ def disruption_parts(pod: Any) -> tuple[str, str | None, str | None] | None:
     The recognition is ``kube/states.pod_disruption``'s (the one place that decides); a pod that merely
     vanished (``Deleted``, no disruption recorded on it) is not a disruption here.
     """
-    from airflow_jobwatch.kube.states import pod_disruption
+    from airflow_jobwatch.kube.meaning.states import pod_disruption
 
     found = pod_disruption(pod)
     if found is None or found.reason == "Deleted":

@@ -94,7 +94,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
         from airflow.exceptions import AirflowConfigException
 
         from airflow_jobwatch.executors.startup import check_executor_configuration
-        from airflow_jobwatch.kube.client import ClusterConfigError
+        from airflow_jobwatch.kube.cluster.client import ClusterConfigError
 
         self._check_upstream_options()
         check_executor_configuration(self.kube_config, source=self.conf, log=self.log)  # what stops a start

@@ -16,7 +16,7 @@ from airflow_jobwatch.executors.pods import (
     launch_pod_name,
 )
 from airflow_jobwatch.executors.record import RAN, UNNAMED, PendingCreate, TaskRecord
-from airflow_jobwatch.kube.backoff import Backoff, parse_retry_after
+from airflow_jobwatch.kube.engine.backoff import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey

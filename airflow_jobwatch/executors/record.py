@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.kube.backoff import Backoff
+    from airflow_jobwatch.kube.engine.backoff import Backoff
 
 PodRef = tuple[str, str]  # (namespace, name)
 

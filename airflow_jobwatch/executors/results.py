@@ -11,7 +11,7 @@ from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.base import ExecutorBase
 from airflow_jobwatch.executors.record import SUPERSEDED, TaskRecord, launch_held, launch_verdict
 from airflow_jobwatch.executors.watcher import PodResult
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.engine.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.models.taskinstancekey import TaskInstanceKey
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # A worker pod disrupted before any of its containers started cannot have run the task; it is
 # launched again for the same try (up to [jobwatch] disruption_relaunches times). The reasons that name a
 # disruption, as classify_pod reports them: the pod's status.reason (kubelet eviction, preemption, node
-# shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/states.py's
+# shutdown or loss) or its DisruptionTarget condition's reason. A local list until kube/meaning/states.py's
 # disruption rules (written in parallel) are merged. A pod deleted by someone is not among them: that may
 # be a user stopping the task.
 DISRUPTION_REASONS = frozenset(

@@ -3,8 +3,9 @@
 ``from airflow_jobwatch.operators import KubernetesJobOperator`` works; the import is lazy so that
 importing the package does not load the cncf.kubernetes provider until it is needed.
 
-Layer 3 (docs/internals.md, "The map"): imports ``triggers/`` (the operator defers to ``JobTrigger`` and ends
-its task with the trigger's code), ``kube/`` and the shared layer; never ``executors/`` or ``cli/``.
+Layer 3 (docs/internals.md, "The map"): imports ``triggers/`` (the operator defers to ``JobTrigger``),
+``ending/`` (it ends its task with the same code as the trigger), ``kube/`` and the shared layer; never
+``executors/`` or ``cli/``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowTaskTimeout
 
-from airflow_jobwatch.kube.states import classify_job
+from airflow_jobwatch.kube.meaning.states import classify_job
 from airflow_jobwatch.operators import request, resume
 from airflow_jobwatch.operators.podlogs import requested_containers, write_container_log
 
@@ -166,7 +166,7 @@ class LogFollower:
                 + (status.get("containerStatuses") or [])
                 if set((cs.get("state") or {}).keys()) & {"running", "terminated"} or cs.get("lastState")
             }
-            # The cache keeps a projection of each pod (kube/projection.py) without the spec's container
+            # The cache keeps a projection of each pod (kube/engine/projection.py) without the spec's container
             # list; the container statuses name every container once the kubelet reports the pod.
             if name not in self.wanted:  # once per pod: it warns about requested containers not there
                 if not status.get("containerStatuses"):

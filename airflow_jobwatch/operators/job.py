@@ -16,7 +16,7 @@ merging, templated fields) and replacing what it gets wrong (failure-modes.md it
 * XCom without exec. Upstream runs an ``alpine`` sidecar and execs into it to read
   ``/airflow/xcom/return.json``. Here the sidecar is a native one (``restartPolicy: Always``), which
   the kubelet stops once the base container has exited and which then prints the file to its own log;
-  the result is read from that log (``operators/sidecar.py``, ``kube/xcom_sidecar.py``). A cluster
+  the result is read from that log (``operators/sidecar.py``, ``kube/meaning/xcom_sidecar.py``). A cluster
   without native sidecars gets the Job without it, and the result is the base container's termination
   message (4 KiB).
 * Killing. ``on_kill`` (worker) and the trigger's ``on_kill`` (deferred: only on a user's kill or
@@ -35,7 +35,6 @@ Deliberate differences are listed in ``docs/migration.md``.
 
 from __future__ import annotations
 
-import functools
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -50,14 +49,14 @@ from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
 from airflow_jobwatch import config as jobwatch_config
-from airflow_jobwatch.compat import OnKillAction, on_kill_action, upstream_arguments
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
+from airflow_jobwatch.compat import OnKillAction, on_kill_action, pod_operator_arguments, upstream_arguments
+from airflow_jobwatch.ending import masking
+from airflow_jobwatch.kube.meaning.result import TERMINATION_MESSAGE_LIMIT_BYTES, JobResult
 from airflow_jobwatch.operators import inworker, request, resume
 from airflow_jobwatch.operators.alarm import ExecutionTimeoutAlarm
 from airflow_jobwatch.operators.arguments import check_argument_types, unhonoured_arguments
 from airflow_jobwatch.operators.taskjob import TaskJob
 from airflow_jobwatch.pod_template import pod_template_problem
-from airflow_jobwatch.triggers import masking
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -72,16 +71,6 @@ __all__ = ["TERMINATION_MESSAGE_LIMIT_BYTES", "XCOM_RETURN_PATH", "KubernetesJob
 #: Where KubernetesPodOperator users write their result. Used as the base container's
 #: terminationMessagePath when ``do_xcom_push`` is on.
 XCOM_RETURN_PATH = "/airflow/xcom/return.json"
-
-
-@functools.cache
-def _pod_operator_arguments() -> frozenset[str]:
-    """The arguments of the installed provider's ``KubernetesPodOperator``."""
-    import inspect
-
-    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
-
-    return frozenset(inspect.signature(KubernetesPodOperator.__init__).parameters)
 
 
 #: This provider's own arguments (after upstream's in the signature); upstream's operator gets the rest.
@@ -350,7 +339,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         upstream = {k: v for k, v in given.items() if k not in _OWN_ARGUMENTS}
         # The XCom sidecar is ours: its security context is honoured here whatever the installed provider
         # knows (cncf.kubernetes before 10.25 has no such argument, and would refuse it).
-        if "xcom_sidecar_container_security_context" not in _pod_operator_arguments():
+        if "xcom_sidecar_container_security_context" not in pod_operator_arguments():
             upstream.pop("xcom_sidecar_container_security_context")
         super().__init__(
             # The installed provider may predate some of 10.25's arguments (compat.upstream_arguments).
@@ -450,7 +439,7 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
         ``multiple_outputs`` or a mapped task downstream that maps over the result. A failure ends from
         the triggerer only where the triggerer's Airflow then respects ``retries`` (3.3.1 and later), or
         when this try is the last one (decided in the triggerer:
-        :func:`~airflow_jobwatch.triggers.ending.may_fail_here`).
+        :func:`~airflow_jobwatch.ending.end.may_fail_here`).
         """
         if type(self).execute_complete is not KubernetesJobOperator.execute_complete:
             return None
@@ -480,6 +469,8 @@ class KubernetesJobOperator(_UpstreamKubernetesJobOperator):
     ) -> None:
         # Upstream hooks its env_vars conversion here (a mapped task never calls render_template_fields);
         # what a template rendered to is checked here too, with the words the DAG's import would have used.
+        # A private method of Airflow's, overridden as upstream's operator does: the one step every
+        # rendering (mapped or not) passes through, with no public hook.
         super()._do_render_template_fields(parent, template_fields, context, jinja_env, seen_oids)
         if parent is self:
             fields = tuple(template_fields)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube import xcom_sidecar
-from airflow_jobwatch.kube.result import TERMINATION_MESSAGE_LIMIT_BYTES
+from airflow_jobwatch.kube.meaning import xcom_sidecar
+from airflow_jobwatch.kube.meaning.result import TERMINATION_MESSAGE_LIMIT_BYTES
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.disruption import add_disruption_rule
 
@@ -211,7 +211,7 @@ def end_plan(tj: TaskJob, *, on_finish_action: str, last_try: bool) -> dict[str,
     """What the trigger needs to end the task itself: the ``job`` and return-value XComs, the log lines
     and the pods' logs (``get_logs``, the tail up to ``[jobwatch] trigger_log_max_bytes``),
     ``on_finish_action`` and the failure message. Whether a failure may end there is decided in the
-    triggerer, by its own Airflow version (:func:`~airflow_jobwatch.triggers.ending.may_fail_here`),
+    triggerer, by its own Airflow version (:func:`~airflow_jobwatch.ending.end.may_fail_here`),
     from ``last_try``."""
     return {
         "on_finish_action": on_finish_action,

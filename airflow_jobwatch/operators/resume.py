@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowTaskTimeout
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube import xcom_sidecar
-from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
-from airflow_jobwatch.kube.states import classify_job, classify_pod
+from airflow_jobwatch.ending.end import failure_text, log_ending
+from airflow_jobwatch.ending.masking import XCOM_RESULT_MASKED
+from airflow_jobwatch.ending.outcomes import OUTCOME_FAILED, OUTCOME_TIMEOUT, STATUS_SUCCESS
+from airflow_jobwatch.kube.meaning import xcom_sidecar
+from airflow_jobwatch.kube.meaning.result import EMPTY_XCOM_RESULT, JobResult, XComResultError
+from airflow_jobwatch.kube.meaning.states import classify_job, classify_pod
 from airflow_jobwatch.operators import sidecar
 from airflow_jobwatch.operators.podlogs import write_pod_logs
 from airflow_jobwatch.operators.request import api_error_message
-from airflow_jobwatch.triggers.ending import failure_text, log_ending
-from airflow_jobwatch.triggers.job import OUTCOME_FAILED, OUTCOME_TIMEOUT, STATUS_SUCCESS
-from airflow_jobwatch.triggers.masking import XCOM_RESULT_MASKED
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -223,7 +223,7 @@ def read_pods(tj: TaskJob, ns: str | None, uid: str | None, event: dict[str, Any
 
 def xcom_value(tj: TaskJob, result: JobResult) -> Any:
     """The value the task returns, read by the one reader the trigger uses too
-    (:class:`~airflow_jobwatch.kube.result.JobResult`)."""
+    (:class:`~airflow_jobwatch.kube.meaning.result.JobResult`)."""
     try:
         return result.xcom_value(xcom_path=tj.xcom_path, unwrap_single=tj.unwrap_single, log=tj.log)
     except XComResultError as e:

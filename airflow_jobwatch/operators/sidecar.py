@@ -1,6 +1,6 @@
 """The XCom sidecar in the Job's pod template, and the results read from it in the worker.
 
-With ``do_xcom_push`` the pod template gets a native sidecar (:mod:`airflow_jobwatch.kube.xcom_sidecar`
+With ``do_xcom_push`` the pod template gets a native sidecar (:mod:`airflow_jobwatch.kube.meaning.xcom_sidecar`
 says how it prints the result) and an ``emptyDir`` that it shares with the base container at the
 folder of ``xcom_path``. Upstream's settings for its own sidecar apply to it: the connection's
 ``xcom_sidecar_container_image`` and ``xcom_sidecar_container_resources``, the operator's (or the
@@ -26,9 +26,9 @@ from airflow.providers.common.compat.sdk import AirflowException
 from kubernetes.client import models as k8s
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube import xcom_sidecar
-from airflow_jobwatch.kube.result import EMPTY_XCOM_RESULT, JobResult
-from airflow_jobwatch.kube.xcom_sidecar import (
+from airflow_jobwatch.kube.meaning import xcom_sidecar
+from airflow_jobwatch.kube.meaning.result import EMPTY_XCOM_RESULT, JobResult
+from airflow_jobwatch.kube.meaning.xcom_sidecar import (
     MAX_RESULT_BYTES,
     results_from_sidecars,
     sidecar_pods,
@@ -156,7 +156,7 @@ def with_sidecar_results(op: KubernetesJobOperator, result: JobResult, pods: lis
 
 
 def read_one(op: KubernetesJobOperator, name: str, pods: list[Any]) -> str:
-    from airflow_jobwatch.kube.objects import to_dict
+    from airflow_jobwatch.kube.meaning.objects import to_dict
 
     ns = next(
         str((to_dict(p).get("metadata") or {}).get("namespace"))

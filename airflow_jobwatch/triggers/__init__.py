@@ -3,8 +3,9 @@
 ``from airflow_jobwatch.triggers import JobTrigger`` works; the import is lazy so that importing the
 package does not load Airflow's trigger machinery until it is needed.
 
-Layer 2 (docs/internals.md, "The map"): imports ``kube/`` and the shared layer (``config``, ``metrics``,
-``compat``, ``connections``), never ``executors/``, ``operators/`` or ``cli/``.
+Layer 2 (docs/internals.md, "The map"): imports ``kube/``, ``ending/`` (the end of the task, shared with
+the operator's resume) and the shared layer (``config``, ``metrics``, ``compat``, ``connections``), never
+``executors/``, ``operators/`` or ``cli/``.
 """
 
 from __future__ import annotations

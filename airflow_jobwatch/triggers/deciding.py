@@ -2,7 +2,7 @@
 
 :class:`JobDecisions` is what a :class:`~airflow_jobwatch.triggers.job.JobTrigger` hands its wait to decide
 with: the cache (or a tombstone) in, a terminal payload, "still waiting" or "not cached" out. Only
-``kube/states.py`` decides what the Job's state means; the payload is read by ``kube/result.py``'s
+``kube/meaning/states.py`` decides what the Job's state means; the payload is read by ``kube/meaning/result.py``'s
 ``JobResult`` (the one result reader), and :func:`client_job_dict` gives its ``job`` the shape of
 upstream's event. The trigger's only GET of its Job while it waits is here too (:meth:`read_job`).
 """
@@ -14,18 +14,18 @@ from collections.abc import Collection
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
-from airflow_jobwatch.kube.result import JobResult, without_result_annotation
-from airflow_jobwatch.kube.states import FINAL_STATE_UNKNOWN, classify_job, vanished_job_state
-from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes
-from airflow_jobwatch.triggers.outcomes import (
+from airflow_jobwatch.ending.outcomes import (
     OUTCOME_DELETED,
     OUTCOME_FAILED,
     OUTCOME_SUCCESS,
     OUTCOME_UNKNOWN,
 )
+from airflow_jobwatch.ending.result_keys import result_keys
+from airflow_jobwatch.kube.meaning.objects import ModelShapeUnsupported, model_dict_from_json, to_dict
+from airflow_jobwatch.kube.meaning.result import JobResult, without_result_annotation
+from airflow_jobwatch.kube.meaning.states import FINAL_STATE_UNKNOWN, classify_job, vanished_job_state
+from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes
 from airflow_jobwatch.triggers.registry import GET_PROJECTED, NamespaceWatch
-from airflow_jobwatch.triggers.result_keys import result_keys
 
 
 def _uid(obj: dict[str, Any] | None) -> str | None:
@@ -215,7 +215,7 @@ class JobDecisions:
         except ApiException as e:
             if e.status == 404:
                 return True, None
-            from airflow_jobwatch.kube.errors import access_denied_from_exception
+            from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
 
             denied = access_denied_from_exception(
                 e, verb="get", resource="jobs", group="batch", namespace=self.namespace
@@ -232,7 +232,7 @@ class JobDecisions:
         """Make sure the payload's ``job`` is the whole Job, as upstream's event's is.
 
         The shared watch stores the Jobs triggers wait for whole, and the namespace's other Jobs projected
-        (kube/projection.py): every version of a Job that the watch delivers after its trigger subscribed
+        (kube/engine/projection.py): every version of a Job that the watch delivers after its trigger subscribed
         is whole, so a Job that ends after that is decided from a whole copy, and nothing is read here.
         A Job whose last version came before its trigger subscribed (it had already ended: a triggerer
         restart, a trigger moved here; or a fail-fast or timeout ending of a Job unchanged since) is
@@ -249,7 +249,7 @@ class JobDecisions:
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
         answered, job = await self.read_job(watch, GET_PROJECTED)
         if answered and job is not None and _uid(job) == payload["uid"]:
-            # The cache's projected copy has no stored result (kube/projection.py drops it): the whole Job
+            # The cache's projected copy has no stored result (kube/engine/projection.py drops it): the whole Job
             # may complete what the pods no longer show, as a Job cached whole does in _payload.
             result = JobResult.from_payload(payload)
             payload.update(

@@ -11,7 +11,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
   lags), and once for a Job whose result was decided from a projected copy (it ended before its trigger
   subscribed: a triggerer restart).
 * **Latency.** The trigger is called back from the watch event that makes its Job terminal.
-* **Meaning.** Only ``kube/states.py`` decides what a Job is: a condition whose status is "False" is not
+* **Meaning.** Only ``kube/meaning/states.py`` decides what a Job is: a condition whose status is "False" is not
   final, a Failed Job with no reason is a failure, a suspended Job keeps waiting, a pod stuck on an
   unpullable image fails the Job at once instead of at the timeout.
 * **Endings upstream never reaches.** A Job deleted while waiting ends as ``deleted`` (a Job that
@@ -33,7 +33,7 @@ What it answers, compared with upstream's ``KubernetesJobTrigger`` (which GETs e
 This module holds what Airflow calls (``JobTrigger``'s arguments, ``serialize``, ``run``, ``on_kill``);
 each path behind it has a module of its own: the decision and the payload (``triggers/deciding.py``),
 the wait loop (``triggers/waiting.py``), the kill path (``triggers/killing.py``) and the event's words
-(``triggers/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
+(``ending/outcomes.py``). The trigger builds its wait from values and a ``JobDecisions`` (see
 :meth:`JobTrigger._wait`): the wait never sees the trigger. Every name imported from here before still is.
 """
 
@@ -48,16 +48,10 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_jobwatch.kube import client as kube_client
-from airflow_jobwatch.kube.informer import InformerConfig
-from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
-from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
-from airflow_jobwatch.triggers.ending import end_from_triggerer, hold_resume
-from airflow_jobwatch.triggers.killing import JobKilling
-from airflow_jobwatch.triggers.masking import KWARG as MASK_SECRETS_KWARG
-from airflow_jobwatch.triggers.masking import TaskSecrets, logged_event
-from airflow_jobwatch.triggers.notes import WaitNotes
-from airflow_jobwatch.triggers.outcomes import (
+from airflow_jobwatch.ending.end import end_from_triggerer, hold_resume
+from airflow_jobwatch.ending.masking import KWARG as MASK_SECRETS_KWARG
+from airflow_jobwatch.ending.masking import TaskSecrets, logged_event
+from airflow_jobwatch.ending.outcomes import (
     OUTCOME_DELETED,
     OUTCOME_ERROR,
     OUTCOME_FAILED,
@@ -67,6 +61,12 @@ from airflow_jobwatch.triggers.outcomes import (
     STATUS_ERROR,
     STATUS_SUCCESS,
 )
+from airflow_jobwatch.kube.cluster import client as kube_client
+from airflow_jobwatch.kube.engine.informer import InformerConfig
+from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
+from airflow_jobwatch.triggers.deciding import JobDecisions, client_job_dict
+from airflow_jobwatch.triggers.killing import JobKilling
+from airflow_jobwatch.triggers.notes import WaitNotes
 from airflow_jobwatch.triggers.registry import NamespaceWatch, Subscription, WatchKey, get_registry
 from airflow_jobwatch.triggers.waiting import (
     DEFAULT_POLL_INTERVAL_SECONDS,
@@ -202,7 +202,7 @@ class JobTrigger(JobKilling):
     :param poll_interval: safety-net period in seconds: how often the trigger re-reads the shared cache
         and, when its Job is missing from it, asks the API server directly. Defaults to 30.
     :param fatal_waiting_reasons: container waiting reasons that fail the Job at once (default
-        ``kube.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
+        ``kube.meaning.states.DEFAULT_FATAL_WAITING_REASONS`` without CreateContainerConfigError: ErrImagePull,
         ImagePullBackOff, ...).
     :param api_failure_tolerance: seconds the Kubernetes API may stay unreachable before the trigger
         ends with ``error``; default ``[jobwatch] api_failure_tolerance_seconds`` (300).
@@ -310,7 +310,7 @@ class JobTrigger(JobKilling):
         self.mask_secrets = list(mask_secrets) if mask_secrets is not None else None
         self.secrets = TaskSecrets.from_kwargs(self.mask_secrets)
         self._notes: WaitNotes | None = None
-        #: While the task's end runs in ``run()``: the shared watch's client it uses (see _end_client).
+        #: While the task's end runs in ``run()``: the shared watch's client it uses (see end_client).
         self._end_api_client: Any = None
 
     @property
@@ -506,7 +506,7 @@ class JobTrigger(JobKilling):
             job_uid=self.job_uid,
         )
 
-    async def _end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    async def end_client(self) -> tuple[Any, Callable[[], Awaitable[None]]]:
         """The ``kubernetes_asyncio`` client the task's end uses, and how to give it back: the shared
         watch's own client while this trigger's run holds the watch (its credential is this trigger's,
         since the watch is keyed by the credential's digest), so an exec-plugin credential (EKS, GKE)

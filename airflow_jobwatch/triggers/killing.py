@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger
 
-from airflow_jobwatch.kube import client as kube_client
-from airflow_jobwatch.kube.states import classify_job
+from airflow_jobwatch.kube.cluster import client as kube_client
+from airflow_jobwatch.kube.meaning.states import classify_job
 from airflow_jobwatch.triggers.deciding import _uid
 
 
@@ -158,7 +158,7 @@ class JobKilling(BaseTrigger):
         except ApiException as e:
             if e.status not in (404, 409):  # already gone / a different Job now has this name
                 await client.close()
-                from airflow_jobwatch.kube.errors import access_denied_from_exception
+                from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
 
                 denied = access_denied_from_exception(
                     e, verb="delete", resource="jobs", group="batch", namespace=self.namespace

@@ -1,9 +1,9 @@
 """What a waiting :class:`~airflow_jobwatch.triggers.job.JobTrigger` notices on the way, and says once.
 
-The trigger decides *whether* the wait is over (``kube/states.py`` reads the Job); this module keeps
+The trigger decides *whether* the wait is over (``kube/meaning/states.py`` reads the Job); this module keeps
 what happened *during* the wait, which no single Job object shows, and tells the task log about it:
 
-* **Disruptions** of the Job's pods (``kube.states.pod_disruption``: preemption, eviction, node
+* **Disruptions** of the Job's pods (``kube.meaning.states.pod_disruption``: preemption, eviction, node
   shutdown, ...): each is logged once, when first seen (usually as the ``DisruptionTarget`` condition
   appears, before the pod is even gone), and listed in the trigger event. With
   ``disruption_retries=N`` the operator added a ``podFailurePolicy`` that keeps disrupted pods from
@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_jobwatch.kube.result import RESULT_ANNOTATION
-from airflow_jobwatch.kube.states import pod_disruption
+from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION
+from airflow_jobwatch.kube.meaning.states import pod_disruption
 from airflow_jobwatch.triggers.refusals import Refusals
 
 __all__ = [

@@ -31,7 +31,13 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
+from airflow_jobwatch.kube.engine.informer import (
+    EventType,
+    Informer,
+    InformerConfig,
+    InformerEvent,
+    InformerHealth,
+)
 
 log = logging.getLogger(__name__)
 

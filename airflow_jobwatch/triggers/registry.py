@@ -24,8 +24,8 @@ there, and hands each trigger a :class:`Subscription` that
   ``job_gets`` and in the ``jobwatch.triggerer.job_gets.<reason>`` counter.
 
 The informers start with the first subscriber and stop after the last one leaves. Nothing here knows
-what a Job's state *means* (that is ``kube/states.py``) or opens a watch itself (that is
-``kube/informer.py``).
+what a Job's state *means* (that is ``kube/meaning/states.py``) or opens a watch itself (that is
+``kube/engine/informer.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.informer import (
+from airflow_jobwatch.kube.engine.informer import (
     EventType,
     Informer,
     InformerConfig,
@@ -235,6 +235,12 @@ class NamespaceWatch:
         self._registry_job_gets = job_gets
 
     # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Whether the watch's start (its informers' first sync) finished, neither failed nor cancelled."""
+        ready = self._ready
+        return ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None
+
     def ensure_started(self) -> asyncio.Task[None]:
         if self._ready is None:
             self._ready = asyncio.get_running_loop().create_task(
@@ -245,7 +251,7 @@ class NamespaceWatch:
     async def _start(self) -> None:
         self._api_client = await self._client_factory()
         ns = self.key.namespace
-        # Both stores keep each object packed (compact JSON, deflated; kube/store.py), decoded on every
+        # Both stores keep each object packed (compact JSON, deflated; kube/engine/store.py), decoded on every
         # read: the triggerer's memory then follows the objects' count at a few hundred bytes each,
         # instead of several KiB of dicts each, in a namespace that keeps thousands of finished Jobs.
         # A read costs a decode (tens of microseconds), and a trigger reads only its own Job and pods.
@@ -576,7 +582,7 @@ class Subscription:
             return
         remove, self._remove = self._remove, None
         remove()
-        await self._registry._release(self.watch)
+        await self._registry.release(self.watch)
 
 
 class InformerRegistry:
@@ -659,20 +665,18 @@ class InformerRegistry:
             await asyncio.shield(watch.ensure_started())
         except BaseException:
             remove()
-            await self._release(watch)
+            await self.release(watch)
             raise
         return Subscription(self, watch, remove)
 
-    async def _release(self, watch: NamespaceWatch) -> None:
+    async def release(self, watch: NamespaceWatch) -> None:
+        """Give back one trigger's use of ``watch``: the last one keeps it lingering (warm) or closes it."""
         watch.refcount -= 1
         if watch.refcount > 0:
             self._report(watch, opened=False)
             return
         linger = self._linger_seconds if self._linger_seconds is not None else linger_seconds_from_conf()
-        ready = watch._ready
-        started_ok = (
-            ready is not None and ready.done() and not ready.cancelled() and ready.exception() is None
-        )
+        started_ok = watch.started
         # A watch refused with 401/403 is not kept: it could only hand its refusal to the next trigger
         # of the same credential, which had better start afresh (re-reading its token, re-running its
         # exec plugin) than inherit a dead cache. (A trigger of another credential never joins it: the

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobwatch.kube.informer import compare_resource_versions
-from airflow_jobwatch.kube.projection import JOB_FIELDS, METADATA_FIELDS, POD_FIELDS, Spec, project
-from airflow_jobwatch.kube.store import Packer
+from airflow_jobwatch.kube.engine.informer import compare_resource_versions
+from airflow_jobwatch.kube.engine.projection import JOB_FIELDS, METADATA_FIELDS, POD_FIELDS, Spec, project
+from airflow_jobwatch.kube.engine.store import Packer
 
 __all__ = ["TOMBSTONE_MAX_AGE_SECONDS", "TOMBSTONE_MAX_ENTRIES", "Tombstone", "Tombstones"]
 
@@ -27,7 +27,7 @@ __all__ = ["TOMBSTONE_MAX_AGE_SECONDS", "TOMBSTONE_MAX_ENTRIES", "Tombstone", "T
 #: trigger that subscribes after its Job is already gone, e.g. a trigger moved to this triggerer just
 #: after a TTL deletion. Ten minutes outlasts any triggerer hand-over. Any Job of the namespace gets one,
 #: since a trigger moved here may still subscribe to it; each keeps only what a decision reads (see
-#: ``_TOMBSTONE_JOB_FIELDS``), packed (``kube/store.py``'s ``Packer``). Measured with tracemalloc
+#: ``_TOMBSTONE_JOB_FIELDS``), packed (``kube/engine/store.py``'s ``Packer``). Measured with tracemalloc
 #: (``bench/bench_tombstones.py``), a finished Job with one pod, labelled and annotated as the operator
 #: makes them, costs about 0.7 KiB (1.1 KiB for a Job a trigger waits for, which keeps its whole Job:
 #: the event carries it), against 12.4 KiB when a tombstone held the cache's copies as dicts: the
@@ -36,7 +36,7 @@ TOMBSTONE_MAX_ENTRIES = 10_000
 TOMBSTONE_MAX_AGE_SECONDS = 600.0
 
 
-#: What a tombstone keeps of a Job and of each of its pods: what ``kube/states.py`` and the pod summary
+#: What a tombstone keeps of a Job and of each of its pods: what ``kube/meaning/states.py`` and the pod summary
 #: read, minus the labels and annotations of the Job (nothing decides on them) and the annotations of its
 #: pods (Airflow's own, often the biggest part of a projected pod). Labels of a pod stay: they tie it
 #: to its Job.

@@ -19,15 +19,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.states import TERMINAL_PHASES
-from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
-from airflow_jobwatch.triggers.outcomes import (
+from airflow_jobwatch.ending.outcomes import (
     OUTCOME_ERROR,
     OUTCOME_FAILED,
     OUTCOME_SUCCESS,
     OUTCOME_TIMEOUT,
     OUTCOME_UNKNOWN,
 )
+from airflow_jobwatch.kube.meaning.states import TERMINAL_PHASES
+from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes, delete_job
 from airflow_jobwatch.triggers.registry import GET_MISSING, NamespaceWatch, Subscription
 
 #: Default of ``poll_interval``: how often a waiting trigger re-reads the cache and, if its Job is not

@@ -190,7 +190,7 @@ def test_the_scan_finds_what_it_forbids() -> None:
         "a path in this repository's tests": "see tests/e2e/test_executor.py",
         "a source file of the package": "`airflow_jobwatch/compat.py`",
         "the repository's test harness": "airflow_jobwatch.devtools",
-        "an internal module": "python -m airflow_jobwatch.kube.credhelper",
+        "an internal module": "python -m airflow_jobwatch.kube.cluster.credhelper",
         "a private name": "the `_process_workloads` path",
         "a sentence for the project's own developers": "the project's CI runs these two blocks",
         "a private module": "`airflow_jobwatch.executors.watcher.supervisor`, `airflow_jobwatch.config`",

@@ -54,7 +54,7 @@ def scheduler_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def stack(release_dir: Path, scheduler_kubeconfig: Path) -> Iterator[AirflowStack]:
     from kubernetes.client import CoreV1Api
 
-    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 
     # The scheduler starts once the pod_override's namespace exists and its kubeconfig is written.
     with AirflowStack(

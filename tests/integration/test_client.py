@@ -1,4 +1,4 @@
-"""kube/client.py: real ``kubernetes`` / ``kubernetes_asyncio`` clients built from kubeconfigs, talking to the sandbox.
+"""kube/cluster/client.py: real ``kubernetes`` / ``kubernetes_asyncio`` clients built from kubeconfigs, talking to the sandbox.
 
 Error tests write kubeconfigs holding a recognisable token and check that no message ever quotes it.
 """
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from support.incluster import enter_pod, rotate_token
 
-from airflow_jobwatch.kube.client import (
+from airflow_jobwatch.kube.cluster.client import (
     ClusterConfig,
     ClusterConfigError,
     async_api_client,
@@ -502,7 +502,7 @@ def _job(name: str, command: str, *, image: str = "busybox:1.36", **spec: Any) -
 async def test_sandbox_jobs_read_through_built_clients_classify_as_what_happened(
     sandbox: Any, kubeconfig: Path, closing: list[Any]
 ) -> None:
-    from airflow_jobwatch.kube.states import ObjectState, classify_job
+    from airflow_jobwatch.kube.meaning.states import ObjectState, classify_job
 
     sandbox.set_image_pull_failure(r"^registry\.invalid/")
     client = await async_api_client(ClusterConfig(config_file=str(kubeconfig)))
@@ -585,7 +585,7 @@ async def test_verify_ssl_and_ssl_ca_cert_options(
 async def test_tcp_keepalive_on_the_async_clients_sockets(
     sandbox: Any, kubeconfig: Path, closing: list[Any]
 ) -> None:
-    from airflow_jobwatch.kube.client import TcpKeepalive
+    from airflow_jobwatch.kube.cluster.client import TcpKeepalive
 
     client = await async_api_client(
         ClusterConfig(config_file=str(kubeconfig), tcp_keepalive=TcpKeepalive(37, 11, 4))

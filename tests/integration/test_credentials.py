@@ -25,8 +25,8 @@ import pytest
 import yaml
 from support.incluster import cluster_token, enter_pod, rotate_cluster_token, rotate_token
 
-from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
+from airflow_jobwatch.kube.engine.informer import EventType, Informer, InformerConfig
 
 FAST = InformerConfig(
     watch_timeout_seconds=30,

@@ -24,9 +24,13 @@ import pytest
 import yaml
 from support.incluster import cluster_token
 
-from airflow_jobwatch.kube import direct
-from airflow_jobwatch.kube.client import MIN_RELOAD_INTERVAL_SECONDS, ClusterConfig, ClusterConfigError
-from airflow_jobwatch.kube.direct import DirectApiClient, end_helpers, fetch_credentials
+from airflow_jobwatch.kube.cluster import direct
+from airflow_jobwatch.kube.cluster.client import (
+    MIN_RELOAD_INTERVAL_SECONDS,
+    ClusterConfig,
+    ClusterConfigError,
+)
+from airflow_jobwatch.kube.cluster.direct import DirectApiClient, end_helpers, fetch_credentials
 from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
 # slow: the same on every Airflow minor, so CI runs it once (in the main suite), not in each compat run
@@ -241,8 +245,8 @@ async def test_the_death_of_the_process_that_started_the_helper_ends_its_group(
     script = textwrap.dedent(
         f"""
         import asyncio
-        from airflow_jobwatch.kube.client import ClusterConfig
-        from airflow_jobwatch.kube.direct import fetch_credentials
+        from airflow_jobwatch.kube.cluster.client import ClusterConfig
+        from airflow_jobwatch.kube.cluster.direct import fetch_credentials
         asyncio.run(fetch_credentials(ClusterConfig(config_file={cfg.config_file!r}), helper_timeout=60))
         """
     )

@@ -18,14 +18,14 @@ import yaml
 from support.incluster import enter_pod, rotate_cluster_token, rotate_token
 from test_credentials import FAST, _pod, _wait, exec_kubeconfig
 
-from airflow_jobwatch.kube.client import (
+from airflow_jobwatch.kube.cluster.client import (
     MIN_RELOAD_INTERVAL_SECONDS,
     ClusterConfig,
     ClusterConfigError,
     async_api_client,
 )
-from airflow_jobwatch.kube.direct import DirectApiClient
-from airflow_jobwatch.kube.informer import EventType, Informer
+from airflow_jobwatch.kube.cluster.direct import DirectApiClient
+from airflow_jobwatch.kube.engine.informer import EventType, Informer
 from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)

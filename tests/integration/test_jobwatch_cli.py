@@ -14,7 +14,7 @@ import yaml
 from kubernetes.client import CoreV1Api
 
 from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
-from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 from airflow_jobwatch_testing.pod_template import pod_template_yaml
 from airflow_jobwatch_testing.sandbox import SandboxThread
 

@@ -11,8 +11,8 @@ import pytest
 from statsd_listener import statsd_listener
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
-from airflow_jobwatch.kube.informer import Informer, InformerConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
+from airflow_jobwatch.kube.engine.informer import Informer, InformerConfig
 from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = pytest.mark.timeout(120)

@@ -173,7 +173,7 @@ async def admin_client(sb: Any, tmp_path: Path) -> Any:
     from kubernetes_asyncio.client import CoreV1Api
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
 
     path = tmp_path / "admin"
     sb.write_kubeconfig(path)
@@ -348,7 +348,7 @@ async def _end_from_the_triggerer(
     import structlog.testing
     from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
-    from airflow_jobwatch.triggers.ending import end_from_triggerer
+    from airflow_jobwatch.ending.end import end_from_triggerer
 
     async with roles_loaded(sandbox, tmp_path, manifests) as admin:
         trigger = await triggerer_on_a_new_job(
@@ -385,8 +385,8 @@ SOURCES = {"docs": doc_manifests, "deploy/rbac": deploy_rbac}
 @needs_rbac
 @pytest.mark.parametrize("source", sorted(SOURCES))
 async def test_triggerer_role_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: Path, source: str) -> None:
-    from airflow_jobwatch.kube.result import stored_result
-    from airflow_jobwatch.triggers.result_keys import result_keys
+    from airflow_jobwatch.ending.result_keys import result_keys
+    from airflow_jobwatch.kube.meaning.result import stored_result
 
     job, entries, left = await _end_from_the_triggerer(
         sandbox, tmp_path, SOURCES[source]("triggerer"), "ended-here"
@@ -401,8 +401,8 @@ async def test_triggerer_role_ends_a_task_and_cleans_up(sandbox: Any, tmp_path: 
 async def test_without_patch_on_jobs_the_pods_that_hold_the_result_are_kept(
     sandbox: Any, tmp_path: Path
 ) -> None:
-    from airflow_jobwatch.kube.result import stored_result
-    from airflow_jobwatch.triggers.result_keys import result_keys
+    from airflow_jobwatch.ending.result_keys import result_keys
+    from airflow_jobwatch.kube.meaning.result import stored_result
 
     manifests = without(doc_manifests("triggerer"), "batch", "jobs", "patch")
     job, entries, left = await _end_from_the_triggerer(sandbox, tmp_path, manifests, "kept-pods")

@@ -33,10 +33,10 @@ import pytest
 import yaml
 from test_credentials import FAST
 
-from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, async_api_client
-from airflow_jobwatch.kube.direct import DirectApiClient, fetch_credentials
-from airflow_jobwatch.kube.errors import access_denied_from_exception
-from airflow_jobwatch.kube.informer import Informer
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, ClusterConfigError, async_api_client
+from airflow_jobwatch.kube.cluster.direct import DirectApiClient, fetch_credentials
+from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
+from airflow_jobwatch.kube.engine.informer import Informer
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 from airflow_jobwatch_testing.sandbox.tls import self_signed_cert
@@ -263,7 +263,7 @@ async def _helper_of(tmp: Path) -> int:
                     cmdline, environ = _proc_files(entry)
                 except OSError:
                     continue
-                if b"airflow_jobwatch.kube.credhelper" in cmdline and f"={tmp}/".encode() in environ:
+                if b"airflow_jobwatch.kube.cluster.credhelper" in cmdline and f"={tmp}/".encode() in environ:
                     return int(entry)
         assert time.monotonic() < deadline, "the helper to start"
         await asyncio.sleep(0.05)

@@ -266,7 +266,7 @@ def test_inside_the_fixture_everything_a_dag_reads_to_find_the_cluster_is_the_sa
     from airflow.configuration import conf
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 
     kubeconfig = str(jobwatch_sandbox.kubeconfig)
     assert conf.get("kubernetes_executor", "config_file") == kubeconfig

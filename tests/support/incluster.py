@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from airflow_jobwatch.kube.client import SERVICE_ACCOUNT_DIR_ENV
+from airflow_jobwatch.kube.cluster.client import SERVICE_ACCOUNT_DIR_ENV
 
 #: The service account a test pod runs as.
 POD_USER = "system:serviceaccount:default:default"

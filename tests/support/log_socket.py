@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from airflow_jobwatch.triggers import pod_logs
+from airflow_jobwatch.ending import pod_logs
 
 #: What Linux counts, at most, besides a record's bytes (its sk_buff, rounded up).
 KERNEL_OVERHEAD = 2048

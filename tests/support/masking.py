@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from airflow_jobwatch.triggers import masking
+from airflow_jobwatch.ending import masking
 
 
 @contextlib.contextmanager

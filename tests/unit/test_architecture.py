@@ -24,7 +24,7 @@ PACKAGE_DIR = Path(airflow_jobwatch.__file__).resolve().parent
 
 #: Each part of the package and its layer. A module may import modules of its own part and of parts of a lower
 #: layer, never of a higher one, and never of another part of its own layer.
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     # What Kubernetes objects mean, the watch engine and how to reach a cluster: knows nothing of Airflow.
     "kube": 0,
     # What every Airflow-facing part shares: configuration, metrics, the Airflow minors' differences,
@@ -35,6 +35,8 @@ LAYERS: dict[str, int] = {
     "connections": 1,
     "get_provider_info": 1,
     "pod_template": 1,
+    # The end of a deferred task, which the trigger and the operator's resume both do.
+    "ending": 1.5,
     # The executor and the trigger: two consumers of the watch engine, neither using the other.
     "executors": 2,
     "triggers": 2,
@@ -46,6 +48,16 @@ LAYERS: dict[str, int] = {
     "sandbox": 4,
     "testing": 4,
 }
+#: The layers inside ``kube/`` (its ``__init__`` docstring): what objects mean and how to reach a cluster at
+#: the bottom, neither importing the other; the watch engine above both. A kube module lives in one of these.
+KUBE_LAYERS: dict[str, float] = {"meaning": 0, "cluster": 0, "engine": 1}
+
+#: Modules left at an old path after a move (a deprecation shim): each imports the module it moved to and
+#: nothing else of the provider.
+DEPRECATED_PATHS: dict[str, str] = {
+    f"{PACKAGE}.kube.{name}": f"{PACKAGE}.kube.cluster.{name}" for name in ("client", "credhelper")
+}
+
 #: Layer-1 parts may import each other (one shared foundation); parts of layers 2 and up may not.
 SHARED_LAYERS = {0, 1}
 #: The provider's parts that hold only the forwarding modules of paths moved to the testing distribution.
@@ -184,13 +196,45 @@ def test_the_known_cycles_are_still_there_or_removed_from_the_list(graph):
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
+def _kube_subpart(module: str) -> str | None:
+    """The folder of ``kube/`` a module lives in (a module directly in ``kube/`` counts as its own folder);
+    None for ``kube/__init__`` and the deprecated paths."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "kube" and module not in DEPRECATED_PATHS else None
+
+
+def _against_kube_layers(source: str, target: str) -> str | None:
+    src, dst = _kube_subpart(source), _kube_subpart(target)
+    if src == dst or src not in KUBE_LAYERS or dst not in KUBE_LAYERS:
+        return (
+            None  # a module outside the folders fails test_every_kube_module_lives_in_a_folder_with_a_layer
+        )
+    if KUBE_LAYERS[dst] > KUBE_LAYERS[src]:
+        return f"{source} -> {target} (kube/{src}/ is below kube/{dst}/)"
+    if KUBE_LAYERS[dst] == KUBE_LAYERS[src]:
+        return f"{source} -> {target} (kube/{src}/ and kube/{dst}/ are beside each other)"
+    return None
+
+
 def _against_layers(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
     for source, targets in sorted(graph.items()):
         if source == PACKAGE:
             continue
+        if source in DEPRECATED_PATHS:
+            if targets != {DEPRECATED_PATHS[source]}:
+                wrong.append(f"{source} -> {sorted(targets)} (a deprecated path imports only its new module)")
+            continue
         for target in sorted(targets):
             src, dst = _part(source), _part(target)
+            if target in DEPRECATED_PATHS:
+                wrong.append(f"{source} -> {target} (deprecated: import {DEPRECATED_PATHS[target]})")
+                continue
+            if src == dst == "kube":
+                found = _against_kube_layers(source, target)
+                if found:
+                    wrong.append(found)
+                continue
             if src == dst or (source, target) in UPWARD_ALLOWED:
                 continue
             if LAYERS[dst] > LAYERS[src]:
@@ -203,6 +247,16 @@ def _against_layers(graph: dict[str, set[str]]) -> list[str]:
 def test_no_import_goes_up_a_layer_or_across_one(graph):
     wrong = _against_layers(graph)
     assert not wrong, "imports against the layers in docs/internals.md:\n" + "\n".join(wrong)
+
+
+def test_every_kube_module_lives_in_a_folder_with_a_layer():
+    loose = [
+        name
+        for name in _modules()
+        if name.startswith(f"{PACKAGE}.kube.") and name not in DEPRECATED_PATHS
+        if _kube_subpart(name) not in KUBE_LAYERS
+    ]
+    assert not loose, f"put these in a folder of kube/ listed in KUBE_LAYERS: {loose}"
 
 
 def test_the_watch_engine_knows_nothing_of_airflow():
@@ -230,9 +284,22 @@ def test_the_checker_sees_a_cycle_and_an_upward_import():
         "airflow_jobwatch.executors.x": set(),
     }
     made_up["airflow_jobwatch.triggers.y"] = {"airflow_jobwatch.executors.x"}
-    assert _cycles(made_up) == [frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"})]
+    # Inside kube/: what objects mean must not import the engine, nor how to reach a cluster.
+    made_up["airflow_jobwatch.kube.meaning.m"] = {
+        "airflow_jobwatch.kube.engine.e",
+        "airflow_jobwatch.kube.cluster.c",
+    }
+    made_up["airflow_jobwatch.kube.engine.e"] = {"airflow_jobwatch.kube.meaning.m"}
+    made_up["airflow_jobwatch.kube.cluster.c"] = set()
+    assert _cycles(made_up) == [
+        frozenset({"airflow_jobwatch.kube.a", "airflow_jobwatch.kube.b"}),
+        frozenset({"airflow_jobwatch.kube.meaning.m", "airflow_jobwatch.kube.engine.e"}),
+    ]
     assert _against_layers(made_up) == [
         "airflow_jobwatch.kube.b -> airflow_jobwatch.executors.x (layer 0 imports layer 2)",
+        "airflow_jobwatch.kube.meaning.m -> airflow_jobwatch.kube.cluster.c "
+        "(kube/meaning/ and kube/cluster/ are beside each other)",
+        "airflow_jobwatch.kube.meaning.m -> airflow_jobwatch.kube.engine.e (kube/meaning/ is below kube/engine/)",
         "airflow_jobwatch.triggers.y -> airflow_jobwatch.executors.x (two parts of layer 2)",
     ]
 

@@ -1,4 +1,4 @@
-"""The retry policy of the watch engine (airflow_jobwatch.kube.backoff), with the clock passed in."""
+"""The retry policy of the watch engine (airflow_jobwatch.kube.engine.backoff), with the clock passed in."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.backoff import RETRY_AFTER_CAP_SECONDS, Backoff, parse_retry_after
+from airflow_jobwatch.kube.engine.backoff import RETRY_AFTER_CAP_SECONDS, Backoff, parse_retry_after
 
 
 def lowest(lo: float, hi: float) -> float:

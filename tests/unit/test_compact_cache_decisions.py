@@ -20,7 +20,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from test_states_properties import SETTINGS, jobs, pod_lists
 
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig
+from airflow_jobwatch.kube.engine.informer import EventType, Informer, InformerConfig
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
 

@@ -114,7 +114,7 @@ def test_an_option_with_an_upper_bound_refuses_a_value_above_it_and_says_so(monk
 
 @pytest.mark.parametrize("value", ["1023", "1024", "16777216", "16777217", "2048.0"])
 def test_the_triggers_log_limit_has_the_configs_bounds_and_warns_outside_them(monkeypatch, value):
-    from airflow_jobwatch.triggers import pod_logs
+    from airflow_jobwatch.ending import pod_logs
 
     monkeypatch.setenv("AIRFLOW__JOBWATCH__TRIGGER_LOG_MAX_BYTES", value)
     limit, problem = pod_logs.max_bytes()

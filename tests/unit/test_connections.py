@@ -15,7 +15,7 @@ from airflow_jobwatch.connections import (
     cluster_config_from_executor_conf,
     cluster_config_from_extras,
 )
-from airflow_jobwatch.kube.client import ClusterConfig, ClusterConfigError, TcpKeepalive
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, ClusterConfigError, TcpKeepalive
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_jobwatch.kube.client import ClusterConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
 
 TOKEN = "s3cr3t-token-0123456789"
 

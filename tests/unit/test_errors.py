@@ -1,4 +1,4 @@
-"""kube/errors.py: 401/403 bodies shaped like the real server's become an explanation with what to grant.
+"""kube/cluster/errors.py: 401/403 bodies shaped like the real server's become an explanation with what to grant.
 
 Each row: a Status body (tests/unit/fixtures/errors/, shapes from the Kubernetes source), what the
 caller was doing, and what the explanation must say. The exception is a real ``ApiException`` of the
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from airflow_jobwatch.kube.errors import access_denied_from_exception
+from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
 
 STATUSES = json.loads((Path(__file__).parent / "fixtures" / "errors" / "statuses.json").read_text())
 

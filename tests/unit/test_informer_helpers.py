@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.informer import (
+from airflow_jobwatch.kube.engine.informer import (
     EventType,
     Informer,
     InformerConfig,
@@ -77,7 +77,7 @@ def test_event_accessors():
 
 
 def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
-    from airflow_jobwatch.kube.informer import _CompactStore
+    from airflow_jobwatch.kube.engine.informer import _CompactStore
 
     store = _CompactStore()
     pod = {"metadata": {"uid": "u1", "name": "p", "resourceVersion": "7", "labels": {"a": "b"}}, "status": {}}
@@ -98,7 +98,7 @@ def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
 def test_compact_store_deflates_objects_alike_with_the_first_as_dictionary():
     import json
 
-    from airflow_jobwatch.kube.informer import _CompactStore
+    from airflow_jobwatch.kube.engine.informer import _CompactStore
 
     def pod(i: int) -> dict[str, Any]:
         labels = {"dag_id": "etl", "task_id": f"load_{i:05d}", "try_number": "1", "airflow-worker": "1001"}

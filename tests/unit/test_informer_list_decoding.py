@@ -1,4 +1,4 @@
-"""The two decoders of a LIST page in kube/listing.py - msgspec (items kept as raw JSON, only uid and
+"""The two decoders of a LIST page in kube/engine/listing.py - msgspec (items kept as raw JSON, only uid and
 resourceVersion read until an item is stored) and the stdlib's json (every item parsed) - say the same
 thing about every page: the list's resourceVersion and continue token, each item's uid and resourceVersion,
 and each item's whole object. Pages recorded from a real kube-apiserver, and the edge shapes a server or a
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube import listing
+from airflow_jobwatch.kube.engine import listing
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "real-apiserver"
 

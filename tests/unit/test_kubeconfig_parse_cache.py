@@ -1,4 +1,4 @@
-"""kube/kubeconfig.py parses each kubeconfig file once while it is unchanged, and again once it changes.
+"""kube/cluster/kubeconfig.py parses each kubeconfig file once while it is unchanged, and again once it changes.
 
 Thousands of JobTriggers in one triggerer each name their shared watch from the kubeconfig; the cache
 must never hide a rewritten or replaced file (credential rotation, a context switched by an operator).
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_jobwatch.kube import kubeconfig
-from airflow_jobwatch.kube.client import ClusterConfig
+from airflow_jobwatch.kube.cluster import kubeconfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
 
 KUBECONFIG = """\
 apiVersion: v1

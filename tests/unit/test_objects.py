@@ -1,4 +1,4 @@
-"""kube/objects.py: model objects of both client libraries become the API JSON they were read from.
+"""kube/meaning/objects.py: model objects of both client libraries become the API JSON they were read from.
 
 The models are real ones, built the way each library builds them from an HTTP response body
 (``ApiClient.deserialize``), never mocks.
@@ -16,8 +16,8 @@ import kubernetes.client
 import kubernetes_asyncio.client
 import pytest
 
-from airflow_jobwatch.kube.objects import format_rfc3339, is_model, to_dict
-from airflow_jobwatch.kube.states import classify_job, classify_pod
+from airflow_jobwatch.kube.meaning.objects import format_rfc3339, is_model, to_dict
+from airflow_jobwatch.kube.meaning.states import classify_job, classify_pod
 
 FIXTURES = Path(__file__).parent / "fixtures"
 POD_FIXTURES = sorted(p.stem for p in (FIXTURES / "pods").glob("*.json"))
@@ -215,7 +215,7 @@ def _assert_same(fast: Any, slow: Any, where: str = "") -> None:
 def test_model_dict_from_json_equals_the_clients_to_dict_on_recorded_objects(
     kind: str, type_name: str
 ) -> None:
-    from airflow_jobwatch.kube.objects import model_dict_from_json
+    from airflow_jobwatch.kube.meaning.objects import model_dict_from_json
 
     objects = _recorded_objects(kind)
     assert len(objects) >= 10 if kind == "Job" else objects
@@ -229,7 +229,7 @@ def test_model_dict_from_json_equals_the_clients_to_dict_on_recorded_objects(
 def test_model_dict_from_json_copies_untyped_values() -> None:
     """An ``object``-typed field (a port as int-or-string, say) is copied, not shared: the event's Job
     must not alias the informer's cached one."""
-    from airflow_jobwatch.kube.objects import model_dict_from_json
+    from airflow_jobwatch.kube.meaning.objects import model_dict_from_json
 
     job = json.loads(_text("jobs", "complete"))
     probe = {"httpGet": {"port": {"weird": ["shape"]}, "path": "/"}}
@@ -252,7 +252,7 @@ def test_model_dict_from_json_copies_untyped_values() -> None:
     ],
 )
 def test_model_dict_from_json_refuses_what_the_client_converts_its_own_way(field: str, value: Any) -> None:
-    from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json
+    from airflow_jobwatch.kube.meaning.objects import ModelShapeUnsupported, model_dict_from_json
     from airflow_jobwatch.triggers.job import client_job_dict
 
     job = json.loads(_text("jobs", "complete"))
@@ -271,7 +271,7 @@ def test_model_dict_from_json_refuses_what_the_client_converts_its_own_way(field
 
 
 def test_model_dict_from_json_reads_offsets_and_fractions_as_the_client_does() -> None:
-    from airflow_jobwatch.kube.objects import model_dict_from_json
+    from airflow_jobwatch.kube.meaning.objects import model_dict_from_json
 
     job = json.loads(_text("jobs", "complete"))
     for stamp in ("2026-12-02T12:19:46Z", "2026-12-02T12:19:46.5Z", "2026-12-02T14:19:46.123456+02:00"):
@@ -287,7 +287,7 @@ def test_client_job_dict_equals_the_clients_to_dict_on_generated_jobs() -> None:
     from test_states_properties import SETTINGS, jobs
 
     from airflow_jobwatch.compat import kubernetes_models_use_client_configuration
-    from airflow_jobwatch.kube.objects import ModelShapeUnsupported, model_dict_from_json
+    from airflow_jobwatch.kube.meaning.objects import ModelShapeUnsupported, model_dict_from_json
     from airflow_jobwatch.triggers.job import client_job_dict
 
     declined = [0]

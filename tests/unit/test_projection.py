@@ -1,4 +1,4 @@
-"""The informers' projection (kube/projection.py) keeps every field that states.py and the adapters read.
+"""The informers' projection (kube/engine/projection.py) keeps every field that states.py and the adapters read.
 
 Two independent checks:
 
@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_states_properties import SETTINGS, garbage, jobs, pod_lists, pods
 
-from airflow_jobwatch.kube import projection
-from airflow_jobwatch.kube.projection import (
+from airflow_jobwatch.kube.engine import projection
+from airflow_jobwatch.kube.engine.projection import (
     JOB_FIELDS,
     POD_FIELDS,
     Spec,
@@ -32,7 +32,7 @@ from airflow_jobwatch.kube.projection import (
     project_job,
     project_pod,
 )
-from airflow_jobwatch.kube.states import classify_job, classify_pod, pod_summary
+from airflow_jobwatch.kube.meaning.states import classify_job, classify_pod, pod_summary
 from airflow_jobwatch.triggers.registry import _owner_uid
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -125,15 +125,15 @@ def missing(reads: set[tuple[str, ...]], spec: Spec) -> list[str]:
 def test_every_field_the_pod_consumers_read_is_kept(path: Path) -> None:
     reads = reads_of_pod_consumers(load(path))
     assert reads, "the tracer recorded nothing: it no longer sees the reads"
-    assert missing(reads, POD_FIELDS) == [], "add these fields to POD_FIELDS in kube/projection.py"
+    assert missing(reads, POD_FIELDS) == [], "add these fields to POD_FIELDS in kube/engine/projection.py"
 
 
 @pytest.mark.parametrize("path", JOB_FIXTURES, ids=lambda p: p.stem)
 def test_every_field_the_job_consumers_read_is_kept(path: Path) -> None:
     all_pods = [load(p) for p in POD_FIXTURES]
     job_reads, pod_reads = reads_of_job_consumers(load(path), all_pods)
-    assert missing(job_reads, JOB_FIELDS) == [], "add these fields to JOB_FIELDS in kube/projection.py"
-    assert missing(pod_reads, POD_FIELDS) == [], "add these fields to POD_FIELDS in kube/projection.py"
+    assert missing(job_reads, JOB_FIELDS) == [], "add these fields to JOB_FIELDS in kube/engine/projection.py"
+    assert missing(pod_reads, POD_FIELDS) == [], "add these fields to POD_FIELDS in kube/engine/projection.py"
 
 
 def test_the_tracer_catches_a_dropped_field() -> None:
@@ -217,7 +217,7 @@ def test_projected_job_classifies_like_the_full_job(
 def test_a_cached_job_keeps_no_stored_result_nor_applied_manifest(path: Path) -> None:
     """The stored result (up to 128 KiB) and ``kubectl apply``'s copy of the manifest are not cached; the
     user's own annotations are. The cached copy is then exactly that of the Job without them."""
-    from airflow_jobwatch.kube.result import RESULT_ANNOTATION
+    from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION
 
     plain = load(path)
     plain.setdefault("metadata", {})["annotations"] = {"team": "data"}

@@ -1,4 +1,4 @@
-"""Table-driven tests of kube/result.py, the one reader of a finished Job's result, on pods recorded
+"""Table-driven tests of kube/meaning/result.py, the one reader of a finished Job's result, on pods recorded
 from a real API server (fixtures/README.md) and variants of them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.result import (
+from airflow_jobwatch.kube.meaning.result import (
     EMPTY_XCOM_RESULT,
     RESULT_ANNOTATION,
     RESULT_ANNOTATION_LIMIT_BYTES,

@@ -1,4 +1,4 @@
-"""Table-driven tests of kube/states.py on objects recorded from a real API server (see fixtures/README.md)."""
+"""Table-driven tests of kube/meaning/states.py on objects recorded from a real API server (see fixtures/README.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.states import (
+from airflow_jobwatch.kube.meaning.states import (
     DEFAULT_FATAL_WAITING_REASONS,
     Disruption,
     ObjectState,
@@ -538,7 +538,7 @@ def _vanished_pod(phase: str, exit_code: int | None = None) -> dict[str, object]
 def test_vanished_job_reports_only_what_was_seen(
     spec: dict[str, object], pods: list[dict[str, object]], phase: str, terminal: bool, reason: str
 ) -> None:
-    from airflow_jobwatch.kube.states import vanished_job_state
+    from airflow_jobwatch.kube.meaning.states import vanished_job_state
 
     state = vanished_job_state(_vanished_job(**spec), pods)
     assert (state.phase, state.terminal, state.reason) == (phase, terminal, reason)
@@ -550,7 +550,7 @@ def test_vanished_job_reports_only_what_was_seen(
 
 
 def test_vanished_job_keeps_a_terminal_state_it_was_last_seen_in() -> None:
-    from airflow_jobwatch.kube.states import vanished_job_state
+    from airflow_jobwatch.kube.meaning.states import vanished_job_state
 
     job = _vanished_job()
     job["status"] = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
@@ -560,8 +560,8 @@ def test_vanished_job_keeps_a_terminal_state_it_was_last_seen_in() -> None:
 def test_a_projected_job_keeps_what_says_whether_its_pods_prove_its_outcome() -> None:
     """The cache stores most Jobs projected: a vanished one must still show its pod failure policy, or a
     disrupted pod that the policy ignores would be taken for the failure that ended it."""
-    from airflow_jobwatch.kube.projection import project_job
-    from airflow_jobwatch.kube.states import vanished_job_state
+    from airflow_jobwatch.kube.engine.projection import project_job
+    from airflow_jobwatch.kube.meaning.states import vanished_job_state
 
     job = _vanished_job(podFailurePolicy={"rules": [{"action": "Ignore", "onPodConditions": []}]})
     state = vanished_job_state(project_job(job), [_vanished_pod("Failed", 3)])

@@ -1,4 +1,4 @@
-"""Property tests of kube/states.py: rules that must hold for every object, including malformed ones.
+"""Property tests of kube/meaning/states.py: rules that must hold for every object, including malformed ones.
 
 A watch can deliver half-written objects and users hand us whatever their code built, so the
 generators below mix realistic values with garbage (None, wrong types, missing keys) at every level.
@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.states import TERMINAL_PHASES, classify_job, classify_pod, pod_disruption
+from airflow_jobwatch.kube.meaning.states import TERMINAL_PHASES, classify_job, classify_pod, pod_disruption
 
 # Enough examples to hit every branch combination the generators can make, while the whole module
 # stays around a few seconds on a shared 2-core machine.

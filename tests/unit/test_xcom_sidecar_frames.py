@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.xcom_sidecar import (
+from airflow_jobwatch.kube.meaning.xcom_sidecar import (
     MAX_RESULT_BYTES,
     SidecarResultError,
     decode_log,

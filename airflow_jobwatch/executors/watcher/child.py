@@ -1,7 +1,7 @@
 """The KubernetesJobWatcher child process: the informer loop, and nothing of the scheduler.
 
-Runs the shared :class:`~airflow_jobwatch.kube.informer.Informer` under ``asyncio.run``, classifies
-every pod with :func:`~airflow_jobwatch.kube.states.classify_pod` and sends the result to the parent
+Runs the shared :class:`~airflow_jobwatch.kube.engine.informer.Informer` under ``asyncio.run``, classifies
+every pod with :func:`~airflow_jobwatch.kube.meaning.states.classify_pod` and sends the result to the parent
 (:mod:`.supervisor`) over a pipe, as the messages of :mod:`.messages`. It imports ``kube/`` and this
 package, never Airflow: the informer's metrics cross the pipe as :class:`~.messages.Metric` messages and
 the parent sends them through Airflow's ``Stats`` (tests/integration/executor/test_watcher.py
@@ -39,12 +39,12 @@ from airflow_jobwatch.executors.watcher.messages import (
     WatcherStats,
     unseen_end,
 )
-from airflow_jobwatch.kube.informer import _selector_matcher
-from airflow_jobwatch.kube.states import containers_started as states_containers_started
+from airflow_jobwatch.kube.engine.informer import _selector_matcher
+from airflow_jobwatch.kube.meaning.states import containers_started as states_containers_started
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.kube.informer import InformerEvent
-    from airflow_jobwatch.kube.states import ObjectState
+    from airflow_jobwatch.kube.engine.informer import InformerEvent
+    from airflow_jobwatch.kube.meaning.states import ObjectState
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ LATE_CHECK_GRACE_SECONDS = 3.0
 MISSING_CHECK_READ_TIMEOUT_SECONDS = 30.0
 
 
-# Whether a pod's containers ever started: the one predicate of kube/states.py (``started: true``,
+# Whether a pod's containers ever started: the one predicate of kube/meaning/states.py (``started: true``,
 # ``startedAt``, ``lastState``, ``restartCount``, phase Running/Succeeded), named here for the relay.
 containers_started = states_containers_started
 
@@ -107,8 +107,8 @@ class PodRelay:
         return refs
 
     def on_event(self, event: InformerEvent) -> None:
-        from airflow_jobwatch.kube.informer import EventType
-        from airflow_jobwatch.kube.states import classify_pod
+        from airflow_jobwatch.kube.engine.informer import EventType
+        from airflow_jobwatch.kube.meaning.states import classify_pod
 
         namespace = event.namespace or ""
         # The watch has delivered this pod: a missing-pod check that answers later must not contradict it.
@@ -260,9 +260,9 @@ async def child_run(
     *,
     requests: BinaryIO | None = None,
 ) -> None:
-    from airflow_jobwatch.kube.client import ClusterConfigError
-    from airflow_jobwatch.kube.direct import DirectApiClient, end_helpers
-    from airflow_jobwatch.kube.informer import Informer
+    from airflow_jobwatch.kube.cluster.client import ClusterConfigError
+    from airflow_jobwatch.kube.cluster.direct import DirectApiClient, end_helpers
+    from airflow_jobwatch.kube.engine.informer import Informer
 
     # Sending on a pipe blocks once the OS buffer (64 KiB) is full, i.e. whenever the scheduler is
     # busy and does not read. The informer's subscribers run in the event loop and must not block,
@@ -469,8 +469,8 @@ async def check_missing(
     """
     import aiohttp
 
-    from airflow_jobwatch.kube.backoff import Backoff
-    from airflow_jobwatch.kube.states import classify_pod
+    from airflow_jobwatch.kube.engine.backoff import Backoff
+    from airflow_jobwatch.kube.meaning.states import classify_pod
 
     cfg = spec.informer_config
     sem = asyncio.Semaphore(MISSING_CHECK_CONCURRENCY)

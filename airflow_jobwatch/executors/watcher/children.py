@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection
 from typing import IO, Any
 
 from airflow_jobwatch.executors.watcher.messages import PodRef, WatcherSpec, WatcherStats
-from airflow_jobwatch.kube.backoff import Backoff
+from airflow_jobwatch.kube.engine.backoff import Backoff
 
 
 class _ChildProcess:

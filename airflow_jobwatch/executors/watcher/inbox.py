@@ -153,7 +153,7 @@ class ChildMessages:
             self._on_update(msg, results)
         elif isinstance(msg, Metric):
             # The child's informer metrics, sent here through Airflow's Stats (the child never imports it).
-            metrics._send(msg.kind, msg.name, msg.value, msg.tags)
+            metrics.forward(msg.kind, msg.name, msg.value, msg.tags)
         elif isinstance(msg, Synced):
             # The child itself checks the expected pods absent from this list (PodGone / PodUpdate).
             child.synced = True
@@ -213,7 +213,7 @@ class ChildMessages:
     def _on_gone(self, msg: PodGone, results: list[PodResult]) -> None:
         """A pod handed to a new child as expected (or launched while it started) was absent from its first
         list, and a GET said 404."""
-        from airflow_jobwatch.kube.states import classify_pod
+        from airflow_jobwatch.kube.meaning.states import classify_pod
 
         ref = (msg.namespace, msg.name)
         tracked = self._tracked.get(ref)

@@ -12,8 +12,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.informer import InformerConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 PodRef = tuple[str, str]  # (namespace, name)
 

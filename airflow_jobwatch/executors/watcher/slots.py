@@ -20,9 +20,9 @@ from airflow_jobwatch.executors.watcher.child import FileHeartbeat
 from airflow_jobwatch.executors.watcher.children import _Child, _ChildProcess, _Slot
 from airflow_jobwatch.executors.watcher.inbox import ChildMessages
 from airflow_jobwatch.executors.watcher.messages import PodRef, PodResult, WatcherSpec
-from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.informer import InformerConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.engine.backoff import Backoff
+from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 # Every part of the supervisor logs under the name it always had.
 log = logging.getLogger("airflow_jobwatch.executors.watcher.supervisor")

@@ -35,8 +35,8 @@ from airflow_jobwatch.executors.watcher.slots import (
     RESTART_BACKOFF_RESET_AFTER_SECONDS,
 )
 from airflow_jobwatch.executors.watcher.status import StatusReporting
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.informer import InformerConfig
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.engine.informer import InformerConfig
 
 log = logging.getLogger(__name__)
 

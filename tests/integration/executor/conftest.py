@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 from airflow_jobwatch_testing.pod_template import pod_template_yaml
 from airflow_jobwatch_testing.sandbox import SandboxThread
 

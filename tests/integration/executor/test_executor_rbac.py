@@ -72,7 +72,7 @@ def executor_for(
         namespace -f`` (``namespace`` None: as ``kubectl apply -f``, each document's own)."""
         from kubernetes.client import CoreV1Api
 
-        from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+        from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 
         admin_path = tmp_path / "admin-kubeconfig"
         rbac_kube.write_kubeconfig(admin_path)
@@ -231,7 +231,7 @@ def test_adoption_finds_a_pod_in_a_pod_override_namespace_or_leaves_the_task_unr
 
     from kubernetes.client import CoreV1Api
 
-    from airflow_jobwatch.kube.client import ClusterConfig, sync_api_client
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig, sync_api_client
 
     manifests = _doc_role()
     if rights == "cluster-list":

@@ -18,9 +18,9 @@ import pytest
 
 from airflow_jobwatch.executors.pods import worker_label_selector
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.informer import InformerConfig
-from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.engine.informer import InformerConfig
+from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
 
 pytestmark = pytest.mark.timeout(120)
 

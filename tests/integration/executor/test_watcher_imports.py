@@ -19,8 +19,8 @@ from test_watcher import FAST_INFORMER, JOB_ID
 from airflow_jobwatch import metrics
 from airflow_jobwatch.executors.pods import worker_label_selector
 from airflow_jobwatch.executors.watcher import WatcherSupervisor
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -129,8 +129,8 @@ def test_watcher_child_of_an_airflow_main_imports_no_airflow(kube_sandbox, tmp_p
             from test_watcher_imports import _probe_module
             from airflow_jobwatch.executors.pods import worker_label_selector
             from airflow_jobwatch.executors.watcher import WatcherSupervisor
-            from airflow_jobwatch.kube.client import ClusterConfig
-            from airflow_jobwatch.kube.states import DEFAULT_FATAL_WAITING_REASONS
+            from airflow_jobwatch.kube.cluster.client import ClusterConfig
+            from airflow_jobwatch.kube.meaning.states import DEFAULT_FATAL_WAITING_REASONS
             from test_watcher import FAST_INFORMER, JOB_ID
 
             if __name__ == "__main__":
@@ -201,7 +201,9 @@ def test_watcher_child_imports_no_kubernetes_client_library(kube_sandbox, capfd,
         for line in capfd.readouterr().err.splitlines()
         if line.startswith("import time:")
     }
-    assert "aiohttp" in imported and "airflow_jobwatch.kube.informer" in imported  # the report is the child's
+    assert (
+        "aiohttp" in imported and "airflow_jobwatch.kube.engine.informer" in imported
+    )  # the report is the child's
     libraries = sorted(
         m for m in imported if m.split(".")[0] in ("kubernetes_asyncio", "kubernetes", "airflow", "urllib3")
     )

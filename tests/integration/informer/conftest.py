@@ -54,7 +54,7 @@ async def server() -> AsyncIterator[ScriptedServer]:
 
 
 def _page_decoders() -> list[Any]:
-    from airflow_jobwatch.kube import listing
+    from airflow_jobwatch.kube.engine import listing
 
     out = [pytest.param(listing._decode_page_stdlib, id="stdlib-json")]
     if hasattr(listing, "_decode_page_msgspec"):
@@ -64,10 +64,10 @@ def _page_decoders() -> list[Any]:
 
 @pytest.fixture(params=_page_decoders())
 def each_decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the test once with each LIST page decoder of kube/listing.py (msgspec, used when it is installed,
+    """Run the test once with each LIST page decoder of kube/engine/listing.py (msgspec, used when it is installed,
     which it is wherever Airflow is; the stdlib's json otherwise): the relist rules must not depend on it.
     The engine reads ``listing._decode_page`` at each page, so patching it there reaches every informer."""
-    from airflow_jobwatch.kube import listing
+    from airflow_jobwatch.kube.engine import listing
 
     monkeypatch.setattr(listing, "_decode_page", request.param)
 
@@ -79,7 +79,7 @@ def each_store_form(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     deletion rules must not depend on it. Every informer the test creates gets the form."""
     import dataclasses
 
-    from airflow_jobwatch.kube import informer as module
+    from airflow_jobwatch.kube.engine import informer as module
 
     compact = request.param == "compact-store"
     original = module.Informer.__init__

@@ -20,7 +20,13 @@ from typing import Any
 import kubernetes_asyncio.client as k8s
 import kubernetes_asyncio.config as k8s_config
 
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent, InformerHealth
+from airflow_jobwatch.kube.engine.informer import (
+    EventType,
+    Informer,
+    InformerConfig,
+    InformerEvent,
+    InformerHealth,
+)
 from airflow_jobwatch_testing.sandbox import SandboxThread
 
 NS = "default"

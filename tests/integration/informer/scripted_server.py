@@ -13,7 +13,7 @@ import kubernetes_asyncio.client as k8s
 from aiohttp import web
 from informer_helpers import FAST, Recorder
 
-from airflow_jobwatch.kube.informer import Informer, InformerConfig
+from airflow_jobwatch.kube.engine.informer import Informer, InformerConfig
 
 
 def phase_of(informer: Informer, uid: str) -> str | None:

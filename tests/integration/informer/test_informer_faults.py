@@ -20,8 +20,8 @@ from informer_helpers import (
     server_state,
 )
 
-from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.informer import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.backoff import Backoff
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig
 
 
 async def test_initial_list_then_live_changes(sb, api, pods: Pods):
@@ -314,7 +314,7 @@ async def test_sixty_second_outage(make_sandbox, tmp_path):
 async def test_periodic_resync_redelivers_the_store_without_listing(sb, api, pods: Pods):
     """client-go's resync: every stored object is handed to the subscribers again, and the server is asked
     nothing but to resume the watch (a LIST would close the watch first, see test_watcher_resync.py)."""
-    from airflow_jobwatch.kube.observer import _NoObserver
+    from airflow_jobwatch.kube.engine.observer import _NoObserver
 
     class Counted(_NoObserver):
         def __init__(self) -> None:
@@ -361,7 +361,7 @@ async def test_subscriber_errors_do_not_stop_the_engine(sb, api, pods: Pods):
 async def test_stop_is_prompt_even_while_backing_off(sb, api):
     sb.set_error_rate(1.0, status=503, verbs={"list"})
     config = InformerConfig(**{**FAST.__dict__, "backoff_initial_seconds": 20, "backoff_max_seconds": 30})
-    from airflow_jobwatch.kube.informer import Informer
+    from airflow_jobwatch.kube.engine.informer import Informer
 
     informer = Informer(api, kind="pods", namespace=NS, config=config)
     await informer.start()

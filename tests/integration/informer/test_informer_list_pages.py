@@ -1,5 +1,5 @@
-"""A paged LIST applied page by page (kube/relist.py, Relister._list_page / _apply_page), with the cyclic
-garbage collector held off while a page is parsed and applied (kube/store.py, _gc_paused): a broken page
+"""A paged LIST applied page by page (kube/engine/relist.py, Relister._list_page / _apply_page), with the cyclic
+garbage collector held off while a page is parsed and applied (kube/engine/store.py, _gc_paused): a broken page
 fails the list like before and leaves the collector as it was, and an application that turned the
 collector off keeps it off. The real kubernetes_asyncio client over real HTTP against scripted_server.ScriptedServer."""
 
@@ -13,7 +13,7 @@ from aiohttp import web
 from informer_helpers import eventually
 from scripted_server import ScriptedServer, list_of, pod, start, stop, stream
 
-from airflow_jobwatch.kube.informer import EventType
+from airflow_jobwatch.kube.engine.informer import EventType
 
 # Every test here runs with each LIST page decoder (conftest.each_decoder).
 pytestmark = pytest.mark.usefixtures("each_decoder")

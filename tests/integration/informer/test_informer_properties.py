@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from informer_helpers import FAST, NS, Pods, api_client_for, consistent, eventually, running_informer
 
-from airflow_jobwatch.kube.backoff import Backoff
-from airflow_jobwatch.kube.informer import InformerConfig
+from airflow_jobwatch.kube.engine.backoff import Backoff
+from airflow_jobwatch.kube.engine.informer import InformerConfig
 from airflow_jobwatch_testing.sandbox import SandboxThread
 
 # A minute of 410s at the production backoff (0.8 s doubling to 30 s), with time scaled by 1/10 so the test

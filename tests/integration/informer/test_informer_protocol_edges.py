@@ -25,7 +25,7 @@ from scripted_server import (
     stream,
 )
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig
 
 
 async def test_410_error_event_in_the_middle_of_a_stream(server: ScriptedServer):

@@ -18,7 +18,7 @@ import pytest
 from informer_helpers import FAST, eventually
 from scripted_server import ScriptedServer, line, list_of, phase_of, pod, start, status, stop, stream
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig, compare_resource_versions
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig, compare_resource_versions
 
 # Every test here runs with each LIST page decoder (conftest.each_decoder).
 pytestmark = pytest.mark.usefixtures("each_decoder", "each_store_form")

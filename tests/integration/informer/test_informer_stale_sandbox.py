@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from informer_helpers import FAST, NS, Pods, api_client_for, consistent, eventually, running_informer
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig
 from airflow_jobwatch_testing.sandbox import SandboxThread
 
 pytestmark = [

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from airflow_jobwatch.kube.states import classify_pod, pod_disruption
+from airflow_jobwatch.kube.meaning.states import classify_pod, pod_disruption
 from airflow_jobwatch_testing.sandbox import SandboxThread
 from airflow_jobwatch_testing.sandbox.admin import AdminClient
 

@@ -15,7 +15,7 @@ import pytest
 from airflow.triggers.base import TaskSuccessEvent
 from kubernetes_asyncio.client import CoreV1Api
 
-from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.kube.meaning import xcom_sidecar
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 

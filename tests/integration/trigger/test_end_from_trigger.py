@@ -13,8 +13,8 @@ from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 from airflow.utils.json import XComDecoder
 
+from airflow_jobwatch.ending.end import end_from_triggerer, may_fail_here
 from airflow_jobwatch.operators.job import KubernetesJobOperator
-from airflow_jobwatch.triggers.ending import end_from_triggerer, may_fail_here
 
 from .conftest import NS
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator

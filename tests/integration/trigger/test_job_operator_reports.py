@@ -18,7 +18,7 @@ import pytest
 import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 
-from airflow_jobwatch.kube.states import classify_job
+from airflow_jobwatch.kube.meaning.states import classify_job
 from airflow_jobwatch.triggers.job import JobTrigger
 
 from .conftest import NS

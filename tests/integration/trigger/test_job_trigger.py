@@ -44,7 +44,7 @@ async def test_success_reports_pods(sandbox, kubeconfig, k8s_async_client):
     assert event["xcom_result"] is None  # do_xcom_push is off
     assert event["job"]["metadata"]["uid"] == job["metadata"]["uid"]
     assert event["job"]["status"]["succeeded"] == 1  # kubernetes.client.V1Job.to_dict()'s snake_case
-    # the whole Job, read at the end: the shared cache keeps no pod template (kube/projection.py)
+    # the whole Job, read at the end: the shared cache keeps no pod template (kube/engine/projection.py)
     assert (
         event["job"]["spec"]["template"]["spec"]["containers"][0]["command"]
         == job_manifest("ok", ["sh", "-c", "echo hi; exit 0"])["spec"]["template"]["spec"]["containers"][0][

@@ -14,10 +14,10 @@ import structlog.testing
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
-from airflow_jobwatch.kube.result import RESULT_ANNOTATION, stored_result
-from airflow_jobwatch.triggers.ending import end_from_triggerer
+from airflow_jobwatch.ending.end import end_from_triggerer
+from airflow_jobwatch.ending.result_keys import result_keys
+from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION, stored_result
 from airflow_jobwatch.triggers.job import JobTrigger
-from airflow_jobwatch.triggers.result_keys import result_keys
 
 from .conftest import NS, wait_until
 from .test_end_from_trigger import _deferred

@@ -19,9 +19,9 @@ from airflow.triggers.base import TaskFailedEvent
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
-from airflow_jobwatch.kube.result import RESULT_ANNOTATION
-from airflow_jobwatch.triggers.ending import end_from_triggerer
+from airflow_jobwatch.ending.end import end_from_triggerer
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
+from airflow_jobwatch.kube.meaning.result import RESULT_ANNOTATION
 from airflow_jobwatch.triggers.job import JobTrigger
 
 from .conftest import NS, wait_until

@@ -16,7 +16,7 @@ import yaml
 from kubernetes_asyncio.client import BatchV1Api
 from support.incluster import enter_pod
 
-from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 

@@ -15,7 +15,7 @@ from airflow.triggers.base import TaskSuccessEvent
 from support.log_socket import LoopLag, Supervisor, logging_to
 from support.stack import wait_until
 
-from airflow_jobwatch.triggers.ending import end_from_triggerer
+from airflow_jobwatch.ending.end import end_from_triggerer
 from airflow_jobwatch_testing.sandbox import SandboxProcess
 
 from .test_job_operator import FakeTI, make_context, make_operator

@@ -20,8 +20,8 @@ from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow.triggers.base import TaskSuccessEvent
 from support.masking import registered
 
-from airflow_jobwatch.triggers import masking
-from airflow_jobwatch.triggers.ending import end_from_triggerer
+from airflow_jobwatch.ending import masking
+from airflow_jobwatch.ending.end import end_from_triggerer
 from airflow_jobwatch.triggers.job import JobTrigger
 
 from .test_job_operator import FakeTI, make_context, make_operator

@@ -13,9 +13,9 @@ import structlog.testing
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent
 
+from airflow_jobwatch.ending import pod_logs
+from airflow_jobwatch.ending.end import end_from_triggerer
 from airflow_jobwatch.operators.job import KubernetesJobOperator
-from airflow_jobwatch.triggers import pod_logs
-from airflow_jobwatch.triggers.ending import end_from_triggerer
 
 from .test_job_operator import FakeTI, _rendered, make_context, make_operator
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.client import ClusterConfig, async_api_client
+from airflow_jobwatch.kube.cluster.client import ClusterConfig, async_api_client
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import get_registry
 

@@ -18,8 +18,8 @@ import pytest
 from airflow.providers.common.compat.sdk import AirflowException, TaskDeferred
 from kubernetes_asyncio.client import BatchV1Api, CoreV1Api
 
+from airflow_jobwatch.ending.end import end_from_triggerer
 from airflow_jobwatch.triggers import waiting as waiting_module
-from airflow_jobwatch.triggers.ending import end_from_triggerer
 from airflow_jobwatch.triggers.registry import NamespaceWatch, get_registry
 
 from .conftest import NS, collect, complete_without_pods, create_job, job_manifest, make_trigger, wait_until

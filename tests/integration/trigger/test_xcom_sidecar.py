@@ -15,10 +15,10 @@ from airflow.models import Connection
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.triggers.base import TaskSuccessEvent
 
-from airflow_jobwatch.kube import result as kube_result
-from airflow_jobwatch.kube import xcom_sidecar
+from airflow_jobwatch.ending.end import end_from_triggerer
+from airflow_jobwatch.kube.meaning import result as kube_result
+from airflow_jobwatch.kube.meaning import xcom_sidecar
 from airflow_jobwatch.operators.job import KubernetesJobOperator
-from airflow_jobwatch.triggers.ending import end_from_triggerer
 
 from .conftest import NS
 from .test_end_from_trigger import _decoded, _deferred
@@ -241,7 +241,7 @@ async def test_a_result_larger_than_the_triggerers_share_is_read_by_a_worker(
     """The triggerer reads a Job's results within its memory budget; a larger one resumes the task on a
     worker, which reads it whole. (The share is made small here, so that a result of some hundred KiB
     shows what one of tens of MiB does.)"""
-    from airflow_jobwatch.triggers import pod_logs, sidecar_results
+    from airflow_jobwatch.ending import pod_logs, sidecar_results
 
     monkeypatch.setattr(sidecar_results, "TRIGGERER_RESULT_BYTES", 64 * 1024)
     path = str(tmp_path / "return.json")

@@ -55,8 +55,8 @@ def test_a_preempted_pod_seen_only_in_its_deletion_is_named() -> None:
     still has the DisruptionTarget condition the scheduler set first."""
     from airflow_jobwatch.executors.watcher.child import PodRelay
     from airflow_jobwatch.executors.watcher.messages import PodUpdate, WatcherSpec
-    from airflow_jobwatch.kube.client import ClusterConfig
-    from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+    from airflow_jobwatch.kube.cluster.client import ClusterConfig
+    from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig, InformerEvent
 
     pod = _pod("running", node="spot-7")
     pod["metadata"]["labels"] = {"kubernetes_executor": "True", "airflow-worker": "42"}

@@ -273,9 +273,9 @@ def test_jobwatch_label_scheme_hides_pods_from_upstreams_selectors(kube_config):
 )
 def test_containers_started(statuses, started):
     """Only a pod none of whose containers ever started is relaunched after a disruption; the watcher uses
-    the one predicate of kube/states.py."""
+    the one predicate of kube/meaning/states.py."""
     from airflow_jobwatch.executors.watcher.child import containers_started
-    from airflow_jobwatch.kube import states
+    from airflow_jobwatch.kube.meaning import states
 
     assert containers_started is states.containers_started
 

@@ -16,8 +16,8 @@ from typing import Any
 from airflow_jobwatch.executors.pods import worker_label_selector
 from airflow_jobwatch.executors.watcher.child import PodRelay
 from airflow_jobwatch.executors.watcher.messages import PodAdopted, PodUpdate, WatcherSpec
-from airflow_jobwatch.kube.client import ClusterConfig
-from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+from airflow_jobwatch.kube.cluster.client import ClusterConfig
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig, InformerEvent
 
 PODS = Path(__file__).parent.parent / "fixtures" / "pods"
 SELECTOR = worker_label_selector("42")

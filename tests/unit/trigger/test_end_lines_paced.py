@@ -7,8 +7,8 @@ from __future__ import annotations
 import structlog
 from support.log_socket import Supervisor, logging_to
 
-from airflow_jobwatch.triggers import pod_logs
-from airflow_jobwatch.triggers.ending import log_ending
+from airflow_jobwatch.ending import pod_logs
+from airflow_jobwatch.ending.end import log_ending
 
 PODS = [
     {"name": f"job-pod-{i:05d}", "phase": "Succeeded", "exit_code": 0, "reason": "Completed"}

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from airflow.utils.json import XComDecoder
 
-from airflow_jobwatch.triggers.ending import (
+from airflow_jobwatch.ending.end import (
     failure_text,
     hold_resume,
     job_finished,

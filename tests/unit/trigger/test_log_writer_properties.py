@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.log_socket import LoopLag, Supervisor, logging_to
 
-from airflow_jobwatch.triggers import pod_logs
+from airflow_jobwatch.ending import pod_logs
 
 PREFIX = "[pod-a] [base] "
 STALL = 0.3  # the writer's patience here: a supervisor that stopped reading is found in 0.3 s

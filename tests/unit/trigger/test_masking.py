@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.masking import registered
 
-from airflow_jobwatch.triggers import masking
+from airflow_jobwatch.ending import masking
 from airflow_jobwatch.triggers.job import JobTrigger
 
 

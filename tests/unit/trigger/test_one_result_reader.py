@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.result import JobResult
+from airflow_jobwatch.kube.meaning.result import JobResult
 from airflow_jobwatch.operators.job import KubernetesJobOperator
 from airflow_jobwatch.triggers.job import JobTrigger
 

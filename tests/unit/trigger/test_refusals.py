@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig, InformerEvent
 from airflow_jobwatch.triggers.refusals import Refusals
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.kube.informer import EventType, Informer, InformerConfig, InformerEvent
+from airflow_jobwatch.kube.engine.informer import EventType, Informer, InformerConfig, InformerEvent
 from airflow_jobwatch.triggers import tombstones
 from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
 

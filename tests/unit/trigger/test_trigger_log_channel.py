@@ -12,8 +12,8 @@ import pytest
 import structlog
 from support.log_socket import LoopLag, Supervisor, logging_to
 
-from airflow_jobwatch.triggers import pod_logs
-from airflow_jobwatch.triggers.ending import may_fail_here
+from airflow_jobwatch.ending import pod_logs
+from airflow_jobwatch.ending.end import may_fail_here
 
 
 def _reader_after(sock: socket.socket, delay: float, got: list[bytes]) -> threading.Thread:

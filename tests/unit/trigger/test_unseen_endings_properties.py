@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_jobwatch.kube.informer import EventType, InformerConfig, InformerEvent
+from airflow_jobwatch.kube.engine.informer import EventType, InformerConfig, InformerEvent
 from airflow_jobwatch.triggers.job import JobTrigger
 from airflow_jobwatch.triggers.registry import NamespaceWatch, WatchKey
 
