@@ -218,9 +218,8 @@ class Sandbox:
             self._runner, self.host, self.port, reuse_address=True, ssl_context=self._ssl_context
         )
         await self._site.start()
-        server = self._site._server
-        if self.port == 0 and server is not None:
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        if self.port == 0:
+            self.port = int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         """Stop everything: watches end, pod processes are killed, the port is closed."""
@@ -563,6 +562,9 @@ class Sandbox:
         self._in_outage = True
         for watcher in self.store.all_watchers():
             watcher.close("outage")
+        # An outage refuses connections at once, from a method that cannot await: the listening socket is
+        # closed through the site's asyncio Server (aiohttp has no public synchronous close; TCPSite.stop()
+        # is a coroutine, and it is awaited when the outage ends).
         if self._site is not None and self._site._server is not None:
             self._site._server.close()
         self._abort_connections()
