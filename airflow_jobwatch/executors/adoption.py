@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from airflow_jobwatch.executors.adoption_listing import _Unresolved, _Where
+from airflow_jobwatch.executors.adoption_listing import Unresolved, Where
 from airflow_jobwatch.executors.adoption_retry import (
     ADOPTION_RETRY_INITIAL_SECONDS,
     ADOPTION_RETRY_MAX_SECONDS,
@@ -28,8 +28,8 @@ __all__ = [
     "ADOPTION_RETRY_MAX_SECONDS",
     "COMPLETED_POD_GRACE_MARGIN_SECONDS",
     "Adoption",
-    "_Unresolved",
-    "_Where",
+    "Unresolved",
+    "Where",
 ]
 
 

@@ -14,14 +14,14 @@ from airflow_jobwatch.executors.completed_pods import CompletedPodCleanup
 from airflow_jobwatch.kube.engine.backoff import Backoff
 
 
-class _Where:
+class Where:
     """Where one adoption round may list: whether the list across all namespaces was refused."""
 
     cluster_refused = False
 
 
 @dataclass
-class _Unresolved:
+class Unresolved:
     """A task instance adopted while its scheduler's pods could not all be listed: what its row said.
 
     Kept by :mod:`.adoption_retry`; defined here because the lists and the matching take it in place of a
@@ -41,7 +41,7 @@ class _Unresolved:
 class AdoptionListing(CompletedPodCleanup):
     """Listing the worker pods of gone schedulers with complete evidence, in every namespace they may be in."""
 
-    def _list_everywhere(self, label_selector: str, tis: list[Any], where: _Where) -> list[dict[str, Any]]:
+    def _list_everywhere(self, label_selector: str, tis: list[Any], where: Where) -> list[dict[str, Any]]:
         """Every pod matching ``label_selector`` in every namespace a launch of ``tis`` could have used, or
         an exception: never a partial answer.
 
@@ -101,7 +101,7 @@ class AdoptionListing(CompletedPodCleanup):
 
     def _workload_of(self, ti: Any) -> Any:
         """The ExecuteTask of ``ti``, rebuilt from its row as the scheduler builds it (None if it cannot be)."""
-        if isinstance(ti, _Unresolved):
+        if isinstance(ti, Unresolved):
             return ti.workload
         try:
             from airflow.executors.workloads import ExecuteTask

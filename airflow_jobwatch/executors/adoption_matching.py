@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobwatch.executors.adoption_listing import AdoptionListing, _Unresolved, _Where
-from airflow_jobwatch.executors.base import _explain
+from airflow_jobwatch.executors.adoption_listing import AdoptionListing, Unresolved, Where
+from airflow_jobwatch.executors.base import explain
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     JOBWATCH_LABELS,
@@ -82,7 +82,7 @@ class AdoptionMatching(AdoptionListing):
         candidates: dict[TaskInstanceKey, list[tuple[str, dict[str, Any]]]] = {}
         seen: set[tuple[str, str]] = set()
         complete = True
-        where = _Where()
+        where = Where()
         for scheme in (self.labels, other):
             try:
                 pods = self._list_everywhere(
@@ -94,7 +94,7 @@ class AdoptionMatching(AdoptionListing):
                     "Could not list every worker pod for adoption (%s); the task instances of scheduler job(s) "
                     "%s stay adopted here, unresolved, and are looked for again: none is reset or launched on "
                     "a partial list",
-                    _explain(err, verb="list", resource="pods", namespace=None),
+                    explain(err, verb="list", resource="pods", namespace=None),
                     ", ".join(sorted(gone)),
                 )
                 break
@@ -278,7 +278,7 @@ class AdoptionMatching(AdoptionListing):
         state = getattr(ti, "state", None)
         if getattr(state, "value", state) != "queued":
             return False
-        if isinstance(ti, _Unresolved):
+        if isinstance(ti, Unresolved):
             workload = ti.workload
             if workload is None:
                 return False

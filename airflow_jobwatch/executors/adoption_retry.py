@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_jobwatch.executors.adoption_listing import _Unresolved
+from airflow_jobwatch.executors.adoption_listing import Unresolved
 from airflow_jobwatch.executors.adoption_matching import AdoptionMatching
 from airflow_jobwatch.kube.engine.backoff import Backoff
 
@@ -28,11 +28,11 @@ class UnresolvedRetry(AdoptionMatching):
 
     def _keep_unresolved(self, ti: Any) -> None:
         """Keep a task instance adopted but unresolved: its row is read again before it is acted on."""
-        if isinstance(ti, _Unresolved):
+        if isinstance(ti, Unresolved):
             entry = ti
         else:
             state = getattr(ti, "state", None)
-            entry = _Unresolved(
+            entry = Unresolved(
                 key=ti.key,
                 queued_by_job_id=ti.queued_by_job_id,
                 external_executor_id=getattr(ti, "external_executor_id", None),

@@ -48,7 +48,7 @@ RUNNING_POD_LOG_LINES = 100
 STATUS_REPORTS_KEPT = 500
 
 
-def _getfloat(section: str, key: str, default: float, source: Any = None) -> float:
+def getfloat(section: str, key: str, default: float, source: Any = None) -> float:
     """A float option; ``source`` is a team's ``ExecutorConf`` (Airflow 3.2+ multi-team) or the global conf.
 
     ``ExecutorConf`` has no ``getfloat``, hence ``get`` and a conversion with a clear error.
@@ -76,7 +76,7 @@ def cluster_config_from_conf(source: Any = None) -> ClusterConfig:
     return cluster_config_from_executor_conf(source)
 
 
-def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
+def explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> str:
     """An API error for a log line or a task's failure: the explained 401/403 (what to grant), else
     status, reason and the server's message. Never the response headers the exception would print."""
     from airflow_jobwatch.kube.cluster.errors import access_denied_from_exception
@@ -87,10 +87,10 @@ def _explain(err: Any, *, verb: str, resource: str, namespace: str | None) -> st
     status = getattr(err, "status", None)
     if status is None:
         return f"{type(err).__name__}: {err}"
-    return f"{status} {getattr(err, 'reason', '')}: {_api_message(err)}"
+    return f"{status} {getattr(err, 'reason', '')}: {api_message(err)}"
 
 
-def _api_message(err: Any) -> str:
+def api_message(err: Any) -> str:
     try:
         body = json.loads(err.body) if err.body else {}
         return str(body.get("message") or err.reason or "")

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.configuration import conf
 
-from airflow_jobwatch.executors.base import _getfloat
+from airflow_jobwatch.executors.base import getfloat
 from airflow_jobwatch.executors.pods import DONE_LABEL
 from airflow_jobwatch.executors.results import Results
 
@@ -110,8 +110,8 @@ class CompletedPodCleanup(Results):
         if finished.tzinfo is None:
             finished = finished.replace(tzinfo=UTC)
         grace = (
-            _getfloat("scheduler", "scheduler_health_check_threshold", 30.0)
-            + _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            getfloat("scheduler", "scheduler_health_check_threshold", 30.0)
+            + getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
             + COMPLETED_POD_GRACE_MARGIN_SECONDS
         )
         return (datetime.now(UTC) - finished).total_seconds() < grace

@@ -29,9 +29,9 @@ from airflow_jobwatch.compat import executor_cli_commands
 from airflow_jobwatch.executors.adoption import Adoption
 from airflow_jobwatch.executors.base import (
     K8S_SECTION,
-    _explain,
-    _getfloat,
     cluster_config_from_conf,
+    explain,
+    getfloat,
     informer_config_from_conf,
 )
 from airflow_jobwatch.executors.launching import LaunchQueue
@@ -187,7 +187,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
         self._restarts_reported = restarts
         now = time.monotonic()
         if now >= self._next_completed_cleanup and self._completed_search is None:
-            interval = _getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
+            interval = getfloat("scheduler", "orphaned_tasks_check_interval", 300.0)
             self._next_completed_cleanup = now + interval
             # The metadata-database query and the LIST run in the API threads, off the scheduler loop.
             self._completed_search = self._pool().submit(self._find_completed_pods)
@@ -340,7 +340,7 @@ class JobWatchExecutor(LaunchQueue, Adoption):
         except Exception as err:
             messages.append(
                 "Reading the worker pod's log failed: "
-                + _explain(err, verb="get", resource="pods/log", namespace=None)
+                + explain(err, verb="get", resource="pods/log", namespace=None)
             )
             return messages, [""]
 

@@ -8,7 +8,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from airflow_jobwatch import metrics
-from airflow_jobwatch.executors.base import ExecutorBase, _api_message, _explain
+from airflow_jobwatch.executors.base import ExecutorBase, api_message, explain
 from airflow_jobwatch.executors.pods import (
     DONE_LABEL,
     key_from_annotations,
@@ -278,7 +278,7 @@ class LaunchQueue(ExecutorBase):
         except ApiException as err:
             if err.status != HTTPStatus.CONFLICT:
                 raise
-            error = f"{err.status} {err.reason}: {_api_message(err)}"
+            error = f"{err.status} {err.reason}: {api_message(err)}"
         raise self._resolve_conflict(key, namespace, name, error)
 
     def _collect_creates(self) -> bool:
@@ -326,7 +326,7 @@ class LaunchQueue(ExecutorBase):
         if isinstance(err, ApiException):
             status = err.status or 0
             metrics.pod_create_error(status)
-            message = _api_message(err)
+            message = api_message(err)
             retry_after = _retry_after(err)
             transient = (
                 (status == HTTPStatus.FORBIDDEN and "exceeded quota" in message)
@@ -340,7 +340,7 @@ class LaunchQueue(ExecutorBase):
                 self._fail_launch(
                     key,
                     f"the API server rejected the worker pod {namespace}/{name}: "
-                    + _explain(err, verb="create", resource="pods", namespace=namespace),
+                    + explain(err, verb="create", resource="pods", namespace=namespace),
                 )
                 return True
             self._retry_launch(key, launch, f"{status} {err.reason}: {message}", retry_after)

@@ -28,7 +28,7 @@ from airflow_jobwatch.triggers.notes import REASON_DISRUPTION_RETRIES, WaitNotes
 from airflow_jobwatch.triggers.registry import GET_PROJECTED, NamespaceWatch
 
 
-def _uid(obj: dict[str, Any] | None) -> str | None:
+def uid_of(obj: dict[str, Any] | None) -> str | None:
     return ((obj or {}).get("metadata") or {}).get("uid")
 
 
@@ -80,7 +80,7 @@ class JobDecisions:
             outcome=outcome,
             reason=reason,
             message=message,
-            uid=_uid(job) or self.job_uid,
+            uid=uid_of(job) or self.job_uid,
             pods=pods or [],
             base_container=self.base_container_name,
             do_xcom_push=self.do_xcom_push,
@@ -112,7 +112,7 @@ class JobDecisions:
         """``job`` if it is the Job this trigger waits for (same uid when the uid is known)."""
         if job is None:
             return None
-        if self.job_uid and _uid(job) != self.job_uid:
+        if self.job_uid and uid_of(job) != self.job_uid:
             return None
         return job
 
@@ -122,7 +122,7 @@ class JobDecisions:
             return None
         job = self._ours(watch.job(self.job_name))
         if job is not None:
-            pods = watch.pods_of(_uid(job))
+            pods = watch.pods_of(uid_of(job))
             self.notes.observe(job, pods, watch.refusals)  # disruptions, Kueue, refused pods: logged once
             return self.payload_from_state(job, pods, deleted=False)
         tomb = watch.tombstone(self.job_name)
@@ -147,7 +147,7 @@ class JobDecisions:
         was seen, so it is not "deleted" either: a Job that completed and was removed by
         ``ttlSecondsAfterFinished`` before the trigger started looks exactly like this."""
         other = watch.job(self.job_name)
-        replaced = other is not None and self.job_uid is not None and _uid(other) != self.job_uid
+        replaced = other is not None and self.job_uid is not None and uid_of(other) != self.job_uid
         what = f"Job {self.namespace}/{self.job_name}" + (f" (uid {self.job_uid})" if self.job_uid else "")
         gone = "was replaced by another Job of the same name" if replaced else "no longer exists"
         return self.payload(
@@ -190,7 +190,7 @@ class JobDecisions:
         job = self._ours(watch.job(self.job_name))
         if job is None:
             return "the Job is not in the cache", None, []
-        pods = watch.pods_of(_uid(job))
+        pods = watch.pods_of(uid_of(job))
         state = classify_job(job, pods, fatal_waiting_reasons=self.fatal_reasons)
         return f"it was {state.phase}: {state.message}", job, pods
 
@@ -248,7 +248,7 @@ class JobDecisions:
         if (cached.get("spec") or {}).get("template") is not None:
             return  # the cache held it whole: the registry keeps the Jobs with a trigger unprojected
         answered, job = await self.read_job(watch, GET_PROJECTED)
-        if answered and job is not None and _uid(job) == payload["uid"]:
+        if answered and job is not None and uid_of(job) == payload["uid"]:
             # The cache's projected copy has no stored result (kube/engine/projection.py drops it): the whole Job
             # may complete what the pods no longer show, as a Job cached whole does in _payload.
             result = JobResult.from_payload(payload)

@@ -72,7 +72,7 @@ from airflow_jobwatch.triggers.waiting import (
     DEFAULT_POLL_INTERVAL_SECONDS,
     Wait,
     WaitTarget,
-    _pods_final,  # noqa: F401 - importable from here, as before
+    pods_final,  # noqa: F401 - importable from here, as before
 )
 
 __all__ = [

@@ -15,7 +15,7 @@ from airflow.triggers.base import BaseTrigger
 
 from airflow_jobwatch.kube.cluster import client as kube_client
 from airflow_jobwatch.kube.meaning.states import classify_job
-from airflow_jobwatch.triggers.deciding import _uid
+from airflow_jobwatch.triggers.deciding import uid_of
 
 
 class JobKilling(BaseTrigger):
@@ -107,7 +107,7 @@ class JobKilling(BaseTrigger):
                 "Could not read Job %s/%s before deleting it: %s", self.namespace, self.job_name, e
             )
             return None
-        if self.job_uid and _uid(job) != self.job_uid:
+        if self.job_uid and uid_of(job) != self.job_uid:
             return None
         state = classify_job(job)
         if not state.terminal:

@@ -53,7 +53,7 @@ from airflow_jobwatch.triggers.refusals import Refusals
 from airflow_jobwatch.triggers.tombstones import (
     Tombstone,
     Tombstones,
-    _slim_pod,
+    slim_pod,
 )
 
 log = logging.getLogger(__name__)
@@ -526,7 +526,7 @@ class NamespaceWatch:
                 and job_name in self._listeners
                 and not self._tombstones.holds(owner)
             ):
-                self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = _slim_pod(event.obj)
+                self._ended_pods.setdefault(owner, (job_name, {}))[1][pod_uid] = slim_pod(event.obj)
         elif pod_uid not in pods:
             self._pods_by_job[owner] = (*pods, pod_uid)
         # While its Job's tombstone lives, a pod keeps updating it: the pod watch can lag behind the Job

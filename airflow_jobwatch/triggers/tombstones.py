@@ -50,7 +50,7 @@ _TOMBSTONE_POD_FIELDS: dict[str, Spec] = {
 }
 
 
-def _slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+def slim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = project(pod, _TOMBSTONE_POD_FIELDS)
     return result
 
@@ -85,7 +85,7 @@ class _Tombstone:
             order = compare_resource_versions(held[0], rv)
             if order is not None and order > 0:
                 return
-        self.pods[pod_uid] = (rv, packer.pack(_slim_pod(pod)))
+        self.pods[pod_uid] = (rv, packer.pack(slim_pod(pod)))
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class Wait:
         if self.result.done():
             return
         held = (OUTCOME_SUCCESS, OUTCOME_FAILED, OUTCOME_UNKNOWN)
-        if payload["outcome"] not in held or _pods_final(payload):
+        if payload["outcome"] not in held or pods_final(payload):
             self.done(payload)
             return
         self.held = payload
@@ -390,7 +390,7 @@ def _uncounted_pods(status: dict[str, Any]) -> int:
     return sum(len(uids) for key in ("succeeded", "failed") if isinstance(uids := uncounted.get(key), list))
 
 
-def _pods_final(payload: dict[str, Any]) -> bool:
+def pods_final(payload: dict[str, Any]) -> bool:
     """Whether a terminal payload's pods (and the Job's counters) are final enough to report.
 
     * Every pod in the payload's summary is in a terminal phase (as classified by kube/states).

@@ -14,7 +14,7 @@ from airflow_jobwatch.kube.engine.informer import (
     Informer,
     InformerConfig,
     InformerEvent,
-    _split_lines,
+    split_lines,
 )
 
 
@@ -30,15 +30,15 @@ def test_split_lines_reassembles_any_chunking(lines, cuts):
     out: list[bytes] = []
     buffer = b""
     for start, end in itertools.pairwise(positions):
-        got, buffer = _split_lines(buffer, stream[start:end])
+        got, buffer = split_lines(buffer, stream[start:end])
         out.extend(got)
     assert out == lines
     assert buffer == b""
 
 
 def test_split_lines_keeps_the_incomplete_rest():
-    assert _split_lines(b'{"a"', b':1}\n{"b"') == ([b'{"a":1}'], b'{"b"')
-    assert _split_lines(b"", b"partial") == ([], b"partial")
+    assert split_lines(b'{"a"', b':1}\n{"b"') == ([b'{"a":1}'], b'{"b"')
+    assert split_lines(b"", b"partial") == ([], b"partial")
 
 
 @pytest.mark.parametrize(
@@ -77,9 +77,9 @@ def test_event_accessors():
 
 
 def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
-    from airflow_jobwatch.kube.engine.informer import _CompactStore
+    from airflow_jobwatch.kube.engine.informer import CompactStore
 
-    store = _CompactStore()
+    store = CompactStore()
     pod = {"metadata": {"uid": "u1", "name": "p", "resourceVersion": "7", "labels": {"a": "b"}}, "status": {}}
     store["u1"] = pod
     pod["metadata"]["resourceVersion"] = "8"  # a caller's later change does not reach the store
@@ -98,7 +98,7 @@ def test_compact_store_keeps_objects_as_json_and_every_read_is_a_fresh_copy():
 def test_compact_store_deflates_objects_alike_with_the_first_as_dictionary():
     import json
 
-    from airflow_jobwatch.kube.engine.informer import _CompactStore
+    from airflow_jobwatch.kube.engine.informer import CompactStore
 
     def pod(i: int) -> dict[str, Any]:
         labels = {"dag_id": "etl", "task_id": f"load_{i:05d}", "try_number": "1", "airflow-worker": "1001"}
@@ -115,7 +115,7 @@ def test_compact_store_deflates_objects_alike_with_the_first_as_dictionary():
             },
         }
 
-    store = _CompactStore()
+    store = CompactStore()
     for i in range(50):
         store[f"uid-{i:08d}"] = pod(i)
     size = len(json.dumps(pod(7), separators=(",", ":")))

@@ -39,7 +39,7 @@ from airflow_jobwatch.executors.watcher.messages import (
     WatcherStats,
     unseen_end,
 )
-from airflow_jobwatch.kube.engine.informer import _selector_matcher
+from airflow_jobwatch.kube.engine.informer import selector_matcher
 from airflow_jobwatch.kube.meaning.states import containers_started as states_containers_started
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class PodRelay:
         self.last_sent: dict[str, tuple[Any, ...]] = {}
         #: expected pods absent from the first list whose fate is not known yet (see check_missing).
         self.unresolved: set[PodRef] = set()
-        self._ours = _selector_matcher(spec.label_selector)
+        self._ours = selector_matcher(spec.label_selector)
 
     def expect(self, missing: Iterable[PodRef]) -> list[PodRef]:
         """The pods to check after the first list; until answered, a watch event for one resolves it."""
@@ -478,7 +478,7 @@ async def check_missing(
         total=None, sock_connect=cfg.connect_timeout_seconds, sock_read=MISSING_CHECK_READ_TIMEOUT_SECONDS
     )
     log.info("%s: checking %d expected pod(s) absent from the first list", spec.name, len(missing))
-    ours = _selector_matcher(spec.label_selector)
+    ours = selector_matcher(spec.label_selector)
 
     async def check(ref: PodRef) -> None:
         namespace, name = ref

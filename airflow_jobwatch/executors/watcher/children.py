@@ -17,7 +17,7 @@ from airflow_jobwatch.executors.watcher.messages import PodRef, WatcherSpec, Wat
 from airflow_jobwatch.kube.engine.backoff import Backoff
 
 
-class _ChildProcess:
+class ChildProcess:
     """A watcher child started as ``python -m airflow_jobwatch.executors.watcher``, with the part of
     ``multiprocessing.Process``'s interface the supervisor uses."""
 
@@ -48,10 +48,10 @@ class _ChildProcess:
 
 
 @dataclass
-class _Child:
+class Child:
     """One generation of the watcher for one namespace scope."""
 
-    process: _ChildProcess
+    process: ChildProcess
     conn: Connection
     heartbeat: Any
     started_at: float
@@ -69,11 +69,11 @@ class _Child:
 
 
 @dataclass
-class _Slot:
+class Slot:
     """The watcher of one namespace (or of all namespaces), across child generations."""
 
     spec: WatcherSpec
-    child: _Child | None = None
+    child: Child | None = None
     generation: int = 0
     restarts: int = 0
     backoff: Backoff = field(default_factory=Backoff)  # restart backoff of this slot's children

@@ -32,7 +32,7 @@ from airflow_jobwatch.executors.watcher.messages import (
 )
 
 if TYPE_CHECKING:
-    from airflow_jobwatch.executors.watcher.children import SupervisorCounters, _Child, _Slot
+    from airflow_jobwatch.executors.watcher.children import Child, Slot, SupervisorCounters
 
 # Every part of the supervisor logs under the name it always had.
 log = logging.getLogger("airflow_jobwatch.executors.watcher.supervisor")
@@ -43,7 +43,7 @@ MAX_MESSAGES_PER_POLL = 20_000
 
 
 @dataclass
-class _Tracked:
+class Tracked:
     key: Hashable
     namespace: str
     name: str
@@ -58,8 +58,8 @@ class ChildMessages:
     """Reading the children's messages and turning them into results for the pods the owner tracks."""
 
     # Set by WatcherSupervisor.__init__.
-    _slots: dict[str | None, _Slot]
-    _tracked: dict[PodRef, _Tracked]
+    _slots: dict[str | None, Slot]
+    _tracked: dict[PodRef, Tracked]
     _left: set[PodRef]
     counters: SupervisorCounters
 
@@ -74,7 +74,7 @@ class ChildMessages:
         if ref not in child.listed:
             self._request_check(child, [ref])
 
-    def _check_late(self, slot: _Slot, child: _Child, listed: frozenset[PodRef]) -> None:
+    def _check_late(self, slot: Slot, child: Child, listed: frozenset[PodRef]) -> None:
         """Ask ``child`` to check the pods launched after it started that its first list lacks.
 
         Such a pod was not in the child's expected set, so the child would not look for it; if it was
@@ -104,7 +104,7 @@ class ChildMessages:
             self._request_check(child, late)
 
     @staticmethod
-    def _request_check(child: _Child, refs: list[PodRef]) -> None:
+    def _request_check(child: Child, refs: list[PodRef]) -> None:
         """Send ``refs`` to ``child`` to check (its stdin), through a writer thread of its own."""
         stream = child.requests
         if stream is None:
@@ -125,7 +125,7 @@ class ChildMessages:
             threading.Thread(target=write, name="jobwatch-watcher-requests", daemon=True).start()
         child.outbox.put(pickle.dumps(("check", refs)))
 
-    def _drain(self, slot: _Slot, child: _Child, results: list[PodResult]) -> None:
+    def _drain(self, slot: Slot, child: Child, results: list[PodResult]) -> None:
         count = 0
         while count < MAX_MESSAGES_PER_POLL:
             try:
@@ -148,7 +148,7 @@ class ChildMessages:
                 count += 1
                 self._handle(slot, child, msg, results)
 
-    def _handle(self, slot: _Slot, child: _Child, msg: Any, results: list[PodResult]) -> None:
+    def _handle(self, slot: Slot, child: Child, msg: Any, results: list[PodResult]) -> None:
         if isinstance(msg, PodUpdate):
             self._on_update(msg, results)
         elif isinstance(msg, Metric):
@@ -189,7 +189,7 @@ class ChildMessages:
 
     @staticmethod
     def _result(
-        tracked: _Tracked,
+        tracked: Tracked,
         state: dict[str, Any],
         annotations: dict[str, str],
         observed_at: float,

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from airflow_jobwatch.executors.watcher.child import FileHeartbeat
-from airflow_jobwatch.executors.watcher.children import _Child, _ChildProcess, _Slot
+from airflow_jobwatch.executors.watcher.children import Child, ChildProcess, Slot
 from airflow_jobwatch.executors.watcher.inbox import ChildMessages
 from airflow_jobwatch.executors.watcher.messages import PodRef, PodResult, WatcherSpec
 from airflow_jobwatch.kube.cluster.client import ClusterConfig
@@ -64,7 +64,7 @@ class ChildSlots(ChildMessages):
             reset_after_seconds=RESTART_BACKOFF_RESET_AFTER_SECONDS,
         )
 
-    def _new_slot(self, ns: str | None) -> _Slot:
+    def _new_slot(self, ns: str | None) -> Slot:
         spec = WatcherSpec(
             cluster=self._cluster,
             namespace=ns,
@@ -74,9 +74,9 @@ class ChildSlots(ChildMessages):
             name=f"{self._name}-{ns or 'all-namespaces'}",
             async_client_factory=self._async_client_factory,
         )
-        return _Slot(spec=spec, backoff=self._new_backoff())
+        return Slot(spec=spec, backoff=self._new_backoff())
 
-    def _start_child(self, slot: _Slot) -> None:
+    def _start_child(self, slot: Slot) -> None:
         reader, writer = multiprocessing.Pipe(duplex=False)
         expected = self._expected(slot.spec.namespace)
         with tempfile.TemporaryFile() as hb_file:
@@ -103,12 +103,12 @@ class ChildSlots(ChildMessages):
                 popen.stdin.flush()
             except OSError:  # it died at once: reported as an exited child by the next poll
                 pass
-        process = _ChildProcess(popen)
+        process = ChildProcess(popen)
         # Close our copy of the write end: when the child dies, reading then ends with EOFError
         # instead of blocking forever on a half-written message.
         writer.close()
         slot.generation += 1
-        slot.child = _Child(
+        slot.child = Child(
             process=process,
             conn=reader,
             heartbeat=heartbeat,
@@ -131,7 +131,7 @@ class ChildSlots(ChildMessages):
             if t.confirmed and (ref[0] == scope if scope is not None else ref[0] not in self._slots)
         )
 
-    def _unhealthy_reason(self, child: _Child, now: float) -> str | None:
+    def _unhealthy_reason(self, child: Child, now: float) -> str | None:
         if not child.process.is_alive():
             return f"the watcher process exited with code {child.process.exitcode}"
         last_beat = child.heartbeat.value
@@ -148,7 +148,7 @@ class ChildSlots(ChildMessages):
         return None
 
     def _replace(
-        self, slot: _Slot, reason: str, now: float, results: list[PodResult], *, healthy: bool = False
+        self, slot: Slot, reason: str, now: float, results: list[PodResult], *, healthy: bool = False
     ) -> None:
         """Stop the slot's child and start another. ``healthy``: not a failure, only a fresh list wanted."""
         child = slot.child
@@ -193,7 +193,7 @@ class ChildSlots(ChildMessages):
         slot.next_start_at = now + delay
         log.info("Restarting KubernetesJobWatcher in %.2f s", delay)
 
-    def _stop_child(self, child: _Child, *, timeout: float, close: bool = True) -> None:
+    def _stop_child(self, child: Child, *, timeout: float, close: bool = True) -> None:
         proc = child.process
         if proc.is_alive():
             if timeout > 0:

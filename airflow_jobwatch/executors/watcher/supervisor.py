@@ -25,8 +25,8 @@ import time
 from collections.abc import Collection, Hashable, Iterable
 
 from airflow_jobwatch.executors.watcher.child import CHILD_HEARTBEAT_INTERVAL_SECONDS
-from airflow_jobwatch.executors.watcher.children import SupervisorCounters, _Child, _ChildProcess, _Slot
-from airflow_jobwatch.executors.watcher.inbox import MAX_MESSAGES_PER_POLL, _Tracked
+from airflow_jobwatch.executors.watcher.children import Child, ChildProcess, Slot, SupervisorCounters
+from airflow_jobwatch.executors.watcher.inbox import MAX_MESSAGES_PER_POLL, Tracked
 from airflow_jobwatch.executors.watcher.messages import PodRef, PodResult
 from airflow_jobwatch.executors.watcher.slots import (
     CHILD_STARTUP_GRACE_SECONDS,
@@ -48,10 +48,10 @@ __all__ = [
     "RESTART_BACKOFF_RESET_AFTER_SECONDS",
     "SupervisorCounters",
     "WatcherSupervisor",
-    "_Child",
-    "_ChildProcess",
-    "_Slot",
-    "_Tracked",
+    "Child",
+    "ChildProcess",
+    "Slot",
+    "Tracked",
 ]
 
 
@@ -114,12 +114,12 @@ class WatcherSupervisor(StatusReporting):
         self._fatal_waiting_reasons = frozenset(fatal_waiting_reasons)
         self._name = name
         self._async_client_factory = async_client_factory
-        self._slots: dict[str | None, _Slot] = {}
+        self._slots: dict[str | None, Slot] = {}
         for ns in namespaces:
             self._slots[ns] = self._new_slot(ns)
         if not self._slots:
             raise ValueError("WatcherSupervisor needs at least one namespace scope (None = all namespaces)")
-        self._tracked: dict[PodRef, _Tracked] = {}
+        self._tracked: dict[PodRef, Tracked] = {}
         # Pods that left our label selector (another scheduler adopted them). The watch delivered that as a
         # deletion, after which a watch never reports the pod again; if it is adopted back, the namespace's
         # watcher is replaced, so that a fresh list sees it.
@@ -167,7 +167,7 @@ class WatcherSupervisor(StatusReporting):
                 tracked.confirmed = True
                 self._confirmed_after_sync(ref)
             return
-        self._tracked[ref] = _Tracked(key=key, namespace=namespace, name=name, confirmed=confirmed)
+        self._tracked[ref] = Tracked(key=key, namespace=namespace, name=name, confirmed=confirmed)
 
     def untrack(self, namespace: str, name: str) -> None:
         """Forget a pod (revoked task): nothing more will be reported for it."""

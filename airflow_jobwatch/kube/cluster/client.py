@@ -349,7 +349,7 @@ class _Credentials:
                 self._inflight = None
 
 
-def _token_file_refresher(token_file: str, *, prefix: str) -> Callable[[Any], None]:
+def token_file_refresher(token_file: str, *, prefix: str) -> Callable[[Any], None]:
     """A ``refresh_api_key_hook`` that re-reads the in-cluster token file whenever it changes.
 
     The kubelet rewrites a projected service-account token in place (by default hourly, for a token
@@ -391,7 +391,7 @@ def _apply_options(cfg: ClusterConfig, configuration: Any) -> None:
         configuration.ssl_ca_cert = cfg.ssl_ca_cert
 
 
-async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
+async def load_async(cfg: ClusterConfig, configuration: Any) -> Any:
     """Fill a ``kubernetes_asyncio`` Configuration; returns the kubeconfig loader (or None)."""
     import kubernetes_asyncio.config
     import kubernetes_asyncio.config.incluster_config
@@ -405,7 +405,7 @@ async def _load_async(cfg: ClusterConfig, configuration: Any) -> Any:
             ).load_and_set(configuration)
         except load_errors as exc:
             raise in_cluster_error(cfg, exc) from None
-        configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
+        configuration.refresh_api_key_hook = token_file_refresher(token_file, prefix="Bearer ")
         _apply_options(cfg, configuration)
         return None
     resolved = resolve(cfg)
@@ -445,7 +445,7 @@ def _load_sync(cfg: ClusterConfig, configuration: Any) -> None:
             ).load_and_set(configuration)
         except load_errors as exc:
             raise in_cluster_error(cfg, exc) from None
-        configuration.refresh_api_key_hook = _token_file_refresher(token_file, prefix="Bearer ")
+        configuration.refresh_api_key_hook = token_file_refresher(token_file, prefix="Bearer ")
     else:
         resolved = resolve(cfg)
         try:
@@ -620,10 +620,10 @@ async def async_api_client(cfg: ClusterConfig) -> Any:
     import kubernetes_asyncio.client
 
     configuration = kubernetes_asyncio.client.Configuration()
-    await _load_async(cfg, configuration)
+    await load_async(cfg, configuration)
 
     async def load(fresh: Any) -> None:
-        await _load_async(cfg, fresh)
+        await load_async(cfg, fresh)
 
     credentials = _Credentials(cfg, load, kubernetes_asyncio.client.Configuration)
     try:

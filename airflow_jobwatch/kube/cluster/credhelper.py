@@ -51,10 +51,10 @@ async def export(cfg: Any) -> dict[str, Any]:
     """
     import kubernetes_asyncio.client
 
-    from airflow_jobwatch.kube.cluster.client import _load_async
+    from airflow_jobwatch.kube.cluster.client import load_async
 
     configuration = kubernetes_asyncio.client.Configuration()
-    loader = await _load_async(cfg, configuration)
+    loader = await load_async(cfg, configuration)
     # Runs the refresh hook first (an expired exec-plugin token is fetched again; in-cluster, the file read).
     authorization = await configuration.get_api_key_with_prefix("BearerToken")
     expiry = getattr(loader, "exec_plugin_expiry", None) if loader is not None else None

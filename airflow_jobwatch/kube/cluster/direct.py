@@ -45,7 +45,7 @@ from airflow_jobwatch.kube.cluster.client import (
     MIN_RELOAD_INTERVAL_SECONDS,
     ClusterConfig,
     ClusterConfigError,
-    _token_file_refresher,
+    token_file_refresher,
 )
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class DirectApiClient:
         self._retired: list[
             aiohttp.ClientSession
         ] = []  # sessions replaced by a TLS change, closed at close()
-        self._auth = types.SimpleNamespace(api_key={})  # what _token_file_refresher writes the token into
+        self._auth = types.SimpleNamespace(api_key={})  # what token_file_refresher writes the token into
         self._token_refresh: Any = None
         self._inflight: asyncio.Task[bool] | None = None
         self._last_fetch = float("-inf")
@@ -131,7 +131,7 @@ class DirectApiClient:
         if bundle.get("authorization"):
             self._auth.api_key["BearerToken"] = bundle["authorization"]
         token_file = bundle.get("token_file")
-        self._token_refresh = _token_file_refresher(token_file, prefix="Bearer ") if token_file else None
+        self._token_refresh = token_file_refresher(token_file, prefix="Bearer ") if token_file else None
 
     def _new_session(self, tls: _Tls) -> aiohttp.ClientSession:
         try:

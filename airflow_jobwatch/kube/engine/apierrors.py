@@ -60,16 +60,16 @@ class KubeApiError(Exception):
         )
 
 
-class _Expired(Exception):
+class Expired(Exception):
     """410 Gone / Expired: the requested resourceVersion (or continue token) is no longer in the server's
     history. The only way forward is a fresh LIST."""
 
 
-class _ShortWatch(Exception):
+class ShortWatch(Exception):
     """The server closed a watch within MIN_HEALTHY_WATCH_SECONDS without sending anything."""
 
 
-class _Stalled(Exception):
+class Stalled(Exception):
     """No byte arrived on a watch stream for stall_timeout_seconds."""
 
 

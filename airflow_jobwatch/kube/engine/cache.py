@@ -23,10 +23,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airflow_jobwatch.kube.engine.informer_types import _RESOURCES, EventType, InformerEvent, Kind, Subscriber
+from airflow_jobwatch.kube.engine.informer_types import RESOURCES, EventType, InformerEvent, Kind, Subscriber
 from airflow_jobwatch.kube.engine.observer import InformerObserver
 from airflow_jobwatch.kube.engine.projection import projector
-from airflow_jobwatch.kube.engine.store import _CompactStore
+from airflow_jobwatch.kube.engine.store import CompactStore
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
@@ -44,7 +44,7 @@ class Preparer:
     __slots__ = ("_api_version", "_kind_name", "_project", "_strip_managed_fields", "keep_whole")
 
     def __init__(self, kind: Kind, *, strip_managed_fields: bool, projection: bool) -> None:
-        _, _, self._kind_name, self._api_version = _RESOURCES[kind]
+        _, _, self._kind_name, self._api_version = RESOURCES[kind]
         self._strip_managed_fields = strip_managed_fields
         self._project = projector(kind) if projection else None
         #: Objects for which this returns True are stored whole, projection or not.
@@ -115,7 +115,7 @@ class ObjectCache:
         compact: bool,
         remembered_deletions: int,
     ) -> None:
-        self._objects: dict[str, dict[str, Any]] | _CompactStore = _CompactStore() if compact else {}
+        self._objects: dict[str, dict[str, Any]] | CompactStore = CompactStore() if compact else {}
         self._by_name: dict[tuple[str | None, str], str] = {}
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._remembered = remembered_deletions
@@ -132,7 +132,7 @@ class ObjectCache:
     @property
     def compact(self) -> bool:
         """Whether objects are kept packed."""
-        return isinstance(self._objects, _CompactStore)
+        return isinstance(self._objects, CompactStore)
 
     def get(self, uid: str) -> dict[str, Any] | None:
         """The stored object with this uid (read-only), or None."""
@@ -160,7 +160,7 @@ class ObjectCache:
     def packed_sizes(self) -> Iterator[int]:
         """The length of each stored object's packed bytes, for memory benchmarks; nothing when the cache is
         not compact."""
-        if isinstance(self._objects, _CompactStore):
+        if isinstance(self._objects, CompactStore):
             yield from self._objects.packed_sizes()
 
     # ----------------------------------------------------------------------------------------- writes

@@ -22,7 +22,7 @@ each:
   ``listing.py`` (msgspec or the stdlib), under the GC pause of ``store.py``.
 * :class:`~airflow_jobwatch.kube.engine.watch.Watcher` (``watch.py``) - one watch request, applying its events to
   the store.
-* :func:`~airflow_jobwatch.kube.engine.watchstream._read_lines` (``watchstream.py``) - bytes from the socket split
+* :func:`~airflow_jobwatch.kube.engine.watchstream.read_lines` (``watchstream.py``) - bytes from the socket split
   into lines, with the stall detector around every read.
 * ``listwatch.py`` - the one HTTP GET under all of them; ``apierrors.py`` - what the server said went wrong,
   and how two resourceVersions compare; ``health.py`` - failures, backoff and the unhealthy verdict;
@@ -49,40 +49,35 @@ from typing import Any
 
 import aiohttp
 
+from airflow_jobwatch.kube.engine.apierrors import Expired as Expired
 from airflow_jobwatch.kube.engine.apierrors import KubeApiError as KubeApiError
-from airflow_jobwatch.kube.engine.apierrors import _Expired as _Expired
-from airflow_jobwatch.kube.engine.apierrors import _ShortWatch as _ShortWatch
-from airflow_jobwatch.kube.engine.apierrors import _Stalled as _Stalled
+from airflow_jobwatch.kube.engine.apierrors import ShortWatch as ShortWatch
+from airflow_jobwatch.kube.engine.apierrors import Stalled as Stalled
 from airflow_jobwatch.kube.engine.apierrors import compare_resource_versions as compare_resource_versions
 from airflow_jobwatch.kube.engine.backoff import Backoff
 from airflow_jobwatch.kube.engine.cache import Fanout, ObjectCache, Preparer
 from airflow_jobwatch.kube.engine.health import HealthTracker
-from airflow_jobwatch.kube.engine.informer_types import _RESOURCES as _RESOURCES
+from airflow_jobwatch.kube.engine.informer_types import RESOURCES as RESOURCES
 from airflow_jobwatch.kube.engine.informer_types import EventType as EventType
 from airflow_jobwatch.kube.engine.informer_types import InformerConfig as InformerConfig
 from airflow_jobwatch.kube.engine.informer_types import InformerEvent as InformerEvent
 from airflow_jobwatch.kube.engine.informer_types import InformerHealth as InformerHealth
 from airflow_jobwatch.kube.engine.informer_types import Kind as Kind
 from airflow_jobwatch.kube.engine.informer_types import Subscriber
-from airflow_jobwatch.kube.engine.label_selector import _selector_matcher as _selector_matcher
-from airflow_jobwatch.kube.engine.listing import _decode_page as _decode_page
-from airflow_jobwatch.kube.engine.listing import _decode_page_stdlib as _decode_page_stdlib
-from airflow_jobwatch.kube.engine.listing import _Listing as _Listing
+from airflow_jobwatch.kube.engine.label_selector import selector_matcher as selector_matcher
+from airflow_jobwatch.kube.engine.listing import Listing as Listing
 from airflow_jobwatch.kube.engine.listwatch import ListWatch
 from airflow_jobwatch.kube.engine.observer import InformerObserver as InformerObserver
-from airflow_jobwatch.kube.engine.observer import _NoObserver as _NoObserver
+from airflow_jobwatch.kube.engine.observer import NoObserver as NoObserver
 from airflow_jobwatch.kube.engine.reflector import ReflectorParts
 from airflow_jobwatch.kube.engine.relist import Relister
-from airflow_jobwatch.kube.engine.store import _CompactStore as _CompactStore
-from airflow_jobwatch.kube.engine.store import _gc_paused as _gc_paused
-from airflow_jobwatch.kube.engine.watch import _WATCH_TIMEOUT_JITTER as _WATCH_TIMEOUT_JITTER
+from airflow_jobwatch.kube.engine.store import CompactStore as CompactStore
+from airflow_jobwatch.kube.engine.store import gc_paused as gc_paused
 from airflow_jobwatch.kube.engine.watch import MIN_HEALTHY_WATCH_SECONDS as MIN_HEALTHY_WATCH_SECONDS
+from airflow_jobwatch.kube.engine.watch import WATCH_TIMEOUT_JITTER as WATCH_TIMEOUT_JITTER
 from airflow_jobwatch.kube.engine.watch import Watcher
-from airflow_jobwatch.kube.engine.watchstream import _read_lines as _read_lines
-from airflow_jobwatch.kube.engine.watchstream import _split_lines as _split_lines
-
-with contextlib.suppress(ImportError):  # msgspec installed (Airflow requires it; the engine does not)
-    from airflow_jobwatch.kube.engine.listing import _decode_page_msgspec as _decode_page_msgspec
+from airflow_jobwatch.kube.engine.watchstream import read_lines as read_lines
+from airflow_jobwatch.kube.engine.watchstream import split_lines as split_lines
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +117,8 @@ class Informer:
         name: str | None = None,
         observer: InformerObserver | None = None,
     ) -> None:
-        if kind not in _RESOURCES:
-            raise ValueError(f"Informer kind must be one of {sorted(_RESOURCES)}, got {kind!r}")
+        if kind not in RESOURCES:
+            raise ValueError(f"Informer kind must be one of {sorted(RESOURCES)}, got {kind!r}")
         if namespace is not None and (not isinstance(namespace, str) or not namespace):
             raise ValueError(
                 f"Informer namespace must be a non-empty string or None (all), got {namespace!r}"
@@ -131,7 +126,7 @@ class Informer:
         if not isinstance(config, InformerConfig):
             raise TypeError(f"Informer config must be an InformerConfig, got {type(config).__name__}")
         self._api = api_client
-        self._observer: InformerObserver = observer or _NoObserver()
+        self._observer: InformerObserver = observer or NoObserver()
         self.kind: Kind = kind
         self.namespace = namespace
         self.label_selector = label_selector or None
@@ -384,12 +379,12 @@ class Informer:
                 await self._watcher.watch_once(deadline=next_resync)
             except asyncio.CancelledError:
                 raise
-            except _Expired as exc:
+            except Expired as exc:
                 self._observer.on_expired()
                 need_list = True
                 delay = self._health.failure(f"410 Expired: {exc}", free=True)
                 log.info("informer %s: %s; relisting in %.1f s", self.name, exc, delay)
-            except _Stalled as exc:
+            except Stalled as exc:
                 self._observer.on_stall()
                 # DEBUG, not WARNING: a quiet collection on a server that sends no bookmarks looks the same.
                 log.debug("informer %s: watch silent (%s); reconnecting", self.name, exc)
@@ -415,7 +410,7 @@ class Informer:
                 else:
                     delay = self._health.failure(str(exc), retry_after=exc.retry_after)
                     log.warning("informer %s: API error %s; retrying in %.1f s", self.name, exc, delay)
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError, _ShortWatch) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError, ShortWatch) as exc:
                 # ValueError covers a malformed JSON line (json.JSONDecodeError) and bad response shapes.
                 desc = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 delay = self._health.failure(desc)

@@ -13,7 +13,7 @@ Kind = Literal["pods", "jobs", "events"]
 # kind -> (API group/version prefix, plural, kind, apiVersion). Items of a LIST carry no kind/apiVersion
 # (only the List does), watch event objects do; we fill them in on listed items so every object a
 # subscriber sees looks the same whichever way it arrived.
-_RESOURCES: dict[str, tuple[str, str, str, str]] = {
+RESOURCES: dict[str, tuple[str, str, str, str]] = {
     "pods": ("/api/v1", "pods", "Pod", "v1"),
     "jobs": ("/apis/batch/v1", "jobs", "Job", "batch/v1"),
     # core/v1 Events: what the Job controller records when the API refuses a Job's pods (FailedCreate).
@@ -94,7 +94,7 @@ class InformerConfig:
     # pod instead of several KiB, which is what makes a namespace full of other people's pods affordable.
     # Off only for benchmarks (to measure the difference) and tests that look at whole objects.
     projection: bool = True
-    # Keep each stored object as its compact JSON text, deflated (one bytes object; see _CompactStore), and
+    # Keep each stored object as its compact JSON text, deflated (one bytes object; see CompactStore), and
     # decode it on every read, instead of as a tree of dicts. A projected worker pod is ~150 bytes that way
     # (~1 KiB of JSON) against ~4.8 KiB of Python objects, none of which the garbage collector tracks, and
     # the allocator can give back the memory of parsed list pages because no small stored object sits

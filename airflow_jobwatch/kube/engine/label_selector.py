@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def _selector_matcher(selector: str | None) -> Callable[[dict[str, str]], bool] | None:
+def selector_matcher(selector: str | None) -> Callable[[dict[str, str]], bool] | None:
     """A predicate for the equality- and set-based label selector syntax, or None when ``selector`` uses
     something this does not understand (then the caller does not filter). Used only to decide whether an
     object confirmed by a GET still belongs to this informer; the server does the real filtering."""

@@ -122,7 +122,7 @@ def decode_item(raw: bytes) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class _Listing:
+class Listing:
     """What one LIST (all its pages) has told so far: its resourceVersion, the uids it listed, objects whose
     fate it cannot tell (uid -> stored copy), and counts for the log line (the last two once it is complete:
     objects tombstoned because the list lacks them, and doubtful ones a GET found gone)."""

@@ -16,10 +16,10 @@ from typing import Any
 import aiohttp
 
 from airflow_jobwatch.kube.cluster.errors import describe_access_denied
-from airflow_jobwatch.kube.engine.apierrors import KubeApiError, _Expired
+from airflow_jobwatch.kube.engine.apierrors import Expired, KubeApiError
 from airflow_jobwatch.kube.engine.backoff import parse_retry_after
-from airflow_jobwatch.kube.engine.informer_types import _RESOURCES, Kind
-from airflow_jobwatch.kube.engine.label_selector import _selector_matcher
+from airflow_jobwatch.kube.engine.informer_types import RESOURCES, Kind
+from airflow_jobwatch.kube.engine.label_selector import selector_matcher
 
 
 class ListWatch:
@@ -63,8 +63,8 @@ class ListWatch:
         self.field_selector = field_selector
         #: Whether labels match the label selector (None: no selector); a confirming GET reads an object that
         #: the selector may no longer match, which a watch would have reported deleted.
-        self.label_match = _selector_matcher(label_selector)
-        self._prefix, self._plural, _, api_version = _RESOURCES[kind]
+        self.label_match = selector_matcher(label_selector)
+        self._prefix, self._plural, _, api_version = RESOURCES[kind]
         self._group = api_version.rpartition("/")[0]
         self.path = (
             f"{self._prefix}/namespaces/{namespace}/{self._plural}"
@@ -120,7 +120,7 @@ class ListWatch:
 async def get(
     api_client: Any, path: str, params: dict[str, str], *, connect_timeout: float, read_timeout: float
 ) -> aiohttp.ClientResponse:
-    """GET ``path`` with ``params``; the raw response on 2xx, :class:`KubeApiError` (or :class:`_Expired`
+    """GET ``path`` with ``params``; the raw response on 2xx, :class:`KubeApiError` (or :class:`Expired`
     for 410) otherwise."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
     resp: aiohttp.ClientResponse = await api_client.call_api(
@@ -152,5 +152,5 @@ async def get(
     if retry_after is not None or error.retry_after is None:
         error.retry_after = retry_after  # the header wins over the Status' details.retryAfterSeconds
     if resp.status == 410:
-        raise _Expired(error.message or "Gone") from error
+        raise Expired(error.message or "Gone") from error
     raise error

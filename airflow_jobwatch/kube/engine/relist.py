@@ -18,9 +18,9 @@ from typing import Any
 from airflow_jobwatch.kube.engine import listing as list_pages
 from airflow_jobwatch.kube.engine.apierrors import KubeApiError, compare_resource_versions
 from airflow_jobwatch.kube.engine.informer_types import EventType
-from airflow_jobwatch.kube.engine.listing import _Listing
+from airflow_jobwatch.kube.engine.listing import Listing
 from airflow_jobwatch.kube.engine.reflector import ReflectorHalf, ReflectorParts
-from airflow_jobwatch.kube.engine.store import _gc_paused
+from airflow_jobwatch.kube.engine.store import gc_paused
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
@@ -39,7 +39,7 @@ class Relister(ReflectorHalf):
         #: everything in one response): pages are not asked for any more.
         self.limit_ignored = False
 
-    async def relist(self) -> _Listing:
+    async def relist(self) -> Listing:
         """LIST and reconcile the store with what the server has now.
 
         Emits ADDED for objects new to the store, MODIFIED for objects whose resourceVersion changed, and
@@ -65,12 +65,12 @@ class Relister(ReflectorHalf):
         Disappearances are decided only once the list is complete; if it fails half-way, the next list
         finishes the job.
         """
-        listing = _Listing()
+        listing = Listing()
         continue_token: str | None = None
         while True:
             body = await self._list_page(continue_token)
-            # No await from here to the end of the page: see _gc_paused for why the collector waits.
-            with _gc_paused():
+            # No await from here to the end of the page: see gc_paused for why the collector waits.
+            with gc_paused():
                 continue_token = self._apply_page(body, listing)
                 del body
             if not continue_token:
@@ -116,14 +116,14 @@ class Relister(ReflectorHalf):
         finally:
             resp.release()
 
-    def _apply_page(self, body: bytes, listing: _Listing) -> str | None:
+    def _apply_page(self, body: bytes, listing: Listing) -> str | None:
         """Parse one LIST page and apply its items to the store (see :meth:`relist` for the rules); returns
         the continue token of the next page, or None after the last.
 
         Items are decoded whole (with msgspec; see ``listing.decode_page``) and prepared (stripped, projected) only
         when stored: an unchanged object, the bulk of a relist, costs reading its uid and resourceVersion, a
         dict lookup and a string comparison. Everything parsed here that is not stored is freed when this
-        returns (the caller holds the collector off until then, :func:`_gc_paused`).
+        returns (the caller holds the collector off until then, :func:`gc_paused`).
         """
         list_rv, continue_token, items, head, load = list_pages.decode_page(body)
         if not list_rv and not listing.rv:

@@ -44,7 +44,7 @@ class Packer:
         return listing.decode_item(unpacker.decompress(packed) + unpacker.flush())
 
 
-class _CompactStore:
+class CompactStore:
     """The informer's store (uid -> object) with each object kept packed (see :class:`Packer` and
     ``InformerConfig.compact_store``). Every read decodes a new dict: callers may keep or change it
     without touching the store, and two reads of one object are equal but never identical.
@@ -91,7 +91,7 @@ class _CompactStore:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Hold off Python's cyclic garbage collector for a short stretch of code that cannot suspend.
 
     A LIST page of 500 pods parses into ~20,000 dicts and lists. They live until the page is applied, long

@@ -19,15 +19,15 @@ from typing import Any
 import aiohttp
 
 from airflow_jobwatch.kube.engine.apierrors import (
+    Expired,
     KubeApiError,
-    _Expired,
-    _ShortWatch,
+    ShortWatch,
     compare_resource_versions,
 )
 from airflow_jobwatch.kube.engine.health import HealthTracker
 from airflow_jobwatch.kube.engine.informer_types import EventType
 from airflow_jobwatch.kube.engine.reflector import ReflectorHalf, ReflectorParts
-from airflow_jobwatch.kube.engine.watchstream import _read_lines
+from airflow_jobwatch.kube.engine.watchstream import read_lines
 
 # The engine's log lines keep the one logger name users configure for it, whichever module writes them.
 log = logging.getLogger("airflow_jobwatch.kube.engine.informer")
@@ -40,7 +40,7 @@ MIN_HEALTHY_WATCH_SECONDS = 1.0
 # The server's own default for timeoutSeconds is random in [minRequestTimeout, 2*minRequestTimeout), i.e.
 # up to 1800 s; we always send ours so that the stream ends well within the client-side timeouts and
 # every informer does not reconnect at the same moment (the jitter spreads the reconnects).
-_WATCH_TIMEOUT_JITTER = (1.0, 2.0)
+WATCH_TIMEOUT_JITTER = (1.0, 2.0)
 
 
 class Watcher(ReflectorHalf):
@@ -62,8 +62,8 @@ class Watcher(ReflectorHalf):
         """One watch request from the current resourceVersion, applying events until the stream ends.
 
         Returns when the server ends the stream normally or ``deadline`` (loop time, for the periodic
-        resync) passes. Raises :class:`_Expired` on 410, :class:`KubeApiError` on another ERROR event,
-        :class:`_Stalled` if the stream goes silent, :class:`_ShortWatch` if the server closes it at once.
+        resync) passes. Raises :class:`Expired` on 410, :class:`KubeApiError` on another ERROR event,
+        :class:`Stalled` if the stream goes silent, :class:`ShortWatch` if the server closes it at once.
         """
         assert self.resource_version is not None  # a LIST always precedes the first watch
         loop = asyncio.get_running_loop()
@@ -74,10 +74,10 @@ class Watcher(ReflectorHalf):
         params["allowWatchBookmarks"] = "true"
         params["resourceVersion"] = self.resource_version
         params["timeoutSeconds"] = str(
-            max(1, int(config.watch_timeout_seconds * random.uniform(*_WATCH_TIMEOUT_JITTER)))
+            max(1, int(config.watch_timeout_seconds * random.uniform(*WATCH_TIMEOUT_JITTER)))
         )
         # sock_read bounds the wait for the response headers (a server that accepted the connection but never
-        # answers, as a half-open connection does); during the stream _read_lines' stall detector applies.
+        # answers, as a half-open connection does); during the stream read_lines' stall detector applies.
         resp = await self._source.request(params, read_timeout=config.stall_timeout_seconds)
         opened = loop.time()
         events = 0
@@ -86,7 +86,7 @@ class Watcher(ReflectorHalf):
             health.watch_opened()
             # A watch that stays open for a second is a working watch, even if the namespace is quiet.
             proved = loop.call_later(MIN_HEALTHY_WATCH_SECONDS, health.record_success)
-            lines = _read_lines(resp.content, stall_timeout=config.stall_timeout_seconds, deadline=deadline)
+            lines = read_lines(resp.content, stall_timeout=config.stall_timeout_seconds, deadline=deadline)
             try:
                 async with contextlib.aclosing(lines):
                     async for line in lines:
@@ -116,7 +116,7 @@ class Watcher(ReflectorHalf):
             and loop.time() - opened < MIN_HEALTHY_WATCH_SECONDS
             and (deadline is None or loop.time() < deadline)
         ):
-            raise _ShortWatch(f"server closed the watch after {loop.time() - opened:.2f} s without any event")
+            raise ShortWatch(f"server closed the watch after {loop.time() - opened:.2f} s without any event")
 
     def _apply_watch_event(self, event: dict[str, Any]) -> None:
         etype = event.get("type")
@@ -126,7 +126,7 @@ class Watcher(ReflectorHalf):
         if etype == "ERROR":
             error = KubeApiError.from_status(obj)
             if error.status == 410:
-                raise _Expired(error.message or "Expired")
+                raise Expired(error.message or "Expired")
             raise error
         metadata = obj.get("metadata") or {}
         rv = metadata.get("resourceVersion")

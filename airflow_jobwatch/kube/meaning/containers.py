@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_jobwatch.kube.meaning.objectstate import TRANSIENT_WAITING_MESSAGES
-from airflow_jobwatch.kube.meaning.state_words import _int, _map, _maps, _quote, _str
+from airflow_jobwatch.kube.meaning.state_words import as_int, as_map, as_maps, as_str, quote_message
 
 
 @dataclass(frozen=True, slots=True)
-class _ContainerProblem:
+class ContainerProblem:
     """A container that failed (terminated non-zero) or cannot start (fatal waiting reason)."""
 
     kind: str  # "init container", "container" or "sidecar container"
@@ -47,42 +47,44 @@ def _container_statuses(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, 
     ``restartPolicy: Always``): the kubelet kills sidecars when the main containers end, so their
     exit code 137/143 is a consequence, never the cause.
     """
-    spec = _map(pod.get("spec"))
-    status = _map(pod.get("status"))
+    spec = as_map(pod.get("spec"))
+    status = as_map(pod.get("status"))
     sidecars = {
-        _str(c.get("name")) for c in _maps(spec.get("initContainers")) if c.get("restartPolicy") == "Always"
+        as_str(c.get("name"))
+        for c in as_maps(spec.get("initContainers"))
+        if c.get("restartPolicy") == "Always"
     }
     init: list[Mapping[str, Any]] = []
     sidecar: list[Mapping[str, Any]] = []
-    for cs in _maps(status.get("initContainerStatuses")):
-        (sidecar if _str(cs.get("name")) in sidecars else init).append(cs)
+    for cs in as_maps(status.get("initContainerStatuses")):
+        (sidecar if as_str(cs.get("name")) in sidecars else init).append(cs)
     ordered: list[tuple[str, Mapping[str, Any]]] = [("init container", cs) for cs in init]
-    ordered += [("container", cs) for cs in _maps(status.get("containerStatuses"))]
+    ordered += [("container", cs) for cs in as_maps(status.get("containerStatuses"))]
     ordered += [("sidecar container", cs) for cs in sidecar]
     return ordered
 
 
-def _terminated_problem(kind: str, cs: Mapping[str, Any], state_key: str) -> _ContainerProblem | None:
-    terminated = _map(_map(cs.get(state_key)).get("terminated"))
+def _terminated_problem(kind: str, cs: Mapping[str, Any], state_key: str) -> ContainerProblem | None:
+    terminated = as_map(as_map(cs.get(state_key)).get("terminated"))
     if not terminated:
         return None
-    exit_code = _int(terminated.get("exitCode"))
-    reason = _str(terminated.get("reason"))
+    exit_code = as_int(terminated.get("exitCode"))
+    reason = as_str(terminated.get("reason"))
     if exit_code == 0 and reason in (None, "Completed"):
         return None
     if exit_code is None and reason in (None, "Completed"):
         return None
-    return _ContainerProblem(
+    return ContainerProblem(
         kind=kind,
-        name=_str(cs.get("name")) or "<unnamed>",
+        name=as_str(cs.get("name")) or "<unnamed>",
         reason=reason,
         exit_code=exit_code,
-        detail=_quote(_str(terminated.get("message"))),
+        detail=quote_message(as_str(terminated.get("message"))),
         waiting=False,
     )
 
 
-def _first_failed_container(pod: Mapping[str, Any]) -> _ContainerProblem | None:
+def first_failed_container(pod: Mapping[str, Any]) -> ContainerProblem | None:
     """The container whose termination explains a failure.
 
     Its current state first; failing that its ``lastState`` (a container restarted under
@@ -97,49 +99,49 @@ def _first_failed_container(pod: Mapping[str, Any]) -> _ContainerProblem | None:
     return None
 
 
-def _fatal_waiting_container(
+def fatal_waiting_container(
     pod: Mapping[str, Any], fatal_waiting_reasons: Collection[str]
-) -> _ContainerProblem | None:
+) -> ContainerProblem | None:
     # Only a Pending pod fails fast, as upstream's KubernetesExecutor decides (its watcher checks the
     # waiting reasons of Pending pods only). In a Running pod the task has started: a restartable
     # init container ("sidecar") that is restarting into ImagePullBackOff does not stop it.
-    if _str(_map(pod.get("status")).get("phase")) != "Pending":
+    if as_str(as_map(pod.get("status")).get("phase")) != "Pending":
         return None
     for kind, cs in _container_statuses(pod):
-        waiting = _map(_map(cs.get("state")).get("waiting"))
-        reason = _str(waiting.get("reason"))
+        waiting = as_map(as_map(cs.get("state")).get("waiting"))
+        reason = as_str(waiting.get("reason"))
         if reason is None or reason not in fatal_waiting_reasons:
             continue
-        message = _str(waiting.get("message")) or ""
+        message = as_str(waiting.get("message")) or ""
         if any(marker in message.lower() for marker in TRANSIENT_WAITING_MESSAGES):
             continue
-        return _ContainerProblem(
+        return ContainerProblem(
             kind=kind,
-            name=_str(cs.get("name")) or "<unnamed>",
+            name=as_str(cs.get("name")) or "<unnamed>",
             reason=reason,
             exit_code=None,
-            detail=_quote(message),
+            detail=quote_message(message),
             waiting=True,
         )
     return None
 
 
-def _waiting_note(pod: Mapping[str, Any], *, scheduling: bool = True) -> tuple[str | None, str | None]:
+def waiting_note(pod: Mapping[str, Any], *, scheduling: bool = True) -> tuple[str | None, str | None]:
     """Why a live pod is not running yet: the first waiting reason, else an Unschedulable condition."""
     for kind, cs in _container_statuses(pod):
-        waiting = _map(_map(cs.get("state")).get("waiting"))
-        reason = _str(waiting.get("reason"))
+        waiting = as_map(as_map(cs.get("state")).get("waiting"))
+        reason = as_str(waiting.get("reason"))
         if reason:
-            detail = _quote(_str(waiting.get("message")))
-            note = f"{kind} '{_str(cs.get('name')) or '<unnamed>'}' is waiting: {reason}"
+            detail = quote_message(as_str(waiting.get("message")))
+            note = f"{kind} '{as_str(cs.get('name')) or '<unnamed>'}' is waiting: {reason}"
             return reason, f"{note}: {detail}" if detail else note
     if not scheduling:
         return None, None
-    status = _map(pod.get("status"))
-    for condition in _maps(status.get("conditions")):
+    status = as_map(pod.get("status"))
+    for condition in as_maps(status.get("conditions")):
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            reason = _str(condition.get("reason")) or "Unschedulable"
-            detail = _quote(_str(condition.get("message")))
+            reason = as_str(condition.get("reason")) or "Unschedulable"
+            detail = quote_message(as_str(condition.get("message")))
             return reason, f"not scheduled: {reason}: {detail}" if detail else f"not scheduled: {reason}"
     return None, None
 
@@ -156,21 +158,22 @@ def containers_started(pod: Mapping[str, Any]) -> bool:
     ``startedAt`` (the kubelet's placeholder). Anything else (``running``, a ``terminated`` with a
     start time, a ``lastState``, a restart, phase Running/Succeeded) means it ran.
     """
-    status = _map(pod.get("status"))
-    if _str(status.get("phase")) in ("Running", "Succeeded"):
+    status = as_map(pod.get("status"))
+    if as_str(status.get("phase")) in ("Running", "Succeeded"):
         return True
     for _kind, cs in _container_statuses(pod):
-        if cs.get("started") is True or (_int(cs.get("restartCount")) or 0) > 0:
+        if cs.get("started") is True or (as_int(cs.get("restartCount")) or 0) > 0:
             return True
-        state = _map(cs.get("state"))
+        state = as_map(cs.get("state"))
         if state.get("running") is not None:
             return True
-        terminated = _map(state.get("terminated"))
+        terminated = as_map(state.get("terminated"))
         if terminated and (
-            _str(terminated.get("startedAt")) or _str(terminated.get("reason")) != "ContainerStatusUnknown"
+            as_str(terminated.get("startedAt"))
+            or as_str(terminated.get("reason")) != "ContainerStatusUnknown"
         ):
             return True
-        if _map(_map(cs.get("lastState")).get("terminated")):
+        if as_map(as_map(cs.get("lastState")).get("terminated")):
             return True
     return False
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow_jobwatch.kube.meaning.containers import containers_started
 from airflow_jobwatch.kube.meaning.objects import to_dict
-from airflow_jobwatch.kube.meaning.state_words import _map, _quote, _str, _true_condition
+from airflow_jobwatch.kube.meaning.state_words import as_map, as_str, quote_message, true_condition
 
 #: writes them is recorded in tests/fixtures/real-apiserver/README.md).
 DISRUPTION_REASONS: Mapping[str, str] = {
@@ -73,7 +73,7 @@ class Disruption:
 
         :raises ValueError: naming the field when ``reason`` is missing.
         """
-        reason = _str(data.get("reason"))
+        reason = as_str(data.get("reason"))
         if reason is None:
             raise ValueError(
                 f"Disruption.from_dict: 'reason' must be a non-empty string, got {data.get('reason')!r}"
@@ -82,8 +82,8 @@ class Disruption:
             reason=reason,
             message=str(data.get("message") or reason),
             started=data.get("started") is True,
-            node=_str(data.get("node")),
-            detail=_str(data.get("detail")),
+            node=as_str(data.get("node")),
+            detail=as_str(data.get("detail")),
         )
 
 
@@ -122,18 +122,18 @@ def pod_disruption(pod: Mapping[str, Any] | Any, *, deleted: bool = False) -> Di
     :raises TypeError: when ``pod`` is neither a mapping nor a client model.
     """
     obj = to_dict(pod)
-    status = _map(obj.get("status"))
-    phase = _str(status.get("phase"))
-    node = _str(_map(obj.get("spec")).get("nodeName"))
+    status = as_map(obj.get("status"))
+    phase = as_str(status.get("phase"))
+    node = as_str(as_map(obj.get("spec")).get("nodeName"))
     started = containers_started(obj)
-    status_reason = _str(status.get("reason"))
-    status_message = _quote(_str(status.get("message")))
-    condition = _true_condition(status, ("DisruptionTarget",))
+    status_reason = as_str(status.get("reason"))
+    status_message = quote_message(as_str(status.get("message")))
+    condition = true_condition(status, ("DisruptionTarget",))
     if phase == "Succeeded":
         return None  # it finished its work; whatever happened next does not matter
     if condition is not None:
-        cond_reason = _str(condition.get("reason")) or "DisruptionTarget"
-        detail = _quote(_str(condition.get("message"))) or status_message
+        cond_reason = as_str(condition.get("reason")) or "DisruptionTarget"
+        detail = quote_message(as_str(condition.get("message"))) or status_message
         if cond_reason == "TerminationByKubelet":
             reason, words = _kubelet_words(status_reason, status_message or detail, node)
         elif cond_reason == "PreemptionByScheduler":

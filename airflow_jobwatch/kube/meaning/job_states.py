@@ -12,9 +12,9 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from airflow_jobwatch.kube.meaning.containers import (
-    _ContainerProblem,
-    _fatal_waiting_container,
-    _first_failed_container,
+    ContainerProblem,
+    fatal_waiting_container,
+    first_failed_container,
 )
 from airflow_jobwatch.kube.meaning.objects import to_dict
 from airflow_jobwatch.kube.meaning.objectstate import (
@@ -23,18 +23,18 @@ from airflow_jobwatch.kube.meaning.objectstate import (
     ObjectState,
     Phase,
 )
-from airflow_jobwatch.kube.meaning.pod_states import _classify_live_pod, _deleted_state, classify_pod
+from airflow_jobwatch.kube.meaning.pod_states import classify_live_pod, classify_pod, deleted_state
 from airflow_jobwatch.kube.meaning.state_words import (
-    _check_reasons,
-    _display_name,
-    _int,
-    _map,
-    _maps,
-    _quote,
-    _sentence,
-    _str,
-    _true_condition,
-    _with_hint,
+    as_int,
+    as_map,
+    as_maps,
+    as_sentence,
+    as_str,
+    check_reasons,
+    display_name,
+    quote_message,
+    true_condition,
+    with_hint,
 )
 
 JOB_FAILED_CONDITIONS = ("Failed", "FailureTarget")  # final first: its reason/message are the settled ones
@@ -63,44 +63,44 @@ def classify_job(
     :param fatal_waiting_reasons: container waiting reasons that fail a pod (and so the Job) at once.
     :raises TypeError: when ``job`` or a pod is neither a mapping nor a client model.
     """
-    _check_reasons(fatal_waiting_reasons)
+    check_reasons(fatal_waiting_reasons)
     obj = to_dict(job)
     pod_dicts = _own_pods(obj, pods)
-    name = _display_name(obj)
-    spec = _map(obj.get("spec"))
-    status = _map(obj.get("status"))
+    name = display_name(obj)
+    spec = as_map(obj.get("spec"))
+    status = as_map(obj.get("status"))
 
-    failed = _true_condition(status, JOB_FAILED_CONDITIONS)
+    failed = true_condition(status, JOB_FAILED_CONDITIONS)
     if failed is not None:
-        reason = _str(failed.get("reason")) or "Failed"
+        reason = as_str(failed.get("reason")) or "Failed"
         text = f"Job '{name}' failed ({reason})"
-        condition_message = _quote(_str(failed.get("message")))
+        condition_message = quote_message(as_str(failed.get("message")))
         if condition_message:
             text += f": {condition_message}"
         culprit_name, problem = _job_culprit(pod_dicts, fatal_waiting_reasons)
         if problem is not None:
             text += f"; pod '{culprit_name}': {problem.describe()}"
         return ObjectState(
-            "failed", True, reason, _with_hint(text, reason), exit_code=problem.exit_code if problem else None
+            "failed", True, reason, with_hint(text, reason), exit_code=problem.exit_code if problem else None
         )
 
-    succeeded = _true_condition(status, JOB_SUCCEEDED_CONDITIONS)
+    succeeded = true_condition(status, JOB_SUCCEEDED_CONDITIONS)
     if succeeded is not None:
-        reason = _str(succeeded.get("reason")) or "Complete"
+        reason = as_str(succeeded.get("reason")) or "Complete"
         text = f"Job '{name}' succeeded ({reason})"
-        condition_message = _quote(_str(succeeded.get("message")))
+        condition_message = quote_message(as_str(succeeded.get("message")))
         return ObjectState(
             "succeeded",
             True,
             reason,
-            _sentence(f"{text}: {condition_message}" if condition_message else text),
+            as_sentence(f"{text}: {condition_message}" if condition_message else text),
         )
 
-    suspended = _true_condition(status, ("Suspended",))
+    suspended = true_condition(status, ("Suspended",))
     if suspended is not None or spec.get("suspend") is True:
         if deleted:
-            return _deleted_state("Job", obj, None, was="suspended")
-        reason = (_str(suspended.get("reason")) if suspended else None) or "Suspended"
+            return deleted_state("Job", obj, None, was="suspended")
+        reason = (as_str(suspended.get("reason")) if suspended else None) or "Suspended"
         return ObjectState(
             "suspended",
             False,
@@ -109,10 +109,13 @@ def classify_job(
         )
 
     for pod in pod_dicts:
-        problem = _fatal_waiting_container(pod, fatal_waiting_reasons)
-        if problem is not None and _str(_map(pod.get("status")).get("phase")) not in ("Succeeded", "Failed"):
-            text = f"Job '{name}' cannot run: pod '{_display_name(pod)}': {problem.describe()}"
-            return ObjectState("failed", True, problem.reason, _with_hint(text, problem.reason))
+        problem = fatal_waiting_container(pod, fatal_waiting_reasons)
+        if problem is not None and as_str(as_map(pod.get("status")).get("phase")) not in (
+            "Succeeded",
+            "Failed",
+        ):
+            text = f"Job '{name}' cannot run: pod '{display_name(pod)}': {problem.describe()}"
+            return ObjectState("failed", True, problem.reason, with_hint(text, problem.reason))
 
     return _live_job_state(obj, pod_dicts, deleted=deleted, fatal_waiting_reasons=fatal_waiting_reasons)
 
@@ -124,16 +127,16 @@ def _live_job_state(
     deleted: bool,
     fatal_waiting_reasons: Collection[str],
 ) -> ObjectState:
-    name = _display_name(job)
-    status = _map(job.get("status"))
-    active = _int(status.get("active")) or 0
+    name = display_name(job)
+    status = as_map(job.get("status"))
+    active = as_int(status.get("active")) or 0
     counts = ", ".join(
-        f"{key} {_int(status.get(key)) or 0}" for key in ("active", "ready", "succeeded", "failed")
+        f"{key} {as_int(status.get(key)) or 0}" for key in ("active", "ready", "succeeded", "failed")
     )
     live = [
-        (pod, state) for pod in pods if not (state := _classify_live_pod(pod, fatal_waiting_reasons)).terminal
+        (pod, state) for pod in pods if not (state := classify_live_pod(pod, fatal_waiting_reasons)).terminal
     ]
-    started = active > 0 or _str(status.get("startTime")) is not None or bool(live)
+    started = active > 0 or as_str(status.get("startTime")) is not None or bool(live)
     if any(state.phase == "running" for _, state in live):
         phase: Phase = "running"
     elif live:
@@ -143,9 +146,9 @@ def _live_job_state(
         phase = "running" if started else "pending"
 
     if deleted:
-        return _deleted_state("Job", job, None, was=phase)
+        return deleted_state("Job", job, None, was=phase)
 
-    deleting = " (deletion in progress)" if _map(job.get("metadata")).get("deletionTimestamp") else ""
+    deleting = " (deletion in progress)" if as_map(job.get("metadata")).get("deletionTimestamp") else ""
     if phase == "pending":
         pending_pods = [(pod, state) for pod, state in live if state.phase == "pending"]
         if pending_pods:
@@ -154,7 +157,7 @@ def _live_job_state(
                 "pending",
                 False,
                 state.reason,
-                _sentence(f"Job '{name}' is pending{deleting} ({counts}); {state.message}"),
+                as_sentence(f"Job '{name}' is pending{deleting} ({counts}); {state.message}"),
             )
         return ObjectState("pending", False, None, f"Job '{name}' has not started a pod yet{deleting}.")
     return ObjectState("running", False, None, f"Job '{name}' is running{deleting} ({counts}).")
@@ -187,11 +190,11 @@ def vanished_job_state(
     last = classify_job(obj, own, fatal_waiting_reasons=fatal_waiting_reasons)
     if last.terminal:
         return last
-    name = _display_name(obj)
-    spec = _map(obj.get("spec"))
+    name = display_name(obj)
+    spec = as_map(obj.get("spec"))
     simple = (
-        (_int(spec.get("completions")) or 1) == 1
-        and _str(spec.get("completionMode")) in (None, "NonIndexed")
+        (as_int(spec.get("completions")) or 1) == 1
+        and as_str(spec.get("completionMode")) in (None, "NonIndexed")
         and not spec.get("podFailurePolicy")
         and not spec.get("successPolicy")
     )
@@ -203,11 +206,11 @@ def vanished_job_state(
                 "succeeded",
                 True,
                 "Complete",
-                f"Job '{name}' succeeded: its pod '{_display_name(won)}' succeeded (the Job itself "
+                f"Job '{name}' succeeded: its pod '{display_name(won)}' succeeded (the Job itself "
                 "vanished while the watch was reconnecting, and its pod's final state says how it ended).",
                 exit_code=0,
             )
-        backoff = _int(spec.get("backoffLimit"))
+        backoff = as_int(spec.get("backoffLimit"))
         failed = sum(1 for _, state in states if state.phase == "failed")
         live = any(not state.terminal for _, state in states)
         if not live and failed > (6 if backoff is None else backoff):
@@ -222,7 +225,7 @@ def vanished_job_state(
                 "failed",
                 True,
                 "BackoffLimitExceeded",
-                _sentence(text),
+                as_sentence(text),
                 exit_code=problem.exit_code if problem else None,
             )
     return ObjectState(
@@ -245,14 +248,14 @@ def _own_pods(
     """
     if pods is None:
         return []
-    job_uid = _str(_map(job.get("metadata")).get("uid"))
+    job_uid = as_str(as_map(job.get("metadata")).get("uid"))
     result: list[Mapping[str, Any]] = []
     for pod in pods:
         obj = to_dict(pod)
         if job_uid is not None:
-            owners = _maps(_map(obj.get("metadata")).get("ownerReferences"))
+            owners = as_maps(as_map(obj.get("metadata")).get("ownerReferences"))
             controller = next((ref for ref in owners if ref.get("controller") is True), None)
-            if controller is not None and _str(controller.get("uid")) not in (None, job_uid):
+            if controller is not None and as_str(controller.get("uid")) not in (None, job_uid):
                 continue
         result.append(obj)
     return result
@@ -260,20 +263,20 @@ def _own_pods(
 
 def _job_culprit(
     pods: list[Mapping[str, Any]], fatal_waiting_reasons: Collection[str]
-) -> tuple[str, _ContainerProblem | None]:
+) -> tuple[str, ContainerProblem | None]:
     """The pod that best explains a Job failure: the most recently created failed one, else a stuck one."""
-    failed: list[tuple[datetime.datetime, str, _ContainerProblem]] = []
+    failed: list[tuple[datetime.datetime, str, ContainerProblem]] = []
     for pod in pods:
-        problem = _first_failed_container(pod)
+        problem = first_failed_container(pod)
         if problem is not None:
-            failed.append((_created(pod), _display_name(pod), problem))
+            failed.append((_created(pod), display_name(pod), problem))
     if failed:
         _, pod_name, problem = max(failed, key=lambda item: item[0])
         return pod_name, problem
     for pod in pods:
-        stuck = _fatal_waiting_container(pod, fatal_waiting_reasons)
+        stuck = fatal_waiting_container(pod, fatal_waiting_reasons)
         if stuck is not None:
-            return _display_name(pod), stuck
+            return display_name(pod), stuck
     return "", None
 
 
@@ -281,7 +284,7 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def _created(pod: Mapping[str, Any]) -> datetime.datetime:
-    raw = _str(_map(pod.get("metadata")).get("creationTimestamp"))
+    raw = as_str(as_map(pod.get("metadata")).get("creationTimestamp"))
     if raw is None:
         return _EPOCH
     try:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-from airflow_jobwatch.kube.meaning.state_words import _int, _str
+from airflow_jobwatch.kube.meaning.state_words import as_int, as_str
 
 #: The reason of a Job that vanished while nobody watched, whose end was not seen and cannot be derived
 #: (client-go's name for the same tombstone is ``DeletedFinalStateUnknown``).
@@ -94,9 +94,9 @@ class ObjectState:
         return cls(
             phase=cast(Phase, phase),
             terminal=phase in TERMINAL_PHASES,
-            reason=_str(data.get("reason")),
+            reason=as_str(data.get("reason")),
             message=str(data.get("message") or ""),
-            exit_code=_int(exit_code),
+            exit_code=as_int(exit_code),
         )
 
 

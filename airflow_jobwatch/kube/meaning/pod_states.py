@@ -11,22 +11,22 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from airflow_jobwatch.kube.meaning.containers import (
-    _ContainerProblem,
-    _fatal_waiting_container,
-    _first_failed_container,
-    _waiting_note,
+    ContainerProblem,
+    fatal_waiting_container,
+    first_failed_container,
+    waiting_note,
 )
 from airflow_jobwatch.kube.meaning.disruptions import pod_disruption
 from airflow_jobwatch.kube.meaning.objects import to_dict
 from airflow_jobwatch.kube.meaning.objectstate import DEFAULT_FATAL_WAITING_REASONS, ObjectState
 from airflow_jobwatch.kube.meaning.state_words import (
-    _check_reasons,
-    _display_name,
-    _map,
-    _quote,
-    _sentence,
-    _str,
-    _with_hint,
+    as_map,
+    as_sentence,
+    as_str,
+    check_reasons,
+    display_name,
+    quote_message,
+    with_hint,
 )
 
 
@@ -45,16 +45,16 @@ def classify_pod(
     :param fatal_waiting_reasons: container waiting reasons that fail the pod at once.
     :raises TypeError: when ``pod`` is neither a mapping nor a client model.
     """
-    _check_reasons(fatal_waiting_reasons)
+    check_reasons(fatal_waiting_reasons)
     obj = to_dict(pod)
-    state = _classify_live_pod(obj, fatal_waiting_reasons)
+    state = classify_live_pod(obj, fatal_waiting_reasons)
     if deleted and not state.terminal:
         disruption = pod_disruption(obj, deleted=True)
         if disruption is not None and disruption.reason != "Deleted":
             # Deleted by whoever disrupted it (the Eviction API, the taint manager, the pod GC):
             # name the disruption rather than a bare deletion.
-            problem = _first_failed_container(obj)
-            text = f"Pod '{_display_name(obj)}' was deleted while {state.phase}: {disruption.message}"
+            problem = first_failed_container(obj)
+            text = f"Pod '{display_name(obj)}' was deleted while {state.phase}: {disruption.message}"
             if disruption.detail:
                 text += f" ({disruption.detail.rstrip(' .')})"
             if problem is not None:
@@ -63,26 +63,26 @@ def classify_pod(
                 "failed",
                 True,
                 disruption.reason,
-                _with_hint(text, disruption.reason),
+                with_hint(text, disruption.reason),
                 exit_code=problem.exit_code if problem else None,
             )
-        return _deleted_state("Pod", obj, _first_failed_container(obj), was=state.phase)
+        return deleted_state("Pod", obj, first_failed_container(obj), was=state.phase)
     return state
 
 
-def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection[str]) -> ObjectState:
-    name = _display_name(pod)
-    status = _map(pod.get("status"))
-    phase = _str(status.get("phase"))
+def classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection[str]) -> ObjectState:
+    name = display_name(pod)
+    status = as_map(pod.get("status"))
+    phase = as_str(status.get("phase"))
 
     if phase == "Succeeded":
         # "All containers in the Pod have terminated in success": exit code 0 by definition.
         return ObjectState("succeeded", True, "Completed", f"Pod '{name}' succeeded.", exit_code=0)
 
     if phase == "Failed":
-        problem = _first_failed_container(pod)
-        pod_reason = _str(status.get("reason"))  # Evicted, DeadlineExceeded, NodeLost, Shutdown, ...
-        pod_message = _quote(_str(status.get("message")))
+        problem = first_failed_container(pod)
+        pod_reason = as_str(status.get("reason"))  # Evicted, DeadlineExceeded, NodeLost, Shutdown, ...
+        pod_message = quote_message(as_str(status.get("message")))
         # Since 1.26 a pod killed by a disruption (preemption, taint eviction, the eviction API,
         # kubelet shutdown) carries a DisruptionTarget condition saying so; its container only shows
         # the resulting 137. Name the disruption in the user's words, then the server's message.
@@ -104,48 +104,48 @@ def _classify_live_pod(pod: Mapping[str, Any], fatal_waiting_reasons: Collection
             "failed",
             True,
             reason,
-            _with_hint(text, reason),
+            with_hint(text, reason),
             exit_code=problem.exit_code if problem else None,
         )
 
-    fatal = _fatal_waiting_container(pod, fatal_waiting_reasons)
+    fatal = fatal_waiting_container(pod, fatal_waiting_reasons)
     if fatal is not None:
         return ObjectState(
             "failed",
             True,
             fatal.reason,
-            _with_hint(f"Pod '{name}' cannot run: {fatal.describe()}", fatal.reason),
+            with_hint(f"Pod '{name}' cannot run: {fatal.describe()}", fatal.reason),
         )
 
-    deleting = " (deletion in progress)" if _map(pod.get("metadata")).get("deletionTimestamp") else ""
+    deleting = " (deletion in progress)" if as_map(pod.get("metadata")).get("deletionTimestamp") else ""
     if phase == "Running":
         # A Running pod can still have a container waiting (CrashLoopBackOff under
         # restartPolicy OnFailure): say so, with the exit code of its last crash.
-        waiting_reason, note = _waiting_note(pod, scheduling=False)
+        waiting_reason, note = waiting_note(pod, scheduling=False)
         text = f"Pod '{name}' is running{deleting}"
         if note:
-            last = _first_failed_container(pod)
+            last = first_failed_container(pod)
             text += f", but {note}" + (f"; last time {last.describe()}" if last else "")
-        return ObjectState("running", False, waiting_reason, _sentence(text))
+        return ObjectState("running", False, waiting_reason, as_sentence(text))
     if phase == "Unknown":
         # Deprecated phase: the node stopped reporting. The pod may well still be running there, and
         # the node lifecycle controller will move it on, so this is not an outcome.
-        reason = _str(status.get("reason")) or "Unknown"
+        reason = as_str(status.get("reason")) or "Unknown"
         return ObjectState(
             "running",
             False,
             reason,
             f"Pod '{name}' is in phase Unknown: its node stopped reporting{deleting}.",
         )
-    waiting_reason, note = _waiting_note(pod)
+    waiting_reason, note = waiting_note(pod)
     text = f"Pod '{name}' is pending{deleting}"
-    return ObjectState("pending", False, waiting_reason, _sentence(f"{text}: {note}" if note else text))
+    return ObjectState("pending", False, waiting_reason, as_sentence(f"{text}: {note}" if note else text))
 
 
-def _deleted_state(
-    kind: str, obj: Mapping[str, Any], problem: _ContainerProblem | None, *, was: str
+def deleted_state(
+    kind: str, obj: Mapping[str, Any], problem: ContainerProblem | None, *, was: str
 ) -> ObjectState:
-    text = f"{kind} '{_display_name(obj)}' was deleted while {was}, before it finished"
+    text = f"{kind} '{display_name(obj)}' was deleted while {was}, before it finished"
     if problem is not None:
         text += f"; {problem.describe()}"
     if kind == "Pod":
@@ -156,7 +156,7 @@ def _deleted_state(
         "failed",
         True,
         "Deleted",
-        _sentence(text) + f" Likely causes: {why}; nothing will finish this work, so retry it.",
+        as_sentence(text) + f" Likely causes: {why}; nothing will finish this work, so retry it.",
         exit_code=problem.exit_code if problem else None,
     )
 
@@ -171,7 +171,7 @@ def pod_summary(pod: Mapping[str, Any] | Any, *, deleted: bool = False) -> dict[
     obj = to_dict(pod)
     state = classify_pod(obj, deleted=deleted)
     return {
-        "name": _str(_map(obj.get("metadata")).get("name")),
+        "name": as_str(as_map(obj.get("metadata")).get("name")),
         "phase": state.phase,
         "exit_code": state.exit_code,
         "reason": state.reason,

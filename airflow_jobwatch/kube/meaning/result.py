@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from airflow_jobwatch.kube.meaning.job_states import JOB_FAILED_CONDITIONS, JOB_SUCCEEDED_CONDITIONS
 from airflow_jobwatch.kube.meaning.objects import to_dict
-from airflow_jobwatch.kube.meaning.state_words import _true_condition
+from airflow_jobwatch.kube.meaning.state_words import true_condition
 from airflow_jobwatch.kube.meaning.states import classify_pod
 
 __all__ = [
@@ -269,9 +269,9 @@ class JobResult:
         status = job.get("status")
         ended = None
         if isinstance(status, Mapping):
-            if _true_condition(status, JOB_FAILED_CONDITIONS) is not None:
+            if true_condition(status, JOB_FAILED_CONDITIONS) is not None:
                 ended = "failed"
-            elif _true_condition(status, JOB_SUCCEEDED_CONDITIONS) is not None:
+            elif true_condition(status, JOB_SUCCEEDED_CONDITIONS) is not None:
                 ended = "success"
         if ended is None:
             return "the Job's own status shows no end (no Complete or Failed condition)"

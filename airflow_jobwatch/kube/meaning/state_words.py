@@ -47,26 +47,26 @@ _HINTS: Mapping[str, str] = {
 # Tolerant field access: anything of the wrong type counts as missing.
 
 
-def _map(value: object) -> Mapping[str, Any]:
+def as_map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _maps(value: object) -> list[Mapping[str, Any]]:
+def as_maps(value: object) -> list[Mapping[str, Any]]:
     if not isinstance(value, list | tuple):
         return []
     return [item for item in value if isinstance(item, Mapping)]
 
 
-def _str(value: object) -> str | None:
+def as_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _int(value: object) -> int | None:
+def as_int(value: object) -> int | None:
     # bool is an int subclass; an exit code of True is garbage, not 1.
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _quote(text: str | None) -> str | None:
+def quote_message(text: str | None) -> str | None:
     """Trim a server- or container-written message to something fit for one log line."""
     if text is None:
         return None
@@ -78,16 +78,16 @@ def _quote(text: str | None) -> str | None:
     return text
 
 
-def _display_name(obj: Mapping[str, Any]) -> str:
-    meta = _map(obj.get("metadata"))
-    name = _str(meta.get("name")) or _str(meta.get("generateName")) or "<unnamed>"
-    namespace = _str(meta.get("namespace"))
+def display_name(obj: Mapping[str, Any]) -> str:
+    meta = as_map(obj.get("metadata"))
+    name = as_str(meta.get("name")) or as_str(meta.get("generateName")) or "<unnamed>"
+    namespace = as_str(meta.get("namespace"))
     return f"{namespace}/{name}" if namespace else name
 
 
-def _true_condition(status: Mapping[str, Any], types: Iterable[str]) -> Mapping[str, Any] | None:
+def true_condition(status: Mapping[str, Any], types: Iterable[str]) -> Mapping[str, Any] | None:
     """The first condition, in the order of ``types``, whose status is the string ``"True"``."""
-    conditions = _maps(status.get("conditions"))
+    conditions = as_maps(status.get("conditions"))
     for wanted in types:
         for condition in conditions:
             if condition.get("type") == wanted and condition.get("status") == "True":
@@ -95,12 +95,12 @@ def _true_condition(status: Mapping[str, Any], types: Iterable[str]) -> Mapping[
     return None
 
 
-def _sentence(text: str) -> str:
+def as_sentence(text: str) -> str:
     """End ``text`` with exactly one full stop (quoted server messages often bring their own)."""
     return text.rstrip(" .") + "."
 
 
-def _check_reasons(fatal_waiting_reasons: Collection[str]) -> None:
+def check_reasons(fatal_waiting_reasons: Collection[str]) -> None:
     # A str is a Collection[str] too, and "Err" in "ErrImagePull" would then match by substring.
     if isinstance(fatal_waiting_reasons, str):
         raise TypeError(
@@ -109,6 +109,6 @@ def _check_reasons(fatal_waiting_reasons: Collection[str]) -> None:
         )
 
 
-def _with_hint(message: str, reason: str | None) -> str:
+def with_hint(message: str, reason: str | None) -> str:
     hint = _HINTS.get(reason or "")
-    return _sentence(message) + (f" Hint: {hint}." if hint else "")
+    return as_sentence(message) + (f" Hint: {hint}." if hint else "")

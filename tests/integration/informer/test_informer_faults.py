@@ -314,9 +314,9 @@ async def test_sixty_second_outage(make_sandbox, tmp_path):
 async def test_periodic_resync_redelivers_the_store_without_listing(sb, api, pods: Pods):
     """client-go's resync: every stored object is handed to the subscribers again, and the server is asked
     nothing but to resume the watch (a LIST would close the watch first, see test_watcher_resync.py)."""
-    from airflow_jobwatch.kube.engine.observer import _NoObserver
+    from airflow_jobwatch.kube.engine.observer import NoObserver
 
-    class Counted(_NoObserver):
+    class Counted(NoObserver):
         def __init__(self) -> None:
             self.events: list[str] = []
 

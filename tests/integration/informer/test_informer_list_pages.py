@@ -1,5 +1,5 @@
 """A paged LIST applied page by page (kube/engine/relist.py, Relister._list_page / _apply_page), with the cyclic
-garbage collector held off while a page is parsed and applied (kube/engine/store.py, _gc_paused): a broken page
+garbage collector held off while a page is parsed and applied (kube/engine/store.py, gc_paused): a broken page
 fails the list like before and leaves the collector as it was, and an application that turned the
 collector off keeps it off. The real kubernetes_asyncio client over real HTTP against scripted_server.ScriptedServer."""
 

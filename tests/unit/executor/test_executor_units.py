@@ -9,7 +9,7 @@ from kubernetes.client.exceptions import ApiException
 from support.workloads import executor_kube_config, make_workload
 
 from airflow_jobwatch.compat import AIRFLOW_V_3_2_PLUS
-from airflow_jobwatch.executors.base import _api_message, informer_config_from_conf
+from airflow_jobwatch.executors.base import api_message, informer_config_from_conf
 from airflow_jobwatch.executors.launching import _retry_after
 from airflow_jobwatch.executors.pods import build_worker_pod, key_from_annotations, worker_label_selector
 
@@ -141,12 +141,12 @@ def test_api_error_parsing():
     err = ApiException(status=429, reason="Too Many Requests")
     err.body = '{"kind":"Status","message":"too many requests, please try again later","code":429}'
     err.headers = {"Retry-After": "3"}
-    assert _api_message(err) == "too many requests, please try again later"
+    assert api_message(err) == "too many requests, please try again later"
     assert _retry_after(err) == 3.0
     plain = ApiException(status=503, reason="Service Unavailable")
     plain.body = "upstream connect error"
     plain.headers = {"Retry-After": "soon"}
-    assert _api_message(plain) == "upstream connect error"
+    assert api_message(plain) == "upstream connect error"
     assert _retry_after(plain) is None
 
 

@@ -1,4 +1,4 @@
-"""``_pods_final``: whether a terminal decision's pods are final enough to report, or the decision is held
+"""``pods_final``: whether a terminal decision's pods are final enough to report, or the decision is held
 (for at most ``_POD_SETTLE_SECONDS``) while the pod watch and the Job controller catch up.
 
 The Job controller records a pod that ended in ``status.uncountedTerminatedPods`` first (together with
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_jobwatch.triggers.job import _pods_final, client_job_dict
+from airflow_jobwatch.triggers.job import client_job_dict, pods_final
 
 
 def _job(status: dict[str, Any]) -> dict[str, Any]:
@@ -131,9 +131,9 @@ FAILED = [*FAILURE_TARGET, {"type": "Failed", "status": "True", "reason": "Backo
     ],
 )
 def test_pods_final(outcome: str, status: dict[str, Any], phases: list[str], final: bool) -> None:
-    assert _pods_final(_payload(outcome, status, phases)) is final
+    assert pods_final(_payload(outcome, status, phases)) is final
     # the same answer for a Job in API JSON (camelCase), should one ever reach it
-    assert _pods_final(_payload(outcome, status, phases, api_json=True)) is final
+    assert pods_final(_payload(outcome, status, phases, api_json=True)) is final
 
 
 def test_garbage_in_uncounted_pods_never_raises() -> None:
@@ -141,4 +141,4 @@ def test_garbage_in_uncounted_pods_never_raises() -> None:
         payload = _payload(
             "success", {"succeeded": 1, "uncountedTerminatedPods": junk}, ["succeeded"], api_json=True
         )
-        assert isinstance(_pods_final(payload), bool)
+        assert isinstance(pods_final(payload), bool)
