@@ -8,7 +8,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.configuration import conf
 from airflow.executors.base_executor import BaseExecutor
@@ -21,7 +21,15 @@ from airflow_jobwatch.executors.pods import (
     label_scheme,
 )
 from airflow_jobwatch.executors.record import PendingCreate, TaskRecords
+from airflow_jobwatch.executors.stopping import (
+    STOP_ATTEMPTS,
+    STOP_BACKOFF_INITIAL_SECONDS,
+    STOP_BACKOFF_MAX_SECONDS,
+    StopRefused,
+    stop_pod,
+)
 from airflow_jobwatch.executors.watcher import PodResult, WatcherSupervisor
+from airflow_jobwatch.kube.engine.backoff import Backoff
 
 if TYPE_CHECKING:
     from airflow.executors import workloads
@@ -46,6 +54,11 @@ RUNNING_POD_LOG_LINES = 100
 
 # Terminal reports kept for the status file (the demo prints them as a table); older ones are dropped.
 STATUS_REPORTS_KEPT = 500
+
+# What is done to a pod the executor cleans up: deleted (True), labelled done (False), or stopped (STOP: a
+# replaced pod that could still start; see executors/stopping.py).
+STOP: Literal["stop"] = "stop"
+CleanupOp = tuple[str, str, bool | Literal["stop"]]  # (namespace, name, what)
 
 
 def getfloat(section: str, key: str, default: float, source: Any = None) -> float:
@@ -134,7 +147,10 @@ class ExecutorBase(BaseExecutor):
         # a namespace that could not be listed): adopted (never handed back for reset, never launched) and
         # looked for again with backoff. key -> what adoption knew of it (see adoption.py).
         self._unresolved: dict[TaskInstanceKey, Any] = {}
-        self._cleanup: list[tuple[str, str, bool]] = []  # (ns, name, delete?) retried until done
+        self._cleanup: list[CleanupOp] = []  # retried until done
+        # Stops that failed for want of an answer: (ns, name) -> (their backoff, when to try again).
+        self._stop_retries: dict[tuple[str, str], tuple[Backoff, float]] = {}
+        self._stop_refusal_logged = False
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
         self._completed_search: Future[list[dict[str, Any]]] | None = None
         # Creates in flight in the creator threads: key -> (create, namespace, name, future).
@@ -150,8 +166,8 @@ class ExecutorBase(BaseExecutor):
         self._adopted_launch_ids: dict[TaskInstanceKey, str] = {}
         # Made at start(), once the scheduler job id is known.
         self._pod_builder: WorkerPodBuilder | None = None
-        # Cleanups (delete / label done) in flight: (ns, name) -> (op, future).
-        self._cleanup_inflight: dict[tuple[str, str], tuple[tuple[str, str, bool], Future[Any]]] = {}
+        # Cleanups (delete / label done / stop) in flight: (ns, name) -> (op, future).
+        self._cleanup_inflight: dict[tuple[str, str], tuple[CleanupOp, Future[Any]]] = {}
         # Pod creates in flight at once (threads), unless worker_pods_creation_batch_size is larger. A create
         # takes one API round trip (~10-50 ms on a healthy server); the default 8 in parallel keep up with a
         # scheduler that queues hundreds of tasks per second, without looking like a burst to API priority
@@ -414,6 +430,10 @@ class ExecutorBase(BaseExecutor):
             and (result.phase == "succeeded" or self.kube_config.delete_worker_pods_on_failure)
         )
 
+    def _deletes_failed_pods(self) -> bool:
+        """Whether ``delete_worker_pods*`` delete a pod that failed (else it is kept, labelled done)."""
+        return bool(self.kube_config.delete_worker_pods and self.kube_config.delete_worker_pods_on_failure)
+
     def _may_start(self, result: PodResult) -> bool:
         """A pod that "failed" while Kubernetes still has it Pending (ErrImagePull...): left alone it could
         still start, and run a try Airflow already gave up on, so it is deleted in any case."""
@@ -437,18 +457,28 @@ class ExecutorBase(BaseExecutor):
                 continue
             err = future.exception()
             if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
+                self._stop_retries.pop(ref, None)
                 continue
-            self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
+            if op[2] == STOP:
+                op = self._stop_failed(op, err)
+            else:
+                self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
             self._cleanup.append(op)
-        # Pods a relaunch replaced, kept until their record let them go (see TaskRecord.replaced).
+        # Pods a relaunch replaced, stopped once the launch's next pod exists if they could still start, and
+        # kept until their record let them go (see TaskRecord.replaced).
+        self._cleanup.extend((namespace, name, STOP) for namespace, name in self.records.stopping())
         self._cleanup.extend((namespace, name, True) for namespace, name in self.records.released())
         if not self._cleanup or not submit:
             return
         pool = self._pool()
-        remaining: list[tuple[str, str, bool]] = []
+        now = time.monotonic()
+        remaining: list[CleanupOp] = []
         for op in self._cleanup:
             namespace, name, delete = op
-            if (namespace, name) in self._cleanup_inflight:
+            retry = self._stop_retries.get((namespace, name))
+            if (namespace, name) in self._cleanup_inflight or (
+                delete == STOP and retry is not None and retry[1] > now
+            ):
                 remaining.append(op)
                 continue
             self._cleanup_inflight[(namespace, name)] = (
@@ -457,9 +487,49 @@ class ExecutorBase(BaseExecutor):
             )
         self._cleanup = remaining
 
-    def _cleanup_call(self, namespace: str, name: str, delete: bool) -> None:
+    def _stop_failed(self, op: CleanupOp, err: BaseException) -> CleanupOp:
+        """A stop got no answer: tried again after a backoff, and deleted after STOP_ATTEMPTS (a pod that
+        could still start is not left running for want of a patch that goes through)."""
+        ref = (op[0], op[1])
+        backoff, _ = self._stop_retries.get(ref) or (
+            Backoff(
+                initial_seconds=STOP_BACKOFF_INITIAL_SECONDS,
+                max_seconds=STOP_BACKOFF_MAX_SECONDS,
+                reset_after_seconds=float("inf"),
+            ),
+            0.0,
+        )
+        now = time.monotonic()
+        delay = backoff.failure(now)
+        if backoff.attempts >= STOP_ATTEMPTS:
+            self._stop_retries.pop(ref, None)
+            self.log.warning(
+                "Stopping pod %s/%s failed %d times (%s); deleting it instead", *ref, backoff.attempts, err
+            )
+            return (op[0], op[1], True)
+        self._stop_retries[ref] = (backoff, now + delay)
+        self.log.debug("Stopping pod %s/%s failed (%s); retrying in %.1f s", *ref, err, delay)
+        return op
+
+    def _cleanup_call(self, namespace: str, name: str, delete: bool | Literal["stop"]) -> None:
         from kubernetes.client import V1DeleteOptions
 
+        if delete == STOP:
+            try:
+                stop_pod(self.core_v1, namespace, name, request_timeout=self._request_timeout)
+                return
+            except StopRefused as refused:
+                # Refused for good (no `patch pods` right, a policy): deleted as it was before stops existed,
+                # which frees its name (the window docs/executor.md describes). Said once per scheduler.
+                log = self.log.debug if self._stop_refusal_logged else self.log.warning
+                self._stop_refusal_logged = True
+                log(
+                    "Could not stop the replaced pod %s/%s, which could still start (%s); deleting it "
+                    "instead, which frees its name. Grant the scheduler `patch` on pods to keep it.",
+                    namespace,
+                    name,
+                    refused,
+                )
         if delete:
             self.core_v1.delete_namespaced_pod(
                 name,

@@ -440,10 +440,12 @@ class LaunchQueue(ExecutorBase):
         record = self.records.get(key)
         if conflict.verdict == "finished" and record is not None:
             # That pod is kept as the pods this executor replaces itself are (TaskRecord.replaced), so that it
-            # is deleted by whichever scheduler holds the launch now, even if the one that replaced it is gone.
-            kc = self.kube_config
-            deletes = conflict.may_start or (kc.delete_worker_pods and kc.delete_worker_pods_on_failure)
-            self.records.name_taken(key, keep=conflict.may_start if deletes else None)
+            # is stopped and deleted by whichever scheduler holds the launch now, even if the one that
+            # replaced it is gone.
+            deletes = self._deletes_failed_pods()
+            self.records.name_taken(
+                key, keep=conflict.may_start if conflict.may_start or deletes else None, delete=deletes
+            )
             self._counters["create_retries"] += 1
             self.log.warning(
                 "%s: pod %s/%s of its launch %s has already ended (%s); creating the launch's next pod",

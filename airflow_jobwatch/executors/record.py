@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from airflow_jobwatch.kube.engine.backoff import Backoff
@@ -60,6 +60,14 @@ class PendingCreate:
     revoked: bool = False  # revoke_task while its create was in flight: delete the pod if it was created
 
 
+class ReplacedPod(NamedTuple):
+    """A pod of a launch that ended before its task ran and was replaced (see ``TaskRecord.replaced``)."""
+
+    ref: PodRef
+    may_start: bool  # still Pending on a fatal waiting reason, not yet stopped: it could yet start the try
+    delete: bool  # deleted when released (``delete_worker_pods*``); else left, labelled done
+
+
 @dataclass
 class TaskRecord:
     """The current launch of one key. See the module docstring."""
@@ -80,13 +88,13 @@ class TaskRecord:
     # What the task fails with if a relaunch may not be created (the task instance is no longer QUEUED on its
     # try): the failure the relaunch stood in for, in its own words.
     relaunch_failure: str | None = None
-    # Pods of this launch that ended before their task ran and were replaced, kept (labelled done) where
-    # ``delete_worker_pods*`` would delete them: while one exists, its name is taken, so an adopter that builds
-    # the launch's pod names from index 0 on is answered 409 there and goes on to the next index, instead of
-    # creating a second pod of the launch beside the replacement. Each is (pod, may_start): a pod that failed
-    # while still Pending (it could yet start a try) is released as soon as the launch's next pod exists;
-    # every other one when the key leaves this executor or is queued again.
-    replaced: list[tuple[PodRef, bool]] = field(default_factory=list)
+    # Pods of this launch that ended before their task ran and were replaced, kept (labelled done) until the
+    # key leaves this executor or is queued again: while one exists, its name is taken, so an adopter that
+    # builds the launch's pod names from index 0 on is answered 409 there and goes on to the next index,
+    # instead of creating a second pod of the launch beside the replacement. A pod that failed while still
+    # Pending (``may_start``: it could yet start a try) is stopped, not deleted, as soon as the launch's next
+    # pod exists, so that its name stays taken too.
+    replaced: list[ReplacedPod] = field(default_factory=list)
 
     @property
     def priority(self) -> int:
@@ -112,6 +120,8 @@ class TaskRecords:
         self._pods: dict[PodRef, tuple[Any, str]] = {}
         # Replaced pods whose record let them go (see ``TaskRecord.replaced``): to be deleted by the caller.
         self._released: list[PodRef] = []
+        # Replaced pods that may still start, now that their launch's next pod exists: to be stopped.
+        self._stopping: list[PodRef] = []
 
     # ---- reading ------------------------------------------------------------------------------
 
@@ -158,6 +168,17 @@ class TaskRecords:
         """The replaced pods no record keeps any longer (each given once): the caller deletes them."""
         out, self._released = self._released, []
         return out
+
+    def stopping(self) -> list[PodRef]:
+        """The replaced pods that could still start and whose launch's next pod exists (each given once): the
+        caller stops them (their containers killed, the object and its name kept)."""
+        out, self._stopping = self._stopping, []
+        return out
+
+    def keeps(self, key: Any, ref: PodRef) -> bool:
+        """Whether ``key``'s record keeps ``ref`` as a replaced pod (see ``TaskRecord.replaced``)."""
+        record = self._records.get(key)
+        return record is not None and any(pod.ref == ref for pod in record.replaced)
 
     def is_current(self, key: Any, ref: PodRef) -> bool:
         """Whether pod ``ref`` is the pod of ``key``'s current launch: the one rule for what counts.
@@ -210,8 +231,8 @@ class TaskRecords:
         record.create = None
         self._unmark_pending(key)
         record.pod = ref
-        # The launch's next pod exists: a replaced pod that could still start a try is not kept beside it.
-        self._release(record, only_may_start=True)
+        # The launch's next pod exists: a replaced pod that could still start a try is stopped, its name kept.
+        self._stop(record)
         self._pods[ref] = (key, record.launch_id)
         return record
 
@@ -232,6 +253,7 @@ class TaskRecords:
         launch_failure: bool = False,
         failure: str | None = None,
         keep: bool | None = None,
+        delete: bool = True,
     ) -> TaskRecord:
         """The current pod ended before the task ran; the same launch gets a new pod after ``not_before``.
 
@@ -241,12 +263,13 @@ class TaskRecords:
         old one within it; the new pod has the next ``pod_index``, so its name is new and still the same for
         every scheduler. ``failure`` is what the task fails with if the relaunch may not be created. ``keep``:
         the ended pod is kept until it is released (see ``TaskRecord.replaced``), with whether it may still
-        start; None when it is not to be deleted at all.
+        start; None when there is nothing to do with it (it is neither stopped nor deleted). ``delete``:
+        whether it is deleted when released once it can no longer start (one that still could is deleted).
         """
         record = self._require(key)
         self._pods.pop(ref, None)
         if keep is not None:
-            record.replaced.append((ref, keep))
+            record.replaced.append(ReplacedPod(ref, keep, delete))
         (record.launch_failures if launch_failure else record.disruptions).append(disruption)
         record.relaunch_backoff = backoff
         record.pod = None
@@ -257,11 +280,11 @@ class TaskRecords:
         self._mark_pending(key)
         return record
 
-    def name_taken(self, key: Any, *, keep: bool | None = None) -> None:
+    def name_taken(self, key: Any, *, keep: bool | None = None, delete: bool = True) -> None:
         """A create found a finished pod of this very launch under its name (a pod of the launch that failed
         before its task ran, which this executor did not replace itself): the next pod of the launch is made,
-        under the next ``pod_index``, with nothing else changed. ``keep`` as for :meth:`relaunch`: that pod
-        is kept and deleted as this executor's own replaced pods are."""
+        under the next ``pod_index``, with nothing else changed. ``keep`` and ``delete`` as for
+        :meth:`relaunch`: that pod is kept, stopped and deleted as this executor's own replaced pods are."""
         record = self._require(key)
         if record.create is None:
             raise TransitionError(f"{key} has no pod to create")
@@ -269,7 +292,7 @@ class TaskRecords:
         if ref is not None and self._pods.get(ref) == (key, record.launch_id):
             del self._pods[ref]
         if ref is not None and keep is not None:
-            record.replaced.append((ref, keep))
+            record.replaced.append(ReplacedPod(ref, keep, delete))
         record.create.ref = None
         record.create.body = None
         record.create.not_before = 0.0
@@ -306,12 +329,16 @@ class TaskRecords:
                 self._release(previous)
             self._records[key] = TaskRecord(key=key, launch_id=launch_id, origin=ADOPTED, pod=ref)
 
-    def _release(self, record: TaskRecord, *, only_may_start: bool = False) -> None:
-        """Let ``record``'s replaced pods go (those that may still start only, with ``only_may_start``)."""
-        self._released.extend(ref for ref, may_start in record.replaced if may_start or not only_may_start)
-        record.replaced = [
-            (ref, may_start) for ref, may_start in record.replaced if only_may_start and not may_start
-        ]
+    def _release(self, record: TaskRecord) -> None:
+        """Let ``record``'s replaced pods go: deleted if ``delete_worker_pods*`` say so, and, whatever they
+        say, any that could still start (it was never stopped), so that it never runs the try."""
+        self._released.extend(pod.ref for pod in record.replaced if pod.may_start or pod.delete)
+        record.replaced = []
+
+    def _stop(self, record: TaskRecord) -> None:
+        """Hand ``record``'s replaced pods that could still start to the caller to stop; they stay kept."""
+        self._stopping.extend(pod.ref for pod in record.replaced if pod.may_start)
+        record.replaced = [pod._replace(may_start=False) for pod in record.replaced]
 
     def _mark_pending(self, key: Any) -> None:
         """File ``key`` (its record set) as pending; one already filed keeps its place in line."""

@@ -277,11 +277,12 @@ class Results(ExecutorBase):
         now = time.monotonic()
         delay = backoff.failure(now)
         ref = (result.namespace, result.name)
-        # The ended pod is labelled done at once (no adoption takes it for the launch's current pod), and one
-        # that delete_worker_pods* (or a start it could still make) would delete is kept until the launch's
-        # next pod exists, or until the task leaves this executor: while it exists its name is taken, so an
-        # adopter that finds no live pod of the launch and creates it from the first name on is answered 409
-        # there and moves to the next name, the one this relaunch creates, instead of making a second pod.
+        # The ended pod is labelled done at once (no adoption takes it for the launch's current pod), and kept
+        # until the task leaves this executor: while it exists its name is taken, so an adopter that finds no
+        # live pod of the launch and creates it from the first name on is answered 409 there and moves to the
+        # next name, the one this relaunch creates, instead of making a second pod. One that could still
+        # start is stopped (not deleted) once the launch's next pod exists; each is deleted at the end where
+        # delete_worker_pods* say so.
         delete = self._deletes(result)
         self.records.relaunch(
             record.key,
@@ -292,6 +293,7 @@ class Results(ExecutorBase):
             launch_failure=launch_failure,
             failure=_failed_info(result),
             keep=self._may_start(result) if delete else None,
+            delete=self._deletes_failed_pods(),
         )
         count = len(record.launch_failures if launch_failure else record.disruptions)
         message = explain(delay, count)
@@ -302,7 +304,7 @@ class Results(ExecutorBase):
         )
         # As upstream in the end: the failed pod is deleted or kept (labelled done) per delete_worker_pods*,
         # so that delete_worker_pods_on_failure = False keeps it for inspection; a pod that failed while
-        # still Pending (it could yet start) is deleted in any case, once its replacement exists.
+        # still Pending (it could yet start) is stopped once its replacement exists.
         if delete is not None:
             self._cleanup.append((result.namespace, result.name, False))
 
@@ -317,6 +319,10 @@ class Results(ExecutorBase):
         ref = (result.namespace, result.name)
         owner = self.records.stale_ended(ref)
         current = self.records.get(key)
+        if self.records.keeps(key, ref):
+            # A replaced pod that was stopped ends again (DeadlineExceeded): its record keeps it, name and all,
+            # until the key leaves this executor, and releases it then.
+            return
         self._counters["stale_pods_cleaned"] += 1
         metrics.stale_launch_pod()
         self.log.info(

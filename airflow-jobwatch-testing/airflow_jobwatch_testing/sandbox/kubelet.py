@@ -206,6 +206,10 @@ class PodRuntime:
     containers: list[ContainerRuntime]
     restart_policy: str
     start_time: str = ""
+    started: float = 0.0  # time.monotonic() when start_time was set
+    # spec.activeDeadlineSeconds as last read, and the timer that fails the pod when it is reached.
+    deadline: int | None = None
+    deadline_timer: asyncio.TimerHandle | None = None
     stopping: asyncio.Event = field(default_factory=asyncio.Event)  # deletion/deadline/eviction
     stop_reason: str = ""  # "", "deleted", "deadline", "evicted", "killed"
     # With stop_reason "evicted": (status.reason, status.message, DisruptionTarget message or None).
@@ -293,6 +297,8 @@ class Kubelet:
             if meta.get("deletionTimestamp") and not rt.stopping.is_set():
                 rt.stop_reason = "deleted"
                 rt.stopping.set()
+            elif rt.start_time:
+                self._arm_deadline(rt, event.obj.get("spec") or {})
             return
         asyncio.get_running_loop().call_soon(
             self._consider_current, meta.get("namespace", ""), meta["name"], uid
@@ -416,7 +422,7 @@ class Kubelet:
         phase = self._phase(rt)
         rt.phase = phase
         if not rt.start_time:
-            rt.start_time = now_rfc3339()
+            rt.start_time, rt.started = now_rfc3339(), time.monotonic()
         terminal = phase in ("Succeeded", "Failed")
         all_ready = bool(rt.containers) and all("running" in c.state for c in rt.containers)
         not_ready = [c.name for c in rt.containers if "running" not in c.state]
@@ -569,6 +575,9 @@ class Kubelet:
         if pod is None:
             return
         spec = pod.get("spec", {})
+        if not rt.start_time:  # the kubelet has taken the pod on: the deadline counts from now
+            rt.start_time, rt.started = now_rfc3339(), time.monotonic()
+        self._arm_deadline(rt, spec)
         delay = self.sb.pod_start_delay
         pattern = self.sb.image_pull_failure
         failing_image = next(
@@ -601,9 +610,6 @@ class Kubelet:
             await self._finish(rt)
             return
 
-        deadline = spec.get("activeDeadlineSeconds")
-        if isinstance(deadline, int) and deadline >= 0:
-            asyncio.get_running_loop().call_later(deadline, self._deadline_exceeded, rt)
         stopper = asyncio.create_task(self._watch_stopping(rt))
         runners: list[asyncio.Task[None]] = []
         try:
@@ -1007,6 +1013,21 @@ class Kubelet:
             proc = c.proc
             if proc is not None and proc.returncode is None:
                 simulated.signal_group(proc, sig)
+
+    def _arm_deadline(self, rt: PodRuntime, spec: dict[str, Any]) -> None:
+        """Fail the pod ``spec.activeDeadlineSeconds`` after ``status.startTime``. The kubelet reads the field
+        at every sync, so a deadline set or lowered on a pod that already runs (or waits on its image) is
+        seen at once, and one already past stops the pod now."""
+        deadline = spec.get("activeDeadlineSeconds")
+        if not isinstance(deadline, int) or deadline < 0 or deadline == rt.deadline:
+            return
+        if rt.task is not None and rt.task.done():
+            return
+        if rt.deadline_timer is not None:
+            rt.deadline_timer.cancel()
+        rt.deadline = deadline
+        delay = max(0.0, rt.started + deadline - time.monotonic())
+        rt.deadline_timer = asyncio.get_running_loop().call_later(delay, self._deadline_exceeded, rt)
 
     def _deadline_exceeded(self, rt: PodRuntime) -> None:
         if rt.stopping.is_set() or rt.task is None or rt.task.done():

@@ -227,6 +227,7 @@ class WritesMixin:
     def _validate_spec_update(self, resource: str, old: dict[str, Any], new: dict[str, Any]) -> None:
         name = old["metadata"]["name"]
         if resource == "pods":
+            _check_deadline_update(name, old["spec"].get("activeDeadlineSeconds"), new["spec"])
             # Only a few pod spec fields are mutable (image, activeDeadlineSeconds, tolerations additions).
             o, n = clone(old["spec"]), clone(new["spec"])
             for spec in (o, n):
@@ -371,3 +372,21 @@ class WritesMixin:
         obj = clone(entry.obj)
         self.commit_deleted(resource, obj, entry.obj)
         return True
+
+
+def _check_deadline_update(name: str, old: Any, new_spec: dict[str, Any]) -> None:
+    """A pod's ``activeDeadlineSeconds`` may be set where unset, or lowered; never raised nor removed, so
+    that a deadline once set bounds the pod for good (ValidatePodUpdate, pkg/apis/core/validation)."""
+    new = new_spec.get("activeDeadlineSeconds")
+    field = "spec.activeDeadlineSeconds"
+    if new is None:
+        if old is not None:
+            detail = 'Invalid value: "null": must not update from a positive integer to nil value'
+            raise invalid("pods", name, [("FieldValueInvalid", field, detail)])
+        return
+    if isinstance(new, int) and not 0 <= new <= 2**31 - 1:
+        detail = f"Invalid value: {new}: must be between 0 and 2147483647, inclusive"
+        raise invalid("pods", name, [("FieldValueInvalid", field, detail)])
+    if isinstance(old, int) and isinstance(new, int) and new > old:
+        detail = f"Invalid value: {new}: must be less than or equal to previous value"
+        raise invalid("pods", name, [("FieldValueInvalid", field, detail)])

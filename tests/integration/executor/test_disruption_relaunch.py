@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog.testing
 from exec_helpers import submit, worker_pod_of
 from support.workloads import make_workload
 
@@ -228,13 +229,19 @@ def test_an_adopter_meets_the_relaunch_of_a_late_scheduler_under_its_name(
     assert _terminal(late_events) == [] and _terminal(adopter_events) == [], (late_events, adopter_events)
 
 
-def test_an_adopter_deletes_a_replaced_pending_pod_it_meets_under_the_launchs_first_name(
-    executor_factory: Any, kube_sandbox: Any, core_v1: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("delete_on_failure", ["True", "False"])
+def test_an_adopter_stops_a_replaced_pending_pod_it_meets_under_the_launchs_first_name(
+    executor_factory: Any,
+    kube_sandbox: Any,
+    core_v1: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    delete_on_failure: str,
 ) -> None:
     """The scheduler that replaced a pod stuck Pending on a fatal waiting reason (``ErrImagePull``) stopped
     before the replacement existed: that pod is left labelled done, keeping the launch's first name taken.
     The adopter's create of that name is answered 409 by it; the adopter creates the launch's next pod and,
-    once that pod exists, deletes the Pending one, which could otherwise still start and run the try."""
+    once that pod exists, stops the Pending one, which could otherwise still start and run the try. When the
+    task has ended, the stopped pod is deleted where ``delete_worker_pods_on_failure`` says so."""
     from airflow.executors.workloads import ExecuteTask
 
     from airflow_jobwatch.executors.pods import DONE_LABEL, launch_pod_name
@@ -262,23 +269,179 @@ def test_an_adopter_deletes_a_replaced_pending_pod_it_meets_under_the_launchs_fi
         assert time.monotonic() < deadline, "the stuck pod never failed to pull its image"
         time.sleep(0.05)
 
-    adopter = executor_factory(job_id="102")
+    adopter = executor_factory(
+        job_id="102", AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE=delete_on_failure
+    )
     monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
     orphan = SimpleNamespace(
         key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-pending", state="queued"
     )
     assert adopter.try_adopt_task_instances([orphan]) == []
     events: list[tuple[Any, Any]] = []
+
+    def stuck_pod() -> dict[str, Any] | None:
+        return next((p for p in _pods(sandbox, task_id) if p["metadata"]["name"] == stuck_name), None)
+
+    stuck_name = stuck["metadata"]["name"]
     deadline = time.monotonic() + 60
-    while not _terminal(events) or any(
-        p["metadata"]["name"] == stuck["metadata"]["name"] for p in _pods(sandbox, task_id)
-    ):
+    while not _terminal(events) or (delete_on_failure == "True") == (stuck_pod() is not None):
         _heartbeat(adopter, events)
+        pod = stuck_pod()
+        if pod is not None and pod["status"].get("phase") == "Failed":
+            assert pod["status"].get("reason") == "DeadlineExceeded", pod["status"]
         assert time.monotonic() < deadline, (
-            "the task did not end, or the stuck pod was not deleted",
+            "the task did not end, or the stuck pod was not cleaned up per delete_worker_pods_on_failure",
             events,
-            [p["metadata"]["name"] for p in _pods(sandbox, task_id)],
+            [(p["metadata"]["name"], p["status"].get("phase")) for p in _pods(sandbox, task_id)],
         )
         time.sleep(0.1)
     assert [t[:2] for t in _terminal(events)] == [(task_id, "success")], events
     assert adopter.status()["pods_launched"] == 1
+    if delete_on_failure == "False":
+        # Kept for inspection, labelled done, and stopped: it never starts the try.
+        deadline = time.monotonic() + 30
+        while (stuck_pod() or {}).get("status", {}).get("reason") != "DeadlineExceeded":
+            assert time.monotonic() < deadline, stuck_pod()
+            time.sleep(0.1)
+
+
+def test_a_replaced_pod_that_may_still_start_is_stopped_and_keeps_its_name(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scheduler A's pods of one launch fail one after the other on an image that cannot be pulled (Pending,
+    ``ErrImagePull``: each could yet start). Once the launch's next pod exists, each replaced one is stopped
+    (``activeDeadlineSeconds`` set: Failed, ``DeadlineExceeded``), not deleted, so its name stays taken. When
+    the second pod has failed too, scheduler B adopts the task in the moment before A's next relaunch exists
+    and creates the launch's pods from the first name on: each earlier name answers 409, and B meets A's
+    relaunch under the next one. One live pod of the launch, however the two race; the stopped pods are
+    deleted once the key has left A."""
+    from airflow.executors.workloads import ExecuteTask
+
+    from airflow_jobwatch.executors import results
+    from airflow_jobwatch.executors.pods import DONE_LABEL, launch_pod_name
+
+    monkeypatch.setattr(results, "queued_on_try", lambda keys, *_: dict.fromkeys(keys, True))
+    sandbox, _ = kube_sandbox
+    task_id = "stopped_not_deleted"
+    late = executor_factory(
+        job_id="101",
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_RETRIES="-1",
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_EXCLUDED_CONTAINER_REASONS="",
+        AIRFLOW__KUBERNETES_EXECUTOR__DELETE_WORKER_PODS_ON_FAILURE="True",
+    )
+    w = make_workload(task_id=task_id, command="exit 0", image="registry.invalid/never:1")
+    w.ti.external_executor_id = "launch-stopped"
+    names = [launch_pod_name(w.ti.key, "launch-stopped", index) for index in range(3)]
+    late_events: list[tuple[Any, Any]] = []
+
+    def pod(name: str) -> dict[str, Any] | None:
+        return next((p for p in _pods(sandbox, task_id) if p["metadata"]["name"] == name), None)
+
+    def stopped(name: str) -> bool:
+        status = (pod(name) or {}).get("status") or {}
+        return (status.get("phase"), status.get("reason")) == ("Failed", "DeadlineExceeded")
+
+    submit(late, w)
+    deadline = time.monotonic() + 60
+    first_seen = False
+    while not (pod(names[1]) is not None and stopped(names[0])):
+        _heartbeat(late, late_events)
+        first_seen = first_seen or pod(names[0]) is not None
+        assert not first_seen or pod(names[0]) is not None, "the replaced pod was deleted: its name is free"
+        assert time.monotonic() < deadline, (
+            "the replaced pod was not stopped",
+            [(p["metadata"]["name"], p["status"]) for p in _pods(sandbox, task_id)],
+            late_events,
+        )
+        time.sleep(0.05)
+    assert pod(names[0])["metadata"]["labels"].get(DONE_LABEL) == "True"  # type: ignore[index]
+
+    # A's second relaunch: its create is sent once the second pod failed, and held until B has listed.
+    listed = threading.Event()
+    real_create = late._create_call
+
+    def create_after_the_adopters_list(*args: Any, **kwargs: Any) -> Any:
+        assert listed.wait(60), "the adopter never listed"
+        return real_create(*args, **kwargs)
+
+    monkeypatch.setattr(late, "_create_call", create_after_the_adopters_list)
+
+    def live(p: dict[str, Any]) -> bool:
+        return p["metadata"]["labels"].get(DONE_LABEL) != "True" and p["status"].get("phase") != "Failed"
+
+    deadline = time.monotonic() + 60
+    while not late._inflight or any(live(p) for p in _pods(sandbox, task_id)):
+        _heartbeat(late, late_events)
+        assert time.monotonic() < deadline, f"no second relaunch sent; events {late_events}"
+        time.sleep(0.05)
+    assert pod(names[0]) is not None and pod(names[1]) is not None
+
+    adopter = executor_factory(job_id="102")
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    real_list = adopter._list_everywhere
+
+    def list_then_let_the_late_create_land(*args: Any, **kwargs: Any) -> Any:
+        pods = real_list(*args, **kwargs)
+        if not listed.is_set():
+            listed.set()
+            until = time.monotonic() + 30
+            while pod(names[2]) is None:
+                assert time.monotonic() < until, "the late scheduler's relaunch never landed"
+                time.sleep(0.05)
+        return pods
+
+    monkeypatch.setattr(adopter, "_list_everywhere", list_then_let_the_late_create_land)
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-stopped", state="queued"
+    )
+    assert adopter.try_adopt_task_instances([orphan]) == []
+    adopter_events: list[tuple[Any, Any]] = []
+    deadline = time.monotonic() + 60
+    while (record := adopter.records.get(w.ti.key)) is not None and record.pod is None:
+        _heartbeat(adopter, adopter_events)
+        assert time.monotonic() < deadline, f"the adopter's create never ended; events {adopter_events}"
+        time.sleep(0.05)
+    live_pods = [p["metadata"]["name"] for p in _pods(sandbox, task_id) if live(p)]
+    assert live_pods == [names[2]], ("not one live pod for the launch", live_pods, names)
+    assert record is not None and record.pod == ("default", names[2])
+    # The stopped pods go once A sees the task adopted away.
+    deadline = time.monotonic() + 60
+    while pod(names[0]) is not None or pod(names[1]) is not None:
+        _heartbeat(late, late_events)
+        _heartbeat(adopter, adopter_events)
+        assert time.monotonic() < deadline, "the stopped pods were never deleted"
+        time.sleep(0.1)
+
+
+def test_a_replaced_pod_that_may_still_start_is_deleted_where_it_cannot_be_stopped(
+    executor_factory: Any, kube_sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the right to patch pods (here every PATCH is answered 403), a replaced pod that could still start
+    is deleted once the launch's next pod exists, as it was before stopping existed, and the scheduler says
+    once why (the refusal, and the right to grant)."""
+    from airflow_jobwatch.executors import results
+    from airflow_jobwatch.executors.pods import launch_pod_name
+
+    monkeypatch.setattr(results, "queued_on_try", lambda keys, *_: dict.fromkeys(keys, True))
+    sandbox, _ = kube_sandbox
+    task_id = "not_stoppable"
+    ex = executor_factory(
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_RETRIES="1",
+        AIRFLOW__KUBERNETES_EXECUTOR__POD_LAUNCH_FAILURE_EXCLUDED_CONTAINER_REASONS="",
+    )
+    w = make_workload(task_id=task_id, command="exit 0", image="registry.invalid/never:1")
+    w.ti.external_executor_id = "launch-refused"
+    first, second = (launch_pod_name(w.ti.key, "launch-refused", index) for index in range(2))
+    sandbox.set_error_rate(1.0, status=403, verbs={"patch"})
+    submit(ex, w)
+    events: list[tuple[Any, Any]] = []
+    names = lambda: {p["metadata"]["name"] for p in _pods(sandbox, task_id)}  # noqa: E731
+    deadline = time.monotonic() + 60
+    with structlog.testing.capture_logs() as entries:
+        while not (second in names() and first not in names()):
+            _heartbeat(ex, events)
+            assert time.monotonic() < deadline, ("the replaced pod was not deleted", names(), events)
+            time.sleep(0.05)
+    refusals = [e for e in entries if "Could not stop the replaced pod" in str(e.get("event"))]
+    assert [e["log_level"] for e in refusals] == ["warning"], refusals
+    assert "403" in str(refusals[0]) and "`patch` on pods" in str(refusals[0]), refusals

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,64 @@ def test_pod_active_deadline(sandbox: SandboxThread, core: client.CoreV1Api) -> 
     pod = wait_for(lambda: terminal(sandbox, "dl"), what="pod dl to hit its deadline")
     assert pod["status"]["phase"] == "Failed"
     assert pod["status"]["reason"] == "DeadlineExceeded"
+
+
+def test_a_deadline_patched_on_a_pending_pod_stops_it_and_keeps_the_object(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    # The kubelet reads spec.activeDeadlineSeconds at every sync, measured from status.startTime: a deadline
+    # set later on a pod stuck Pending (its image cannot be pulled) fails it, and the object stays.
+    containers = [{"name": "main", "image": "registry.invalid/never:1", "command": ["true"]}]
+    core.create_namespaced_pod("default", pod_body("stuck", containers=containers))
+
+    def waiting_reason() -> str | None:
+        pod = sandbox.get_object("pods", "default", "stuck") or {}
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        return ((statuses[0].get("state") or {}).get("waiting") or {}).get("reason")
+
+    wait_for(lambda: waiting_reason() == "ErrImagePull", what="the pod to fail pulling its image")
+    core.patch_namespaced_pod("stuck", "default", {"spec": {"activeDeadlineSeconds": 1}})
+    pod = wait_for(lambda: terminal(sandbox, "stuck"), what="the patched deadline to stop the pod")
+    assert (pod["status"]["phase"], pod["status"]["reason"]) == ("Failed", "DeadlineExceeded")
+    assert pod["spec"]["activeDeadlineSeconds"] == 1
+    assert sandbox.get_object("pods", "default", "stuck") is not None
+
+
+def test_a_deadline_patched_on_a_running_pod_counts_from_its_start(
+    sandbox: SandboxThread, core: client.CoreV1Api
+) -> None:
+    core.create_namespaced_pod("default", pod_body("late", "sleep 60"))
+    wait_for(lambda: phase_of(sandbox, "late") == "Running", what="pod late to run")
+    core.patch_namespaced_pod("late", "default", {"spec": {"activeDeadlineSeconds": 1}})
+    pod = wait_for(lambda: terminal(sandbox, "late"), what="the patched deadline to stop the pod")
+    assert (pod["status"]["phase"], pod["status"]["reason"]) == ("Failed", "DeadlineExceeded")
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"spec": {"activeDeadlineSeconds": 31}},
+            "Invalid value: 31: must be less than or equal to previous value",
+        ),
+        (
+            {"spec": {"activeDeadlineSeconds": None}},
+            'Invalid value: "null": must not update from a positive integer to nil value',
+        ),
+    ],
+    ids=["increase", "removal"],
+)
+def test_a_set_deadline_may_only_be_lowered(
+    sandbox: SandboxThread, core: client.CoreV1Api, patch: dict[str, Any], message: str
+) -> None:
+    core.create_namespaced_pod("default", pod_body("bounded", "sleep 60", activeDeadlineSeconds=30))
+    with pytest.raises(ApiException) as refused:
+        core.patch_namespaced_pod("bounded", "default", patch)
+    assert refused.value.status == 422
+    assert f"spec.activeDeadlineSeconds: {message}" in json.loads(refused.value.body)["message"]
+    assert sandbox.get_object("pods", "default", "bounded")["spec"]["activeDeadlineSeconds"] == 30
+    lowered = core.patch_namespaced_pod("bounded", "default", {"spec": {"activeDeadlineSeconds": 20}})
+    assert lowered.spec.active_deadline_seconds == 20
 
 
 def test_logs_need_container_name_when_ambiguous(sandbox: SandboxThread, core: client.CoreV1Api) -> None:

@@ -9,8 +9,9 @@ step:
 - no key is in ``running`` (the records' keys) without a record, and every key holding a slot has one;
 - a key never has two live pods that both count as current;
 - every slot is freed exactly once;
-- a pod a relaunch replaced and kept is let go exactly once, no later than its record (and, if it could
-  still start, once the launch's next pod exists).
+- a pod a relaunch replaced and kept is let go exactly once, no later than its record, and deleted only
+  if ``delete_worker_pods*`` say so or it could still start; one that could still start is stopped (its
+  name kept) once the launch's next pod exists, and never kept beside that pod unstopped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
+import pytest
 from airflow.models.taskinstancekey import TaskInstanceKey
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -50,8 +52,9 @@ class RecordMachine(RuleBasedStateMachine):
         self.freed = 0
         self.reported: list[tuple[str, str]] = []  # (key, launch id) of every reported end
         self.in_line: dict[str, int] = {}  # key -> when its pod to create was put in line (launch order)
-        # Pods a relaunch replaced and the records keep: ref -> (key, whether it could still start).
-        self.kept: dict[tuple[str, str], tuple[str, bool]] = {}
+        # Pods a relaunch replaced and the records keep: ref -> (key, whether it could still start, whether
+        # delete_worker_pods* delete it).
+        self.kept: dict[tuple[str, str], tuple[str, bool, bool]] = {}
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -125,8 +128,13 @@ class RecordMachine(RuleBasedStateMachine):
             self.records.seen_running(key, record.pod)
 
     @precondition(lambda self: bool(self.live))
-    @rule(data=st.data(), relaunch=st.booleans(), keep=st.sampled_from([None, False, True]))
-    def pod_ends(self, data: st.DataObject, relaunch: bool, keep: bool | None) -> None:
+    @rule(
+        data=st.data(),
+        relaunch=st.booleans(),
+        keep=st.sampled_from([None, False, True]),
+        delete=st.booleans(),
+    )
+    def pod_ends(self, data: st.DataObject, relaunch: bool, keep: bool | None, delete: bool) -> None:
         ref = data.draw(st.sampled_from(sorted(self.live)))
         key, launch = self.live.pop(ref)
         if not self.records.is_current(key, ref):
@@ -138,9 +146,17 @@ class RecordMachine(RuleBasedStateMachine):
             self.records.created(key, ref)  # the watch saw the pod before the create's answer
         assert launch == record.launch_id == self.db_launch[key], "an end reported for a launch not current"
         if relaunch and not record.seen_running:
-            self.records.relaunch(key, ref, "evicted", backoff=None, not_before=0.0, keep=keep)  # type: ignore[arg-type]
+            self.records.relaunch(
+                key,
+                ref,
+                "evicted",
+                backoff=None,  # type: ignore[arg-type]
+                not_before=0.0,
+                keep=keep,
+                delete=delete,
+            )
             if keep is not None:
-                self.kept[ref] = (key, keep)
+                self.kept[ref] = (key, keep, delete)
             self.in_line[key] = next(_ids)
             return
         self.records.end(key, ref)
@@ -188,13 +204,25 @@ class RecordMachine(RuleBasedStateMachine):
         assert self.freed <= self.taken
 
     @invariant()
-    def replaced_pods_let_go_once_and_no_later_than_their_record(self) -> None:
+    def replaced_pods_stopped_then_let_go_once_and_no_later_than_their_record(self) -> None:
+        for ref in self.records.stopping():
+            assert ref in self.kept and self.kept[ref][1], f"{ref} stopped twice, or never could start"
+            key, _, delete = self.kept[ref]
+            record = self.records.get(key)
+            assert record is not None and record.pod is not None, f"{ref} stopped before the next pod exists"
+            self.kept[ref] = (key, False, delete)
         for ref in self.records.released():
             assert ref in self.kept, f"{ref} let go twice, or never kept"
-            del self.kept[ref]
-        for ref, (key, may_start) in self.kept.items():
+            _, may_start, delete = self.kept.pop(ref)
+            assert may_start or delete, f"{ref} deleted, though stopped and kept by delete_worker_pods*"
+        for ref, (key, may_start, delete) in list(self.kept.items()):
             record = self.records.get(key)
-            assert record is not None and (ref, may_start) in record.replaced, f"{ref} outlived its record"
+            if record is None or all(pod.ref != ref for pod in record.replaced):
+                # Let go without a delete: only a stopped pod that delete_worker_pods* keep.
+                assert not may_start and not delete, f"{ref} outlived its record"
+                del self.kept[ref]
+                continue
+            assert (ref, may_start, delete) in record.replaced, f"{ref} kept as {record.replaced}"
             assert not (may_start and record.pod is not None), f"{ref} could start, kept beside the next pod"
 
 
@@ -202,9 +230,13 @@ TestRecordModel = RecordMachine.TestCase
 TestRecordModel.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
 
 
-def test_replaced_pods_are_let_go_when_the_next_pod_exists_or_the_record_ends() -> None:
-    """The two orders the model above reaches only now and then, spelled out: a replaced pod that could still
-    start goes once the launch's next pod exists; one that cannot stays until the record ends."""
+@pytest.mark.parametrize("delete", [True, False])
+def test_a_replaced_pod_that_could_start_is_stopped_when_the_next_pod_exists_and_let_go_with_the_record(
+    delete: bool,
+) -> None:
+    """The orders the model above reaches only now and then, spelled out: a replaced pod that could still
+    start is stopped (not let go) once the launch's next pod exists; every replaced pod keeps its name until
+    the record ends, and is deleted then where ``delete_worker_pods*`` say so."""
     records = TaskRecords()
     records.queue("k", workload=SimpleNamespace(ti=SimpleNamespace(priority_weight=0)), launch_id="L")
     records.create_sent("k", ("default", "p0"))
@@ -212,14 +244,41 @@ def test_replaced_pods_are_let_go_when_the_next_pod_exists_or_the_record_ends() 
     records.relaunch("k", ("default", "p0"), "evicted", backoff=None, not_before=0.0, keep=False)  # type: ignore[arg-type]
     records.create_sent("k", ("default", "p1"))
     records.created("k", ("default", "p1"))
-    records.relaunch("k", ("default", "p1"), "ErrImagePull", backoff=None, not_before=0.0, keep=True)  # type: ignore[arg-type]
-    assert records.released() == []  # no next pod yet: both names stay taken
+    records.relaunch(
+        "k",
+        ("default", "p1"),
+        "ErrImagePull",
+        backoff=None,  # type: ignore[arg-type]
+        not_before=0.0,
+        keep=True,
+        delete=delete,
+    )
+    assert records.stopping() == [] and records.released() == []  # no next pod yet: both names stay taken
     records.create_sent("k", ("default", "p2"))
     records.created("k", ("default", "p2"))
-    assert records.released() == [("default", "p1")]  # the one that could start
+    assert records.stopping() == [("default", "p1")]  # the one that could start: stopped, name kept
+    assert records.released() == [] and records.keeps("k", ("default", "p1"))
     records.end("k", ("default", "p2"))
-    assert records.released() == [("default", "p0")]  # the rest with the record
-    assert records.released() == []
+    assert records.released() == [("default", "p0")] + ([("default", "p1")] if delete else [])
+    assert records.released() == [] and records.stopping() == []
+
+
+def test_a_replaced_pod_that_could_start_is_deleted_if_its_record_ends_before_it_was_stopped() -> None:
+    records = TaskRecords()
+    records.queue("k", workload=SimpleNamespace(ti=SimpleNamespace(priority_weight=0)), launch_id="L")
+    records.create_sent("k", ("default", "p0"))
+    records.created("k", ("default", "p0"))
+    records.relaunch(
+        "k",
+        ("default", "p0"),
+        "ErrImagePull",
+        backoff=None,  # type: ignore[arg-type]
+        not_before=0.0,
+        keep=True,
+        delete=False,
+    )
+    records.end("k")  # revoked before its next pod exists
+    assert records.stopping() == [] and records.released() == [("default", "p0")]
 
 
 SCHEDULERS = ["A", "B"]
