@@ -60,6 +60,14 @@ STATUS_REPORTS_KEPT = 500
 STOP: Literal["stop"] = "stop"
 CleanupOp = tuple[str, str, bool | Literal["stop"]]  # (namespace, name, what)
 
+# A delete or a "done" label that fails is tried again after a backoff (equal jitter, doubling from 1 s to
+# 60 s), never every loop; after CLEANUP_ATTEMPTS failures (2 to 4 minutes) it is given up with a warning
+# that names the pod, since a refusal that lasts that long (a missing right, an admission policy) will not
+# change by itself.
+CLEANUP_BACKOFF_INITIAL_SECONDS = 1.0
+CLEANUP_BACKOFF_MAX_SECONDS = 60.0
+CLEANUP_ATTEMPTS = 10
+
 
 def getfloat(section: str, key: str, default: float, source: Any = None) -> float:
     """A float option; ``source`` is a team's ``ExecutorConf`` (Airflow 3.2+ multi-team) or the global conf.
@@ -149,7 +157,7 @@ class ExecutorBase(BaseExecutor):
         self._unresolved: dict[TaskInstanceKey, Any] = {}
         self._cleanup: list[CleanupOp] = []  # retried until done
         # Stops that failed for want of an answer: (ns, name) -> (their backoff, when to try again).
-        self._stop_retries: dict[tuple[str, str], tuple[Backoff, float]] = {}
+        self._cleanup_retries: dict[tuple[str, str], tuple[Backoff, float]] = {}
         self._stop_refusal_logged = False
         self._next_completed_cleanup = 0.0  # first sync() cleans up at once, as upstream does
         self._completed_search: Future[list[dict[str, Any]]] | None = None
@@ -457,13 +465,11 @@ class ExecutorBase(BaseExecutor):
                 continue
             err = future.exception()
             if err is None or (isinstance(err, ApiException) and err.status == HTTPStatus.NOT_FOUND):
-                self._stop_retries.pop(ref, None)
+                self._cleanup_retries.pop(ref, None)
                 continue
-            if op[2] == STOP:
-                op = self._stop_failed(op, err)
-            else:
-                self.log.debug("Cleaning up pod %s/%s failed (%s); retrying next loop", *ref, err)
-            self._cleanup.append(op)
+            retried = self._stop_failed(op, err) if op[2] == STOP else self._cleanup_failed(op, err)
+            if retried is not None:
+                self._cleanup.append(retried)
         # Pods a relaunch replaced, stopped once the launch's next pod exists if they could still start, and
         # kept until their record let them go (see TaskRecord.replaced).
         self._cleanup.extend((namespace, name, STOP) for namespace, name in self.records.stopping())
@@ -475,10 +481,8 @@ class ExecutorBase(BaseExecutor):
         remaining: list[CleanupOp] = []
         for op in self._cleanup:
             namespace, name, delete = op
-            retry = self._stop_retries.get((namespace, name))
-            if (namespace, name) in self._cleanup_inflight or (
-                delete == STOP and retry is not None and retry[1] > now
-            ):
+            retry = self._cleanup_retries.get((namespace, name))
+            if (namespace, name) in self._cleanup_inflight or (retry is not None and retry[1] > now):
                 remaining.append(op)
                 continue
             self._cleanup_inflight[(namespace, name)] = (
@@ -487,28 +491,53 @@ class ExecutorBase(BaseExecutor):
             )
         self._cleanup = remaining
 
+    def _cleanup_backoff(self, ref: tuple[str, str], initial: float, maximum: float) -> tuple[Backoff, float]:
+        """The backoff of ``ref``'s failed cleanup calls (one per pod, kept until a call succeeds), with this
+        failure counted: it and the delay before the next try."""
+        backoff, _ = self._cleanup_retries.get(ref) or (
+            Backoff(initial_seconds=initial, max_seconds=maximum, reset_after_seconds=float("inf")),
+            0.0,
+        )
+        return backoff, backoff.failure(time.monotonic())
+
     def _stop_failed(self, op: CleanupOp, err: BaseException) -> CleanupOp:
         """A stop got no answer: tried again after a backoff, and deleted after STOP_ATTEMPTS (a pod that
         could still start is not left running for want of a patch that goes through)."""
         ref = (op[0], op[1])
-        backoff, _ = self._stop_retries.get(ref) or (
-            Backoff(
-                initial_seconds=STOP_BACKOFF_INITIAL_SECONDS,
-                max_seconds=STOP_BACKOFF_MAX_SECONDS,
-                reset_after_seconds=float("inf"),
-            ),
-            0.0,
-        )
-        now = time.monotonic()
-        delay = backoff.failure(now)
+        backoff, delay = self._cleanup_backoff(ref, STOP_BACKOFF_INITIAL_SECONDS, STOP_BACKOFF_MAX_SECONDS)
+        reason = explain(err, verb="patch", resource="pods", namespace=op[0])
         if backoff.attempts >= STOP_ATTEMPTS:
-            self._stop_retries.pop(ref, None)
+            self._cleanup_retries.pop(ref, None)
             self.log.warning(
-                "Stopping pod %s/%s failed %d times (%s); deleting it instead", *ref, backoff.attempts, err
+                "Stopping pod %s/%s failed %d times (%s); deleting it instead", *ref, backoff.attempts, reason
             )
             return (op[0], op[1], True)
-        self._stop_retries[ref] = (backoff, now + delay)
-        self.log.debug("Stopping pod %s/%s failed (%s); retrying in %.1f s", *ref, err, delay)
+        self._cleanup_retries[ref] = (backoff, time.monotonic() + delay)
+        self.log.debug("Stopping pod %s/%s failed (%s); retrying in %.1f s", *ref, reason, delay)
+        return op
+
+    def _cleanup_failed(self, op: CleanupOp, err: BaseException) -> CleanupOp | None:
+        """A delete or a "done" label failed: tried again after a backoff, given up after CLEANUP_ATTEMPTS."""
+        ref = (op[0], op[1])
+        backoff, delay = self._cleanup_backoff(
+            ref, CLEANUP_BACKOFF_INITIAL_SECONDS, CLEANUP_BACKOFF_MAX_SECONDS
+        )
+        what = "Deleting" if op[2] else "Labelling done"
+        reason = explain(err, verb="delete" if op[2] else "patch", resource="pods", namespace=op[0])
+        if backoff.attempts >= CLEANUP_ATTEMPTS:
+            self._cleanup_retries.pop(ref, None)
+            self.log.warning(
+                "%s pod %s/%s failed %d times (%s); giving up: delete it with `kubectl delete pod -n %s %s`",
+                what,
+                *ref,
+                backoff.attempts,
+                reason,
+                op[0],
+                op[1],
+            )
+            return None
+        self._cleanup_retries[ref] = (backoff, time.monotonic() + delay)
+        self.log.debug("%s pod %s/%s failed (%s); retrying in %.1f s", what, *ref, reason, delay)
         return op
 
     def _cleanup_call(self, namespace: str, name: str, delete: bool | Literal["stop"]) -> None:
