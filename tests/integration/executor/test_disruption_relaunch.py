@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -61,6 +62,46 @@ def _evict_next_pending_pod(ex: Any, sandbox: Any, task_id: str, seen: set[str],
             return name
         assert time.monotonic() < deadline, f"no new pod of {task_id}; events {events}"
         time.sleep(0.05)
+
+
+def _adopt_once_the_late_create_lands(
+    adopter: Any,
+    w: Any,
+    launch_id: str,
+    listed: threading.Event,
+    landed: Callable[[], bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Any, list[tuple[Any, Any]]]:
+    """``adopter`` (scheduler 102) adopts ``w``'s task from scheduler 101, launch ``launch_id``: its first pod
+    list sets ``listed`` and returns only once the late scheduler's held create has ``landed()``, so that the
+    pod lands after the adopter listed. Returns the adopter's record once its create ended, and its events."""
+    from airflow.executors.workloads import ExecuteTask
+
+    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
+    real_list = adopter._list_everywhere
+
+    def list_then_let_the_late_create_land(*args: Any, **kwargs: Any) -> Any:
+        pods = real_list(*args, **kwargs)
+        if not listed.is_set():
+            listed.set()
+            until = time.monotonic() + 30
+            while not landed():
+                assert time.monotonic() < until, "the late scheduler's relaunch never landed"
+                time.sleep(0.05)
+        return pods
+
+    monkeypatch.setattr(adopter, "_list_everywhere", list_then_let_the_late_create_land)
+    orphan = SimpleNamespace(
+        key=w.ti.key, queued_by_job_id=101, external_executor_id=launch_id, state="queued"
+    )
+    assert adopter.try_adopt_task_instances([orphan]) == []
+    adopter_events: list[tuple[Any, Any]] = []
+    deadline = time.monotonic() + 60
+    while (record := adopter.records.get(w.ti.key)) is not None and record.pod is None:
+        _heartbeat(adopter, adopter_events)
+        assert time.monotonic() < deadline, f"the adopter's create never ended; events {adopter_events}"
+        time.sleep(0.05)
+    return record, adopter_events
 
 
 def _until_terminal(
@@ -156,7 +197,6 @@ def test_an_adopter_meets_the_relaunch_of_a_late_scheduler_under_its_name(
     adoption and lands just after B's list. Exactly one live pod of the launch may come of it: the evicted
     pod, labelled done and kept until its replacement exists, answers B's first name with 409, and B meets
     A's replacement under the next one. The evicted pod is deleted once A no longer holds the task."""
-    from airflow.executors.workloads import ExecuteTask
 
     from airflow_jobwatch.executors.pods import DONE_LABEL
 
@@ -191,30 +231,14 @@ def test_an_adopter_meets_the_relaunch_of_a_late_scheduler_under_its_name(
         time.sleep(0.05)
 
     adopter = executor_factory(job_id="102")
-    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
-    real_list = adopter._list_everywhere
-
-    def list_then_let_the_late_create_land(*args: Any, **kwargs: Any) -> Any:
-        pods = real_list(*args, **kwargs)
-        if not listed.is_set():
-            listed.set()
-            until = time.monotonic() + 30
-            while not any(live(p) for p in _pods(sandbox, task_id)):
-                assert time.monotonic() < until, "the late scheduler's relaunch never landed"
-                time.sleep(0.05)
-        return pods
-
-    monkeypatch.setattr(adopter, "_list_everywhere", list_then_let_the_late_create_land)
-    orphan = SimpleNamespace(
-        key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-relaunched", state="queued"
+    record, adopter_events = _adopt_once_the_late_create_lands(
+        adopter,
+        w,
+        "launch-relaunched",
+        listed,
+        lambda: any(live(p) for p in _pods(sandbox, task_id)),
+        monkeypatch,
     )
-    assert adopter.try_adopt_task_instances([orphan]) == []
-    adopter_events: list[tuple[Any, Any]] = []
-    deadline = time.monotonic() + 60
-    while (record := adopter.records.get(w.ti.key)) is not None and record.pod is None:
-        _heartbeat(adopter, adopter_events)
-        assert time.monotonic() < deadline, f"the adopter's create never ended; events {adopter_events}"
-        time.sleep(0.05)
     live_pods = [p["metadata"]["name"] for p in _pods(sandbox, task_id) if live(p)]
     assert len(live_pods) == 1, ("two live pods for one launch", live_pods, evicted)
     assert record is not None and record.pod == ("default", live_pods[0])
@@ -315,7 +339,6 @@ def test_a_replaced_pod_that_may_still_start_is_stopped_and_keeps_its_name(
     and creates the launch's pods from the first name on: each earlier name answers 409, and B meets A's
     relaunch under the next one. One live pod of the launch, however the two race; the stopped pods are
     deleted once the key has left A."""
-    from airflow.executors.workloads import ExecuteTask
 
     from airflow_jobwatch.executors import results
     from airflow_jobwatch.executors.pods import DONE_LABEL, launch_pod_name
@@ -377,30 +400,9 @@ def test_a_replaced_pod_that_may_still_start_is_stopped_and_keeps_its_name(
     assert pod(names[0]) is not None and pod(names[1]) is not None
 
     adopter = executor_factory(job_id="102")
-    monkeypatch.setattr(ExecuteTask, "make", classmethod(lambda cls, ti, **kw: w))
-    real_list = adopter._list_everywhere
-
-    def list_then_let_the_late_create_land(*args: Any, **kwargs: Any) -> Any:
-        pods = real_list(*args, **kwargs)
-        if not listed.is_set():
-            listed.set()
-            until = time.monotonic() + 30
-            while pod(names[2]) is None:
-                assert time.monotonic() < until, "the late scheduler's relaunch never landed"
-                time.sleep(0.05)
-        return pods
-
-    monkeypatch.setattr(adopter, "_list_everywhere", list_then_let_the_late_create_land)
-    orphan = SimpleNamespace(
-        key=w.ti.key, queued_by_job_id=101, external_executor_id="launch-stopped", state="queued"
+    record, adopter_events = _adopt_once_the_late_create_lands(
+        adopter, w, "launch-stopped", listed, lambda: pod(names[2]) is not None, monkeypatch
     )
-    assert adopter.try_adopt_task_instances([orphan]) == []
-    adopter_events: list[tuple[Any, Any]] = []
-    deadline = time.monotonic() + 60
-    while (record := adopter.records.get(w.ti.key)) is not None and record.pod is None:
-        _heartbeat(adopter, adopter_events)
-        assert time.monotonic() < deadline, f"the adopter's create never ended; events {adopter_events}"
-        time.sleep(0.05)
     live_pods = [p["metadata"]["name"] for p in _pods(sandbox, task_id) if live(p)]
     assert live_pods == [names[2]], ("not one live pod for the launch", live_pods, names)
     assert record is not None and record.pod == ("default", names[2])
